@@ -1,0 +1,59 @@
+r"""attnflow: self-attention as an interacting particle system, in JAX.
+
+Tokens are particles, layers are time, attention is the interaction:
+
+.. math:: \dot x_i = \sum_j \mathrm{softmax}_j(\langle Q x_i, K x_j\rangle)\, V x_j .
+
+Public pieces, along the data's path:
+
+* weights & tokens -> :mod:`attnflow.linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
+* vector fields    -> :mod:`attnflow.dynamics` (AttentionFlow, RescaledFlow, DiscreteRescaledFlow)
+* integrators      -> :mod:`attnflow.integrate` (diffrax ``solve_ode``, Euler ``solve_euler``)
+* one call         -> :func:`attnflow.simulate`
+
+float64 is enabled at import (``jax_enable_x64``) so that it is available on request;
+every attnflow function keeps the dtype it is given (float32 by default in ``simulate``).
+"""
+
+import jax as _jax
+
+_jax.config.update("jax_enable_x64", True)
+
+from .attention import attend, attention_matrix, scores, softmax  # noqa: E402
+from .dynamics import (  # noqa: E402
+    AbstractDynamics,
+    AttentionFlow,
+    DiscreteRescaledFlow,
+    FoldedBatch,
+    RescaledFlow,
+)
+from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
+from .integrate import Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
+from .linalg import expm_tV  # noqa: E402
+from .simulate import Simulation, make_dynamics, simulate  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "softmax",
+    "scores",
+    "attention_matrix",
+    "attend",
+    "AbstractDynamics",
+    "AttentionFlow",
+    "RescaledFlow",
+    "DiscreteRescaledFlow",
+    "FoldedBatch",
+    "solve_ode",
+    "solve_euler",
+    "Trajectory",
+    "raise_if_failed",
+    "simulate",
+    "Simulation",
+    "make_dynamics",
+    "expm_tV",
+    "AttnflowError",
+    "InputError",
+    "NonFiniteError",
+    "SolverError",
+]

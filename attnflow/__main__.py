@@ -1,0 +1,3 @@
+from .main import main
+import sys
+sys.exit(main())

@@ -1,0 +1,4 @@
+"""Command-line interface: ``attnflow <command> --help``. A thin layer over the library."""
+from .main import main
+
+__all__ = ["main"]

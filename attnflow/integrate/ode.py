@@ -1,0 +1,131 @@
+r"""Continuous-time integration of any dynamics with diffrax.
+
+One function, :func:`solve_ode`, wraps ``diffrax.diffeqsolve``: any diffrax solver
+(Tsit5 by default), adaptive PID step-size control or constant steps, output at the
+requested times, and optionally observables ``save_fn(t, y, args)`` saved instead of
+whole states (memory O(T x observables) for big sweeps).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import diffrax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PyTree
+
+from ..dynamics.base import AbstractDynamics
+from .solution import Trajectory, first_nonfinite_time
+
+__all__ = ["solve_ode", "SOLVERS", "make_solver"]
+
+SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "bosh3": diffrax.Bosh3,
+    "heun": diffrax.Heun,
+    "midpoint": diffrax.Midpoint,
+    "ralston": diffrax.Ralston,
+    "euler_diffrax": diffrax.Euler,
+}
+
+
+def make_solver(solver: str | diffrax.AbstractSolver | None) -> diffrax.AbstractSolver:
+    """A diffrax solver from a name in :data:`SOLVERS` or an instance (default Tsit5)."""
+    from ..errors import InputError
+
+    if solver is None:
+        return diffrax.Tsit5()
+    if isinstance(solver, diffrax.AbstractSolver):
+        return solver
+    if isinstance(solver, str) and solver.lower() in SOLVERS:
+        return SOLVERS[solver.lower()]()
+    raise InputError(
+        f"solver must be a diffrax solver instance or one of {sorted(SOLVERS)}, got {solver!r}."
+    )
+
+
+def _save_state(t, y, args):
+    return y
+
+
+def solve_ode(
+    dynamics: AbstractDynamics,
+    y0: Float[Array, "n d"],
+    *,
+    t0: float,
+    t1: float,
+    ts: Float[Array, " T"] | None = None,
+    solver: str | diffrax.AbstractSolver | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    dt0: float | None = None,
+    adaptive: bool = True,
+    max_steps: int = 16384,
+    save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
+    args: PyTree = None,
+) -> Trajectory:
+    r"""Integrate :math:`\dot y = f(t, y)` from t0 to t1 with a diffrax solver.
+
+    Args:
+        dynamics: any :class:`~attnflow.dynamics.AbstractDynamics`.
+        y0: initial state (n, d).
+        ts: save times (default: t0 and t1).
+        solver: name or diffrax solver instance (default Tsit5).
+        rtol, atol: tolerances of the PID controller when ``adaptive``.
+        dt0: initial step (adaptive; None lets diffrax choose) or the constant step.
+        adaptive: PID step-size control if True, else constant steps of ``dt0``.
+        max_steps: bound on the number of steps (it sizes buffers; keep it modest).
+        save_fn: ``(t, y, args) -> pytree`` saved instead of y.
+        adjoint: diffrax adjoint (default ``RecursiveCheckpointAdjoint``).
+
+    Failures do not raise inside jit: see ``Trajectory.failed`` and
+    ``Trajectory.t_nonfinite``, or call :func:`~attnflow.integrate.raise_if_failed`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import RescaledFlow
+        >>> from attnflow.integrate import solve_ode
+        >>> z0 = jax.random.normal(jax.random.key(0), (8, 2))
+        >>> traj = solve_ode(RescaledFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2)), z0, t0=0.0, t1=2.0,
+        ...                  ts=jnp.linspace(0.0, 2.0, 5))
+        >>> traj.ys.shape
+        (5, 8, 2)
+    """
+    from ..errors import InputError
+
+    dtype = y0.dtype
+    if ts is None:
+        ts = jnp.asarray([t0, t1], dtype)
+    ts = jnp.asarray(ts, dtype)
+    if adaptive:
+        controller = diffrax.PIDController(rtol=rtol, atol=atol)
+    else:
+        if dt0 is None:
+            raise InputError("constant-step integration (adaptive=False) needs dt0 > 0, got None.")
+        controller = diffrax.ConstantStepSize()
+    save_fn = _save_state if save_fn is None else save_fn
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(dynamics.vector_field),
+        make_solver(solver),
+        t0=jnp.asarray(t0, dtype),
+        t1=jnp.asarray(t1, dtype),
+        dt0=None if dt0 is None else jnp.asarray(dt0, dtype),
+        y0=y0,
+        args=args,
+        saveat=diffrax.SaveAt(ts=ts, fn=save_fn),
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+        throw=False,
+    )
+    failed = sol.result != diffrax.RESULTS.successful
+    return Trajectory(
+        ts=ts,
+        ys=sol.ys,
+        num_steps=jnp.asarray(sol.stats["num_accepted_steps"]),
+        failed=jnp.asarray(failed),
+        t_nonfinite=first_nonfinite_time(ts, sol.ys),
+    )
