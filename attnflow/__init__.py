@@ -30,7 +30,7 @@ from .dynamics import (  # noqa: E402
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
 from .integrate import Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
 from .linalg import expm_tV  # noqa: E402
-from .simulate import Simulation, make_dynamics, simulate  # noqa: E402
+from .simulation import Simulation, make_dynamics, simulate  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,25 @@
+import os
+
+# Tests run on CPU; keep XLA from grabbing all cores' worth of threads per process.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import attnflow  # noqa: E402,F401  (enables x64)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def random_problem(rng, n=6, d=3, m=None, scale=0.5):
+    """Random float64 (x0, Q, K, V) with moderate scores."""
+    m = d if m is None else m
+    x0 = rng.normal(size=(n, d))
+    Q = scale * rng.normal(size=(m, d))
+    K = scale * rng.normal(size=(m, d))
+    V = rng.normal(size=(d, d)) / np.sqrt(d)
+    return x0, Q, K, V
