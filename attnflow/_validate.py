@@ -66,15 +66,20 @@ def check_time_span(t0: Any, t1: Any) -> None:
             )
 
 
-def check_weights(Q: Any, K: Any, V: Any, d: int | None = None, batched: bool = False) -> None:
-    """Check the shapes of Q (m, d), K (m, d), V (d, d), optionally with a batch axis."""
-    extra = 1 if batched else 0
-    lead = "(B, " if batched else "("
-    qs = check_rank("Q", Q, (2 + extra,), f"shape {lead}m, d)")
-    ks = check_rank("K", K, (2 + extra,), f"shape {lead}m, d)")
-    vs = check_rank("V", V, (2 + extra,), f"shape {lead}d, d)")
+def check_weights(Q: Any, K: Any, V: Any, d: int | None = None) -> None:
+    """Check Q (m, d), K (m, d), V (d, d), each optionally with a leading batch axis B.
+
+    ``d`` is the token dimension when known (from x0). Entries must be finite.
+    """
+    for name, a in (("Q", Q), ("K", K), ("V", V)):
+        check_rank(name, a, (2, 3), "a matrix, or a batch of matrices with a leading axis B")
+    qs, ks, vs = np.shape(Q), np.shape(K), np.shape(V)
     if vs[-1] != vs[-2]:
         raise InputError(f"V must be square (d, d), got shape {vs[-2:]}.")
+    if d is not None and vs[-1] != d:
+        raise InputError(
+            f"the tokens have dimension d = {d}, so V must be ({d}, {d}), got {vs[-2:]}."
+        )
     if qs[-2:] != ks[-2:]:
         raise InputError(
             f"Q and K must have the same shape (m, d) so that <Q x_i, K x_j> is defined, "
@@ -82,12 +87,7 @@ def check_weights(Q: Any, K: Any, V: Any, d: int | None = None, batched: bool = 
         )
     if qs[-1] != vs[-1]:
         raise InputError(
-            f"Q and K act on tokens of dimension d = {vs[-1]} (the size of V), "
-            f"so they need shape (m, {vs[-1]}), got {qs[-2:]}."
-        )
-    if d is not None and vs[-1] != d:
-        raise InputError(
-            f"the tokens have dimension d = {d} but V has shape {vs[-2:]}; V must be ({d}, {d})."
+            f"Q and K must have shape (m, {vs[-1]}) to act on tokens of dimension {vs[-1]}, got {qs[-2:]}."
         )
     for name, a in (("Q", Q), ("K", K), ("V", V)):
         check_finite(name, a)

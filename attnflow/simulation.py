@@ -72,7 +72,8 @@ def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, 
     return RescaledFlow(Q, K, V, beta)
 
 
-def _batch_axis(name: str, a: Any, base_rank: int) -> int | None:
+def _batch_axis(a: Any, base_rank: int) -> int | None:
+    """0 when ``a`` carries a leading batch axis on top of its base rank, else None."""
     return 0 if np.ndim(a) == base_rank + 1 else None
 
 
@@ -86,33 +87,15 @@ def _validate(x0, Q, K, V, beta, t0, t1, dt, picture, method, dtype, batch_mode)
     xs = v.check_rank("x0", x0, (2, 3), "tokens (n, d), or a batch (B, n, d)")
     if xs[-2] < 1 or xs[-1] < 1:
         raise InputError(f"x0 must hold at least one token of dimension >= 1, got shape {xs}.")
-    for name, a in (("Q", Q), ("K", K), ("V", V)):
-        v.check_rank(name, a, (2, 3), f"a matrix, or a batch of matrices with a leading axis B")
-    qs, ks, vs = np.shape(Q), np.shape(K), np.shape(V)
-    if vs[-1] != vs[-2]:
-        raise InputError(f"V must be square (d, d), got shape {vs[-2:]}.")
-    if vs[-1] != xs[-1]:
-        raise InputError(
-            f"x0 holds tokens of dimension d = {xs[-1]} (shape {xs}), so V must be "
-            f"({xs[-1]}, {xs[-1]}), got {vs[-2:]}."
-        )
-    if qs[-2:] != ks[-2:]:
-        raise InputError(
-            f"Q and K must have the same shape (m, d) so that <Q x_i, K x_j> is defined, "
-            f"got Q {qs[-2:]} and K {ks[-2:]}."
-        )
-    if qs[-1] != xs[-1]:
-        raise InputError(
-            f"Q and K must have shape (m, {xs[-1]}) to act on tokens of dimension {xs[-1]}, got {qs[-2:]}."
-        )
+    v.check_weights(Q, K, V, d=xs[-1])
     b_rank = np.ndim(beta)
     if b_rank > 1:
         raise InputError(f"beta must be a scalar or a (B,) vector, got shape {np.shape(beta)}.")
     axes = (
-        _batch_axis("x0", x0, 2),
-        _batch_axis("Q", Q, 2),
-        _batch_axis("K", K, 2),
-        _batch_axis("V", V, 2),
+        _batch_axis(x0, 2),
+        _batch_axis(Q, 2),
+        _batch_axis(K, 2),
+        _batch_axis(V, 2),
         0 if b_rank == 1 else None,
     )
     sizes = {
@@ -124,7 +107,7 @@ def _validate(x0, Q, K, V, beta, t0, t1, dt, picture, method, dtype, batch_mode)
         raise InputError(
             f"batched inputs must share one batch size B, got {', '.join(f'{k}: {s}' for k, s in sizes.items())}."
         )
-    for name, a in (("x0", x0), ("Q", Q), ("K", K), ("V", V), ("beta", beta)):
+    for name, a in (("x0", x0), ("beta", beta)):
         v.check_finite(name, a)
     v.check_time_span(t0, t1)
     if method == "euler" and dt is None:

@@ -18,7 +18,7 @@ X = np.random.default_rng(0).normal(size=(5, 2))
         ((np.ones(5), I2, I2, I2), {}, r"x0 must have rank 2 or 3 .* got shape \(5,\)"),
         ((np.ones((2, 3, 4, 2)), I2, I2, I2), {}, r"x0 must have rank"),
         ((X, I2, I2, np.ones((2, 3))), {}, r"V must be square \(d, d\), got shape \(2, 3\)"),
-        ((X, I2, I2, np.eye(3)), {}, r"V must be \(2, 2\), got \(3, 3\)"),
+        ((X, I2, I2, np.eye(3)), {}, r"tokens have dimension d = 2, so V must be \(2, 2\), got \(3, 3\)"),
         ((X, np.ones((3, 2)), np.ones((2, 2)), I2), {}, r"Q and K must have the same shape .* Q \(3, 2\) and K \(2, 2\)"),
         ((X, np.ones((3, 3)), np.ones((3, 3)), I2), {}, r"Q and K must have shape \(m, 2\)"),
         ((X, np.ones(2), I2, I2), {}, r"Q must have rank 2 or 3"),
