@@ -16,13 +16,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from ..dynamics.base import AbstractDynamics
-from .solution import Trajectory
+from .solution import Trajectory, save_state
 
 __all__ = ["solve_euler"]
-
-
-def _save_state(t, y, args):
-    return y
 
 
 def solve_euler(
@@ -58,7 +54,7 @@ def solve_euler(
         raise InputError(
             f"num_steps={num_steps} must be a multiple of save_every={save_every}."
         )
-    save_fn = _save_state if save_fn is None else save_fn
+    save_fn = save_state if save_fn is None else save_fn
     dtype = y0.dtype
     dt_arr = jnp.asarray(dt, dtype)
     t0_arr = jnp.asarray(t0, dtype)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from ..dynamics.base import AbstractDynamics
-from .solution import Trajectory, first_nonfinite_time
+from .solution import Trajectory, save_state, first_nonfinite_time
 
 __all__ = ["solve_ode", "SOLVERS", "make_solver"]
 
@@ -44,10 +44,6 @@ def make_solver(solver: str | diffrax.AbstractSolver | None) -> diffrax.Abstract
     raise InputError(
         f"solver must be a diffrax solver instance or one of {sorted(SOLVERS)}, got {solver!r}."
     )
-
-
-def _save_state(t, y, args):
-    return y
 
 
 def solve_ode(
@@ -106,7 +102,7 @@ def solve_ode(
         if dt0 is None:
             raise InputError("constant-step integration (adaptive=False) needs dt0 > 0, got None.")
         controller = diffrax.ConstantStepSize()
-    save_fn = _save_state if save_fn is None else save_fn
+    save_fn = save_state if save_fn is None else save_fn
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(dynamics.vector_field),
         make_solver(solver),

@@ -30,6 +30,11 @@ class Trajectory(eqx.Module):
     t_nonfinite: Float[Array, ""]
 
 
+def save_state(t, y, args):
+    """The default ``save_fn``: save the whole state."""
+    return y
+
+
 def first_nonfinite_time(ts: Float[Array, " T"], ys: PyTree) -> Float[Array, ""]:
     """Earliest ``ts[i]`` at which any leaf of ``ys[i]`` is NaN or infinite (``inf`` if none)."""
     import jax
