@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..observables import boolean_distance, num_clusters, numerical_rank
+from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
 from ..simulate import simulate
 
 __all__ = ["Check", "CaseResult", "Context", "Run", "run_case_sim", "fmt", "CASES", "register"]
@@ -111,8 +111,14 @@ class Run:
 
 @jax.jit
 def _diagnostics(z, P, rel_tol, rank_tol):
-    per = lambda zz, pp: (num_clusters(zz, rel_tol), boolean_distance(pp), numerical_rank(pp, rank_tol))
-    return jax.vmap(jax.vmap(per))(z, P)
+    """Per save: clusters (tolerance rel_tol x the run's initial diameter), dist(P, Boolean), rank P."""
+
+    def member(zb, Pb):
+        s0 = diameter(zb[0])
+        return jax.vmap(lambda zz, pp: (num_clusters(zz, rel_tol, s0), boolean_distance(pp),
+                                        numerical_rank(pp, rank_tol)))(zb, Pb)
+
+    return jax.vmap(member)(z, P)
 
 
 def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescaled", method: str = "tsit5",

@@ -80,12 +80,12 @@ def geometry_hyp(res: CaseResult, Q, K, V) -> None:
 
 
 # ----------------------------------------------------------------------------- shared checks
-def clustering_time(ts, z, tol_rel: float, frac: float = 0.9) -> np.ndarray:
-    """Per member: first save time at which ``frac`` of the tokens are within tol of their
-    final position (tol = tol_rel * final diameter) and stay so (Remark 3.3)."""
+def clustering_time(ts, z, tol_rel: float, scales) -> np.ndarray:
+    """Per member: first save time from which on ``frac`` = 90% of the tokens are within
+    tol = tol_rel * scale of their final position (Remark 3.3)."""
+    frac = 0.9
     out = []
-    for zb in z:
-        diam = np.max(np.linalg.norm(zb[-1][:, None] - zb[-1][None], axis=-1))
+    for zb, diam in zip(z, scales):
         near = np.linalg.norm(zb - zb[-1][None], axis=-1) <= tol_rel * max(diam, 1e-300)  # (T, n)
         ok = near.mean(axis=1) >= frac
         bad = np.nonzero(~ok)[0]
@@ -104,15 +104,17 @@ def polytope_checks(res: CaseResult, ctx: Context, ts, y, *, what: str, A2=None,
     res.check(f"conv{{{what}(t)}} non-increasing", f"hull of {what}(t') inside hull of {what}(t) for t' > t "
               f"(violation <= {NESTING_TOL:g} x diameter)", f"max violation {fmt(viol.max())}",
               viol.max() <= NESTING_TOL, NESTING_TOL - viol.max())
-    classes = np.array([classify_tokens(yb[-1], rel) for yb in y])  # (B, n)
+    # tolerances relative to each run's initial diameter: a cloud that collapsed to one point is one cluster
+    scale0 = np.array([np.max(np.linalg.norm(yb[0][:, None] - yb[0][None], axis=-1)) for yb in y])
+    classes = np.array([classify_tokens(yb[-1], rel, s0) for yb, s0 in zip(y, scale0)])  # (B, n)
     counts = {c: int(np.sum(classes == k)) for k, c in enumerate(("vertex", "origin", "boundary", "interior"))}
     interior = counts["interior"]
     res.check(f"final {what}: vertex, 0 or boundary", f"every token at a vertex, at 0 or on the boundary "
-              f"(tol {rel:g} x diameter); generically all at vertices",
+              f"(tol {rel:g} x initial diameter); generically all at vertices",
               f"{counts['vertex']} at vertices, {counts['origin']} at 0, {counts['boundary']} on the boundary, "
               f"{interior} inside (of {B * n})", interior == 0, -interior if interior else
               counts["vertex"] / (B * n))
-    ncl = np.array([int(num_clusters(yb[-1], rel)) for yb in y])
+    ncl = np.array([int(num_clusters(yb[-1], rel, s0)) for yb, s0 in zip(y, scale0)])
     res.check("few vertices", f"clusters far fewer than tokens (<= n/2 = {n // 2})",
               f"clusters per run {fmt(ncl)} of n = {n}", ncl.max() <= n // 2, n // 2 - ncl.max())
     if A2 is not None:
@@ -120,9 +122,9 @@ def polytope_checks(res: CaseResult, ctx: Context, ts, y, *, what: str, A2=None,
         res.check("limit set S", f"max_j <A z, A v_j> - |A z|^2 = 0 at every final token (A = (Q^T K)^(1/2); "
                   f"<= {rel:g} x max|A v|^2)", f"max residual {fmt(r.max())}", r.max() <= rel, rel - r.max())
     if remark33:
-        t90 = clustering_time(ts, y, rel)
+        t90 = clustering_time(ts, y, rel, scale0)
         limit = 10.0
-        res.check("Remark 3.3: clustered after a few layers", f"90% of tokens within {rel:g} x diameter of their "
+        res.check("Remark 3.3: clustered after a few layers", f"90% of tokens within {rel:g} x initial diameter of their "
                   f"final position by {unit} <= {limit:g} (our reading of 'a few')",
                   f"{unit}_90 per run {fmt(t90)} (horizon {fmt(ts[-1])})", np.nanmax(t90) <= limit,
                   limit - np.nanmax(t90))
@@ -140,14 +142,13 @@ def hyperplane_checks(res: CaseResult, ctx: Context, ts, z, phi_dual, *, unit: s
               f"{NESTING_TOL:g} x initial width", f"worst relative change {fmt(worst)}",
               worst <= NESTING_TOL, NESTING_TOL - worst)
     dist, used = [], []
-    for sb in s:
-        width = max(float(np.ptp(sb[-1])), 1e-300)
-        _, dmax, u = abz_levels(sb[-1], rel * width)
-        dist.append(float(dmax) / width)
+    for sb, w0 in zip(s, width0):  # tolerance relative to the initial width (b - a may collapse)
+        _, dmax, u = abz_levels(sb[-1], rel * w0)
+        dist.append(float(dmax) / w0)
         used.append(int(u))
     dist = np.asarray(dist)
-    res.check("phi* z_i -> {a, 0, b}", f"every projection within {rel:g} x (b - a) of a = min, 0 or b = max",
-              f"max distance {fmt(dist.max())} x (b - a)", dist.max() <= rel, rel - dist.max())
+    res.check("phi* z_i -> {a, 0, b}", f"every projection within {rel:g} x initial width of a = min, 0 or b = max",
+              f"max distance {fmt(dist.max())} x initial width", dist.max() <= rel, rel - dist.max())
     res.check("hyperplanes used", "at most 3; typically 2", f"levels used per run {fmt(used)}",
               max(used) <= 3, 3 - max(used))
     return s
@@ -212,22 +213,39 @@ def thm2_1(ctx: Context) -> CaseResult:
     res.check("|x_i - x_j| non-decreasing", "no pairwise distance decreases (relative <= 1e-9)",
               f"largest relative decrease {fmt(max(drop, 0.0))}", drop <= 1e-9, 1e-9 - drop)
     gam = x * np.exp(-ts)[None, :, None]  # x_k e^{-t}
-    k_half = int(np.searchsorted(ts, ts[-1] - 1.0))
-    change = np.max(np.abs(gam[:, -1] - gam[:, k_half]) / np.max(np.abs(gam[:, -1]), axis=1, keepdims=True))
-    small = np.sum(np.abs(gam[:, -1]) <= float(ctx["rel_tol"]) * np.max(np.abs(gam[:, -1]), axis=1,
-                                                                         keepdims=True), axis=1)
-    res.check("x_k e^{-t} -> gamma_k != 0", "all but at most one token: gamma_k != 0 (|gamma_k| > rel_tol x max), "
-              "converged over the last time unit", f"near-zero gamma per run {fmt(small)}; last-unit relative "
-              f"change {fmt(change)}", small.max() <= 1 and change <= 1e-3, 1 - small.max())
+    scale_g = np.max(np.abs(gam[:, -1]), axis=1)  # (B,)
+    small = np.sum(np.abs(gam[:, -1]) <= float(ctx["rel_tol"]) * scale_g[:, None], axis=1)
+    # convergence: change over unit windows decays like e^{-lambda t} (lambda = 1); extrapolate the rest
+    step = max(1, int(round(1.0 / (ts[1] - ts[0]))))
+    idx = np.arange(len(ts) - 1, step - 1, -step)[::-1]
+    win = np.array([np.max(np.abs(gam[:, k] - gam[:, k - step]), axis=1) / scale_g for k in idx])  # (W, B)
+    late = idx >= len(ts) // 2
+    rate = np.array([np.polyfit(ts[idx[late]], np.log(np.maximum(win[late, b], 1e-300)), 1)[0]
+                     for b in range(B)])
+    rest = win[-1] * np.exp(rate) / np.maximum(1 - np.exp(rate), 1e-300)
+    res.check("x_k e^{-t} -> gamma_k != 0", "all but at most one |gamma_k| > rel_tol x max|gamma|; x e^{-t} converges "
+              "(pass: the change over unit windows decays exponentially, rate <= -0.5)",
+              f"near-zero gamma per run {fmt(small)}; decay rate of the change {fmt(rate)} (expected -1); "
+              f"extrapolated remaining change {fmt(rest)} x max|gamma|",
+              bool(small.max() <= 1 and np.all(rate <= -0.5)), float(-0.5 - rate.max()),
+              note="tokens follow the extreme tokens: x_i(t) ~ x_i(s) + c (e^t - e^s), so "
+              "gamma_k = lim x_k e^{-t} converges at rate e^{-t} (summable increments); the gammas of one group "
+              "differ by O(e^{-s}) but stay distinct (order preserved)")
     off = np.array([off_leader_mass(p) for p in P.reshape(-1, n, n)]).reshape(B, len(ts), n)
     slopes = []
     for b in range(B):
         second = np.sort(off[b], axis=1)[:, -2] if n > 1 else off[b, :, 0]  # spare the one free row
-        slopes.append(float(double_log_slope(ts, second)))
+        ok = (second > 1e-250) & (second < 0.1)
+        t_ok = ts[ok]
+        keep = ok & (ts >= (t_ok.min() + t_ok.max()) / 2 if t_ok.size else ok)
+        slopes.append(float(double_log_slope(ts[keep], second[keep])))
     slopes = np.asarray(slopes)
-    res.check("doubly exponential saturation", "slope of log(-log P_off) vs t positive, ~ 2 lambda = 2 "
-              "(pass: >= 1)", f"slopes {fmt(slopes)}", np.nanmin(slopes) >= 1.0, np.nanmin(slopes) - 1.0,
-              note="P_off = second-largest off-leader mass over rows (the theorem spares one row)")
+    dev = np.nanmax(np.abs(slopes - 1.0)) if np.any(np.isfinite(slopes)) else np.inf
+    res.check("doubly exponential saturation", "log(-log P_off) grows linearly in t with slope lambda = 1 "
+              "(late half of the measurable window; pass: |slope - 1| <= 0.25)", f"slopes {fmt(slopes)}",
+              dev <= 0.25, 0.25 - dev,
+              note="P_off = second-largest off-leader mass over rows (the theorem spares one row). The gaps "
+              "x_j - x_n stay O(1) while x_i ~ e^t, so the exponents grow like e^{lambda t}: slope lambda, not 2 lambda")
     res.figures.append((figures.trajectories(ctx.out / "thm2_1_gamma.png", ts, gam[0][:, :, None],
                         title="Thm 2.1: x_k(t) e^{-t} (run 0)", ylabel="x e^{-t}"),
                         "Rescaled tokens x_k e^{-t} converge to distinct gamma_k (order preserved)."))
@@ -334,10 +352,12 @@ def codim_k(ctx: Context) -> CaseResult:
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
     rel = float(ctx["rel_tol"])
-    p = np.array([np.asarray(codim_projections(zb[-1], W)) for zb in run.z])  # (B, n, k)
-    counts = np.array([int(num_clusters(pb, rel)) for pb in p])
+    p0 = np.array([np.asarray(codim_projections(zb[0], W)) for zb in run.z])  # (B, n, k)
+    p = np.array([np.asarray(codim_projections(zb[-1], W)) for zb in run.z])
+    scale0 = [np.max(np.linalg.norm(q[:, None] - q[None], axis=-1)) for q in p0]
+    counts = np.array([int(num_clusters(pb, rel, s0)) for pb, s0 in zip(p, scale0)])
     res.check(f"<= 3 affine subspaces of codimension {k}", f"W z_i (W: unstable left subspace, {k} x {d}) takes "
-              f"<= 3 values (tol {rel:g} x diameter)", f"values per run {fmt(counts)}", counts.max() <= 3,
+              f"<= 3 values (tol {rel:g} x initial diameter of the W z_i)", f"values per run {fmt(counts)}", counts.max() <= 3,
               3 - counts.max())
     pt = np.einsum("btnd,kd->btnk", run.z, W)
     standard_figures(res, ctx, run)
@@ -359,6 +379,11 @@ def _paranormal_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V,
     a, c = split_coordinates(run.z, split.F, split.G)
     a, c = np.asarray(a), np.asarray(c)
     polytope_checks(res, ctx, run.ts, a, what="F-part of z", remark33=False)
+    AF = split.F.T @ (Q.T @ K) @ split.F
+    sym = np.linalg.eigvalsh(0.5 * (AF + AF.T))
+    res.notes.append(f"F-block of Q^T K (F^T Q^T K F): eigenvalues of its symmetric part {fmt(sym)}. "
+                     "The F-parts evolve like a V = I system with this block as Q^T K (their scores dominate, "
+                     "x_F ~ e^t); a negative definite block makes every F-part collapse to one point.")
     g0 = np.max(np.linalg.norm(c[:, 0], axis=-1))
     g1 = np.max(np.linalg.norm(c[:, -1], axis=-1))
     res.check("G-components", "free (may diverge)", f"max|G-coordinate| {fmt(g0)} at t = 0 -> {fmt(g1)} at t1",

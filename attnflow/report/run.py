@@ -67,9 +67,6 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
         for key, value in q.items():
             if key in s or key in GLOBAL_KEYS:
                 s[key] = value
-        for key in ("t1",):
-            if key in s:
-                s[key] = s[key] * q["t1_factor"]
     for key, value in s.items():
         if key in ("n", "d", "batch") and (not isinstance(value, int) or value < 1):
             raise InputError(f"config key '{name}.{key}' must be a positive integer, got {value!r}.")
