@@ -13,11 +13,13 @@ import numpy as np
 
 from ..observables import (
     abz_levels,
+    classify_geometry,
     classify_tokens,
     codim_projections,
     collapse_bound,
     double_log_slope,
     extreme_monotonicity,
+    leaders,
     hull_nesting,
     leading_vectors,
     num_clusters,
@@ -77,6 +79,18 @@ def initial(ctx: Context, n: int, d: int, scale: float = 1.0) -> np.ndarray:
 def geometry_hyp(res: CaseResult, Q, K, V) -> None:
     p = predict_geometry(Q, K, V)
     res.settings["predicted_geometry"] = {"geometry": p.geometry, "theorem": p.theorem, "reason": p.reason}
+
+
+def geometry_check(res: CaseResult, ctx: Context, run: Run, Q, K, V) -> None:
+    """classify_geometry on every final configuration against predict_geometry's label."""
+    pred = predict_geometry(Q, K, V).geometry
+    obs = [classify_geometry(zb[-1], V, Q, K, x=xb[-1], scale=np.max(np.linalg.norm(zb[0], axis=-1)),
+                             rel_tol=float(ctx["rel_tol"])) for zb, xb in zip(run.z, run.x)]
+    ok = [o.supports(pred) for o in obs]
+    res.check("observed geometry (classify_geometry)", f"supports predict_geometry's '{pred}'",
+              f"labels {[o.label for o in obs]}; clusters {[o.num_clusters for o in obs]}, "
+              f"levels {[o.num_levels for o in obs]}", all(ok), sum(ok) / len(ok) - 1 if not all(ok) else 1.0,
+              note="margin: 1 when every run supports the prediction, else (fraction supporting) - 1")
 
 
 # ----------------------------------------------------------------------------- shared checks
@@ -203,6 +217,9 @@ def thm2_1(ctx: Context) -> CaseResult:
               1 - max(exceptions))
     res.check("rank P*", "<= 3; 1 or 2 for almost every start", f"ranks {fmt(ranks)}", max(ranks) <= 3,
               3 - max(ranks))
+    lead = [np.nonzero(leaders(P[b, -1][np.ix_(order[b], order[b])]))[0].tolist() for b in range(B)]
+    res.check("leader columns of P*", f"the smallest and/or largest token (sorted positions 0, {n - 1})",
+              f"leaders per run {lead}", all(set(l) <= {0, n - 1} for l in lead), 0.0)
     xs = np.take_along_axis(x, np.broadcast_to(order[:, None, :], x.shape), axis=2)
     gaps = np.diff(xs, axis=2)  # (B, T, n-1), positive while the order is preserved
     rel_gap = np.min(gaps / np.max(np.abs(xs), axis=2, keepdims=True))
@@ -275,6 +292,11 @@ def _polytope_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V, *
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
     polytope_checks(res, ctx, run.ts, run.z, what="z", A2=A2 if spd else None, unit=unit)
+    leaders_t1 = [int(np.sum(leaders(P[-1]))) for P in run.P]
+    res.check("leaders of lim P", "mass on few leader columns (one per cluster)",
+              f"leader columns per run {leaders_t1}; clusters {[int(c) for c in run.clusters[:, -1]]}", None,
+              float("nan"))
+    geometry_check(res, ctx, run, Q, K, V)
     standard_figures(res, ctx, run, overlay="hull", gif=gif, unit=unit)
     return res
 
@@ -304,8 +326,11 @@ def _hyperplane_case(ctx: Context, name: str, title: str, theorem: str, V, *, me
     res.settings["weights"] = {"Q": Q, "K": K, "V": V}
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
-    _, phi_dual, _ = leading_vectors(V)
+    phi, phi_dual, _ = leading_vectors(V)
+    res.hyp("leading right / left eigenvectors phi_1, phi_1^* (phi_1^* phi_1 = 1)", True,
+            {"phi_1": np.round(phi, 4).tolist(), "phi_1^*": np.round(phi_dual, 4).tolist()})
     s = hyperplane_checks(res, ctx, run.ts, run.z, phi_dual, unit=unit)
+    geometry_check(res, ctx, run, Q, K, V)
     if np.all(np.abs(eig.imag) < 1e-12) and np.all(eig.real >= 0):
         growth = np.max(np.linalg.norm(run.z[:, -1], axis=-1)) / np.max(np.linalg.norm(run.z[:, 0], axis=-1))
         res.check("z bounded (all eigenvalues real >= 0)", "max|z_i(t)| stays bounded",
@@ -359,6 +384,7 @@ def codim_k(ctx: Context) -> CaseResult:
     res.check(f"<= 3 affine subspaces of codimension {k}", f"W z_i (W: unstable left subspace, {k} x {d}) takes "
               f"<= 3 values (tol {rel:g} x initial diameter of the W z_i)", f"values per run {fmt(counts)}", counts.max() <= 3,
               3 - counts.max())
+    geometry_check(res, ctx, run, Q, K, V)
     pt = np.einsum("btnd,kd->btnk", run.z, W)
     standard_figures(res, ctx, run)
     res.figures.append((figures.trajectories(ctx.out / "codim_k_projections.png", run.ts, pt[0],
@@ -386,6 +412,7 @@ def _paranormal_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V,
                      "x_F ~ e^t); a negative definite block makes every F-part collapse to one point.")
     g0 = np.max(np.linalg.norm(c[:, 0], axis=-1))
     g1 = np.max(np.linalg.norm(c[:, -1], axis=-1))
+    geometry_check(res, ctx, run, Q, K, V)
     res.check("G-components", "free (may diverge)", f"max|G-coordinate| {fmt(g0)} at t = 0 -> {fmt(g1)} at t1",
               None, float("nan"))
     standard_figures(res, ctx, run, overlay=None)
