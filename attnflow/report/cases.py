@@ -167,6 +167,12 @@ def hyperplane_checks(res: CaseResult, ctx: Context, ts, z, phi_dual, *, unit: s
               f"max distance {fmt(dist.max())} x initial width", dist.max() <= rel, rel - dist.max())
     res.check("hyperplanes used", "at most 3; typically 2", f"levels used per run {fmt(used)}",
               max(used) <= 3, 3 - max(used))
+    t90 = clustering_time(ts, s[..., None], rel, width0)
+    limit = 10.0
+    res.check("Remark 3.3: on the hyperplanes after a few layers", f"90% of projections within {rel:g} x initial "
+              f"width of their final level by {unit} <= {limit:g} (our reading of 'a few')",
+              f"{unit}_90 per run {fmt(t90)} (horizon {fmt(ts[-1])})", np.nanmax(t90) <= limit,
+              limit - np.nanmax(t90))
     return s
 
 
@@ -390,6 +396,12 @@ def codim_k(ctx: Context) -> CaseResult:
     p = np.array([np.asarray(codim_projections(zb[-1], W)) for zb in run.z])
     scale0 = [np.max(np.linalg.norm(q[:, None] - q[None], axis=-1)) for q in p0]
     counts = np.array([int(num_clusters(pb, rel, s0)) for pb, s0 in zip(p, scale0)])
+    from ..observables import cluster_labels
+
+    lab0 = np.asarray(cluster_labels(p[0], rel, scale0[0]))
+    centers = [np.round(p[0][lab0 == l].mean(axis=0), 3).tolist() for l in np.unique(lab0)]
+    res.notes.append(f"Run 0 approaches the affine subspaces {{z : W z = c}} with c in {centers} "
+                     f"(W = {np.round(W, 3).tolist()}).")
     res.check(f"<= 3 affine subspaces of codimension {k}", f"W z_i (W: unstable left subspace, {k} x {d}) takes "
               f"<= 3 values (tol {rel:g} x initial diameter of the W z_i)", f"values per run {fmt(counts)}", counts.max() <= 3,
               3 - counts.max())
