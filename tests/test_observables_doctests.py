@@ -13,6 +13,7 @@ MODULES = [
     "attnflow.observables.subspaces",
     "attnflow.observables.collapse",
     "attnflow.observables.geometry",
+    "attnflow.observables",
     "attnflow.report.run",
 ]
 

@@ -40,7 +40,7 @@ def test_quick_report_folder_complete(quick_report):
     md = (out / "report.md").read_text()
     table = md.index("| case | check |")
     assert table < md.index("![")  # the table comes before the figures
-    assert md.count("\n| [") == len(s["checks"])
+    assert md.count("\n| [") == len(s["checks"]) + len(s["cases"])  # overview + all checks
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["seed"] == 0 and "jax" in prov["versions"]
     assert json.loads((out / "config.json").read_text())["quick"] is True

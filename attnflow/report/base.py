@@ -31,6 +31,8 @@ def fmt(x: Any, digits: int = 3) -> str:
         if x == 0 or 1e-3 <= abs(x) < 1e4:
             return f"{x:.{digits}g}"
         return f"{x:.{max(1, digits - 1)}e}"
+    if isinstance(x, dict):
+        return ", ".join(f"{k} = {fmt(v, digits)}" for k, v in x.items())
     if isinstance(x, (list, tuple, np.ndarray)):
         return "[" + ", ".join(fmt(v, digits) for v in list(x)) + "]"
     return str(x)

@@ -227,7 +227,8 @@ def thm2_1(ctx: Context) -> CaseResult:
               3 - max(ranks))
     lead = [np.nonzero(leaders(P[b, -1][np.ix_(order[b], order[b])]))[0].tolist() for b in range(B)]
     res.check("leader columns of P*", f"the smallest and/or largest token (sorted positions 0, {n - 1})",
-              f"leaders per run {lead}", all(set(l) <= {0, n - 1} for l in lead), 0.0)
+              f"leaders per run {lead}", all(set(l) <= {0, n - 1} for l in lead),
+              1.0 if all(set(l) <= {0, n - 1} for l in lead) else -1.0, note="margin +-1: a yes/no check")
     xs = np.take_along_axis(x, np.broadcast_to(order[:, None, :], x.shape), axis=2)
     gaps = np.diff(xs, axis=2)  # (B, T, n-1), positive while the order is preserved
     rel_gap = np.min(gaps / np.max(np.abs(xs), axis=2, keepdims=True))
