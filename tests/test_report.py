@@ -22,7 +22,8 @@ def quick_report(tmp_path_factory):
 
 def test_quick_report_folder_complete(quick_report):
     out, summary = quick_report
-    for name in ("report.md", "summary.json", "checks.csv", "config.json", "provenance.json", "attnflow-run.json"):
+    for name in ("report.md", "summary.json", "checks.csv", "systems.csv", "config.json", "provenance.json",
+                 "attnflow-run.json"):
         assert (out / name).is_file(), name
     s = json.loads((out / "summary.json").read_text())
     assert s == json.loads(json.dumps(summary))

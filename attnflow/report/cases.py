@@ -209,6 +209,7 @@ def thm2_1(ctx: Context) -> CaseResult:
     gaps0 = np.min(np.diff(np.sort(x0[..., 0], axis=1), axis=1))
     res.hyp("tokens pairwise distinct", gaps0 > 0, float(gaps0))
     run = run_case_sim(ctx, x0, Q, K, V, t1=t1, picture="raw")
+    res.record(run)
     x, P, ts = run.x[..., 0], run.P, run.ts
     B = x.shape[0]
     order = np.argsort(x0[..., 0], axis=1)
@@ -300,6 +301,7 @@ def _polytope_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V, *
     geometry_hyp(res, Q, K, V)
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
+    res.record(run)
     polytope_checks(res, ctx, run.ts, run.z, what="z", A2=A2 if spd else None, unit=unit)
     slopes = []
     for Pb in run.P:
@@ -343,6 +345,7 @@ def _hyperplane_case(ctx: Context, name: str, title: str, theorem: str, V, *, me
     res.settings["weights"] = {"Q": Q, "K": K, "V": V}
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
+    res.record(run)
     phi, phi_dual, _ = leading_vectors(V)
     res.hyp("leading right / left eigenvectors phi_1, phi_1^* (phi_1^* phi_1 = 1)", True,
             {"phi_1": np.round(phi, 4).tolist(), "phi_1^*": np.round(phi_dual, 4).tolist()})
@@ -392,6 +395,7 @@ def codim_k(ctx: Context) -> CaseResult:
     res.hyp("no hypothesis on Q, K (Gaussian)", True, {"Q^T K PD": is_positive_definite(Q.T @ K)[0]})
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
+    res.record(run)
     rel = float(ctx["rel_tol"])
     p0 = np.array([np.asarray(codim_projections(zb[0], W)) for zb in run.z])  # (B, n, k)
     p = np.array([np.asarray(codim_projections(zb[-1], W)) for zb in run.z])
@@ -424,6 +428,7 @@ def _paranormal_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V,
     res.hyp(hyp_qk, spd if "positive definite" in hyp_qk else True, lam_min)
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
+    res.record(run)
     a, c = split_coordinates(run.z, split.F, split.G)
     a, c = np.asarray(a), np.asarray(c)
     polytope_checks(res, ctx, run.ts, a, what="F-part of z", remark33=False)
@@ -463,6 +468,7 @@ def thm8_5(ctx: Context) -> CaseResult:
     geometry_hyp(res, I, I, -I)
     x0 = initial(ctx, n, d, scale=float(ctx["x0_scale"]))
     run = run_case_sim(ctx, x0, I, I, -I, t1=t1, picture="raw")
+    res.record(run)
     x, ts = run.x, run.ts
     norms = np.max(np.linalg.norm(x, axis=-1), axis=-1)  # (B, T)
     bound = np.array([float(collapse_bound(xb)) for xb in x0])
@@ -509,6 +515,7 @@ def remark7_9(ctx: Context) -> CaseResult:
     x0 = np.array([[[1.0, eps], [1.0, -eps]]])
     res.hyp(f"d = n = 2, Q = K = V = I, x(0) = (1, +-{eps:g})", True)
     run = run_case_sim(ctx, x0, I, I, I, t1=t1)
+    res.record(run)
     z = run.z[0]
     gap = np.linalg.norm(z[-1, 0] - z[-1, 1])
     size = np.max(np.linalg.norm(z[-1], axis=-1))
