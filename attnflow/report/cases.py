@@ -238,7 +238,7 @@ def thm2_1(ctx: Context) -> CaseResult:
     dists = np.abs(x[:, :, :, None] - x[:, :, None, :])
     drop = np.max(-np.diff(dists, axis=1) / np.maximum(dists[:, :-1], 1e-300))
     res.check("|x_i - x_j| non-decreasing", "no pairwise distance decreases (relative <= 1e-9)",
-              f"largest relative decrease {fmt(max(drop, 0.0))}", drop <= 1e-9, 1e-9 - drop)
+              f"largest relative decrease {fmt(max(drop, 0.0))}", drop <= 1e-9, 1e-9 - max(drop, 0.0))
     gam = x * np.exp(-ts)[None, :, None]  # x_k e^{-t}
     scale_g = np.max(np.abs(gam[:, -1]), axis=1)  # (B,)
     small = np.sum(np.abs(gam[:, -1]) <= float(ctx["rel_tol"]) * scale_g[:, None], axis=1)
@@ -527,6 +527,12 @@ def remark7_9(ctx: Context) -> CaseResult:
     res.check("rank of lim P", "2 (P -> I_2)", f"rank {rank}, dist(P, I) = {fmt(np.max(np.abs(run.P[0, -1] - I)))}",
               rank == 2 and np.max(np.abs(run.P[0, -1] - I)) < 1e-3, 1e-3 - np.max(np.abs(run.P[0, -1] - I)),
               note="pass: rank 2 and max|P - I| < 1e-3 at t1")
+    gx = np.linalg.norm(run.x[0, :, 0] - run.x[0, :, 1], axis=-1)  # raw distance |x_1 - x_2|(t)
+    drop = float(np.max(-np.diff(gx) / gx[:-1]))
+    res.check("raw |x_1 - x_2| non-decreasing", "never decreases when Q = K = V = I, any d (Thm 2.1's remark; "
+              "relative <= 1e-9)", f"largest relative decrease {fmt(max(drop, 0.0))}; |x_1 - x_2| "
+              f"{fmt(gx[0])} -> {fmt(gx[-1])}", drop <= 1e-9, 1e-9 - max(drop, 0.0),
+              note="while the rescaled tokens merge, the raw ones separate")
     standard_figures(res, ctx, run)
     return res
 

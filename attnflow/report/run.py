@@ -88,7 +88,7 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         >>> d = tempfile.mkdtemp()
         >>> s = reproduce(os.path.join(d, "r"), quick=True, cases=["remark7_9"], progress=False)
         >>> [c["name"] for c in s["checks"]]
-        ['clusters of z', 'rank of lim P']
+        ['clusters of z', 'rank of lim P', 'raw |x_1 - x_2| non-decreasing']
     """
     cfg = load_config(config, "reproduce.toml")
     _validate_global(cfg)
