@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
-from ..simulate import simulate
+from ..simulation import simulate
 
 __all__ = ["Check", "CaseResult", "Context", "Run", "run_case_sim", "fmt", "CASES", "register"]
 
