@@ -20,6 +20,7 @@ import argparse
 import csv
 import io
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -157,20 +158,59 @@ def build_rows(size, args, problem) -> list[Row]:
     return rows
 
 
-def run_worker(tasks: list[dict], run_dir: Path) -> list[tuple[dict, np.ndarray]]:
-    """Run baseline tasks in a child process (same process group) without JAX loaded."""
-    import json
-    import subprocess
-    import tempfile
+class Worker:
+    """The baseline process (``benchmarks.worker``), one call at a time over a pipe."""
 
-    with tempfile.TemporaryDirectory(dir=run_dir) as tmp:
-        spec, res = Path(tmp) / "tasks.json", Path(tmp) / "result.npz"
-        spec.write_text(json.dumps(tasks))
+    def __init__(self, run_dir: Path):
+        import subprocess
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory(dir=run_dir, prefix=".worker")
         root = Path(__file__).resolve().parents[1]
-        subprocess.run([sys.executable, "-m", "benchmarks.worker", str(spec), str(res)], cwd=root, check=True)
-        data = np.load(res)
-        recs = json.loads(str(data["records"]))
-        return [(rec, data[f"out{i}"]) for i, rec in enumerate(recs)]
+        import os
+
+        env = dict(os.environ)
+        # OpenMP threads that spin-wait collapse (up to 500x) when a shared machine is
+        # oversubscribed; passive waiting costs nothing when it is not (NOTES.md).
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker"], cwd=root, text=True, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        import atexit
+
+        atexit.register(self.close)
+
+    def __call__(self, task: dict, keep: bool):
+        import json
+
+        out = str(Path(self.tmp.name) / "out.npy") if keep else None
+        self.proc.stdin.write(json.dumps({"task": task, "out": out}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the baseline worker stopped (exit code {self.proc.wait()}) on {task['name']!r}")
+        ans = json.loads(line)
+        return ans["seconds"], ans["nfe"], (np.load(out) if keep else None)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+        self.tmp.cleanup()
+
+
+def _loadavg():
+    try:
+        import os
+
+        return list(os.getloadavg())
+    except (OSError, AttributeError):
+        return None
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t
 
 
 def reference_solution(problem, t1):
@@ -190,6 +230,10 @@ def run_suite(args) -> dict:
     config["resolved_sizes"] = [list(s) for s in sizes]
     atomic_write_json(run_dir / "config.json", config)
     info = machine_info()
+    info["loadavg_start"] = _loadavg()
+    if info["loadavg_start"] and info["loadavg_start"][0] > (info["cpu_count"] or 1):
+        print(f"WARNING: load average {info['loadavg_start']} exceeds the {info['cpu_count']} cores: "
+              "other processes compete for the CPU; absolute times are unreliable, ratios less so.")
     print(f"attnflow benchmark suite -> {run_dir}\n{info['cpu']} x{info['cpu_count']}, jax {info['versions']['jax']} "
           f"({info['jax_backend']}), torch {info['versions']['torch']}")
     if args.torch and not baselines.have_torch():
@@ -223,6 +267,7 @@ def run_suite(args) -> dict:
         if not np.all(np.isfinite(np.asarray(out))):
             rec["note"] = (rec["note"] + " NON-FINITE OUTPUT").strip()
         outputs.append((rec, method_key, np.asarray(out, np.float64)))
+    worker = Worker(run_dir)
     for size in sizes:
         B, n, d = size
         problem = make_problem(B, n, d, seed=args.seed)
@@ -233,24 +278,34 @@ def run_suite(args) -> dict:
         if any(("adaptive" in r.name or "fixed" in r.name) and r.fn is not None for r in rows):
             ref = reference_solution(problem, t1)
         outputs = []
-        worker_rows = [r for r in rows if r.task is not None]
-        jax_rows = [r for r in rows if r.task is None]
-        for row in tqdm(jax_rows, desc=f"B={B} n={n} d={d}", leave=False):
+        # warm-up every row (compile + one call; keeps the output), then interleaved
+        # repeats: round j times every row that still has repeats left, so that all rows
+        # sample the same (shared-machine) load; repeats shrink to the time budget.
+        live = []
+        for row in tqdm(rows, desc=f"B={B} n={n} d={d} warm-up", leave=False):
             rec = {"B": B, "n": n, "d": d, "method": row.name, "dtype": row.dtype, "group": row.group, "note": row.note}
             records.append(rec)
-            if row.fn is None:
+            if row.fn is None and row.task is None:
                 continue
-            big = n >= 50_000
-            r = time_call(row.fn, repeats=1 if big else args.repeats, warmup=1, budget_s=args.budget)
-            out, k, nfe = r["out"]
-            finish(rec, row, r, out, k, nfe, outputs)
-        if worker_rows:
-            print(f"  baselines in a separate process: {', '.join(r.name for r in worker_rows)}")
-            for row, (r, out) in zip(worker_rows, run_worker([r.task for r in worker_rows], run_dir)):
-                rec = {"B": B, "n": n, "d": d, "method": row.name, "dtype": row.dtype, "group": row.group,
-                       "note": "own process"}
-                records.append(rec)
-                finish(rec, row, r, out, row.steps_hint if r["nfe"] is None else None, r["nfe"], outputs)
+            if row.task is not None:
+                rec["note"] = "own process"
+                sec, nfe, out = worker(row.task, keep=True)
+                call = lambda row=row: worker(row.task, keep=False)[0]
+                k = row.steps_hint if nfe is None else None
+            else:
+                t = time.perf_counter()
+                out, k, nfe = jax.block_until_ready(row.fn())
+                sec = time.perf_counter() - t
+                call = lambda row=row: _timed(row.fn)
+            reps = 1 if n >= 50_000 else int(max(1, min(args.repeats, args.budget // max(sec, 1e-9))))
+            live.append(dict(rec=rec, row=row, call=call, reps=reps, times=[], warm=sec, out=out, k=k, nfe=nfe))
+        for j in tqdm(range(max((e["reps"] for e in live), default=0)), desc=f"B={B} n={n} d={d} repeats", leave=False):
+            for e in live:
+                if j < e["reps"]:
+                    e["times"].append(e["call"]())
+        for e in live:
+            r = {"median_s": statistics.median(e["times"]), "times_s": e["times"], "warmup_s": [e["warm"]]}
+            finish(e["rec"], e["row"], r, e["out"], e["k"], e["nfe"], outputs)
         # errors: ODE rows against the exact-flow reference, Euler rows against attnflow's
         # float64 Euler (the same discrete map: a correctness check of every baseline)
         euler_ref = next((o for rec, mk, o in outputs if mk == "euler" and rec["dtype"] == "float64"
@@ -260,6 +315,8 @@ def run_suite(args) -> dict:
             if target is not None:
                 rec["rel_err"] = float(np.abs(o - target).max() / np.abs(target).max())
                 rec["err_ref"] = label
+    worker.close()
+    info["loadavg_end"] = _loadavg()
     mm_end = {dt: matmul_rate(dt, n=args.matmul_n) for dt in ("float32", "float64")}
     elapsed = time.perf_counter() - t_start
 
