@@ -223,7 +223,7 @@ def reference_solution(problem, t1):
 
 def run_suite(args) -> dict:
     run_dir = make_run_dir(args.out)
-    sizes = QUICK_SIZES if args.quick else (args.sizes or FULL_SIZES)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
     if args.tiny and not args.quick:
         sizes = [TINY_SIZE] + list(sizes)
     config = {k: (list(map(list, v)) if k == "sizes" and v else v) for k, v in vars(args).items()}

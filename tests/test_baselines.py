@@ -66,3 +66,25 @@ def test_torchdiffeq_matches_attnflow():
     out, nfe = baselines.torchdiffeq_solve(x0, Q, K, V, t1=1.0, rtol=1e-10, atol=1e-12)
     assert nfe > 10
     np.testing.assert_allclose(out, ref, rtol=1e-7, atol=1e-7)
+
+
+def test_suite_smoke_run_writes_its_folder(tmp_path):
+    """The benchmark suite end to end at a toy size (no torch rows, no timing asserted)."""
+    import json
+
+    from benchmarks import suite
+    from benchmarks.common import attention_flops
+
+    assert attention_flops(2, 16, 4) == 2 * (2 * 16 * 16 * 8 + 2 * 16 * 4 * 12)
+    out = tmp_path / "run"
+    summary = suite.main(["--quick", "--sizes", "2x16x4", "--steps", "3", "--no-torch", "--no-tiny",
+                          "--loop-max-n", "16", "--out", str(out)])
+    for name in ("config.json", "summary.json", "table.csv", "table.md", "throughput.png"):
+        assert (out / name).is_file(), name
+    rows = {(r["method"], r["dtype"]): r for r in json.loads((out / "summary.json").read_text())["rows"]}
+    assert rows[("torch euler (bmm)", "float32")]["note"].startswith("skipped")
+    # every baseline that ran reproduces attnflow's float64 Euler map (float32 rounding)
+    for key in [("numpy euler", "float32"), ("python per-token loop", "float64"), ("attnflow euler [dense]", "float32")]:
+        assert rows[key]["err_ref"] == "f64 euler" and rows[key]["rel_err"] < 1e-5, key
+    assert rows[("attnflow tsit5 adaptive", "float64")]["rel_err"] < 1e-8
+    assert summary["headline"][0]["euler_speedup_vs_numpy"] > 0
