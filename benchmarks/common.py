@@ -57,8 +57,8 @@ def attention_flops(B: int, n: int, d: int, m: int | None = None) -> float:
     the n^2 exponentials are not counted.
 
     Example:
-        >>> attention_flops(1, 2, 1)
-        14.0
+        >>> attention_flops(1, 2, 1)  # 2*4*(1+1) + 2*2*1*3
+        28.0
     """
     m = d if m is None else m
     return float(B) * (2.0 * n * n * (m + d) + 2.0 * n * d * (2 * m + d))
