@@ -107,6 +107,28 @@ def main(argv=None) -> int:
             print(f"  check {method:5s} [{used:7s}] {dtype} (B, n, d) = {(B, n, d)}: rel err {err:.2e} "
                   f"(tol {tol:.0e}) {'ok' if ok else 'FAIL'}")
 
+    # the chunked kernel with many tiles (and its custom VJP) against dense float64 on CPU
+    from attnflow.attention import attend
+
+    kq, kk, kv = jax.random.split(jax.random.key(args.seed), 3)
+    n_att = 3000
+    qkv64 = [jax.random.normal(kk_, (n_att, 16), jnp.float64) for kk_ in (kq, kk, kv)]
+    loss = lambda impl, cs: (lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v, impl=impl, chunk_size=cs))))
+    with jax.default_device(cpu):
+        ref_out = np.asarray(attend(*qkv64, impl="dense"))
+        ref_grad = [np.asarray(g) for g in jax.grad(loss("dense", None), argnums=(0, 1, 2))(*qkv64)]
+    for dtype, tol in (("float32", 1e-5), ("float64", 1e-11)):
+        dev = [jax.device_put(a.astype(dtype), device) for a in qkv64]
+        out = np.asarray(jax.jit(lambda q, k, v: attend(q, k, v, impl="chunked", chunk_size=512))(*dev), np.float64)
+        grads = jax.jit(jax.grad(loss("chunked", 512), argnums=(0, 1, 2)))(*dev)
+        errs = [float(np.abs(out - ref_out).max() / np.abs(ref_out).max())] + [
+            float(np.abs(np.asarray(g, np.float64) - r).max() / np.abs(r).max()) for g, r in zip(grads, ref_grad)]
+        ok = bool(all(np.isfinite(e) and e < 20 * tol for e in errs))
+        checks.append(dict(size=[1, n_att, 16], method="attend+grad", impl="chunked(512)", dtype=dtype,
+                           rel_err=max(errs), tol=20 * tol, ok=ok))
+        print(f"  check attend and its gradient [chunked 512] {dtype} n = {n_att}: max rel err {max(errs):.2e} "
+              f"{'ok' if ok else 'FAIL'}")
+
     # ---- 2. timing ---------------------------------------------------------------------
     mm = {dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")}
     print("matmul rate: " + ", ".join(f"{dt} {r['flops_per_s'] / 1e12:.2f} TF/s" for dt, r in mm.items()))

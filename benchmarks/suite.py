@@ -320,6 +320,7 @@ def run_suite(args) -> dict:
     mm_end = {dt: matmul_rate(dt, n=args.matmul_n) for dt in ("float32", "float64")}
     elapsed = time.perf_counter() - t_start
 
+    rescore(records, mm, mm_end)
     summary = {
         "machine": info,
         "seed": args.seed,
@@ -338,6 +339,31 @@ def run_suite(args) -> dict:
     print(format_headline(summary["headline"]))
     print(f"matmul rate at the end: " + ", ".join(f"{dt} {r['flops_per_s']/1e9:.1f} GF/s" for dt, r in mm_end.items()))
     print(f"total {elapsed:.0f} s; results in {run_dir}")
+    return summary
+
+
+def rescore(records, mm_start, mm_end) -> None:
+    """Fractions against the larger of the matmul rates measured at the start and the end
+    (conservative on a machine whose load changes); the start-rate fraction is kept."""
+    for r in records:
+        if "gflops" in r:
+            best = max(mm_start[r["dtype"]]["flops_per_s"], mm_end[r["dtype"]]["flops_per_s"])
+            r["frac_matmul_start_rate"] = r["gflops"] * 1e9 / mm_start[r["dtype"]]["flops_per_s"]
+            r["frac_matmul"] = r["gflops"] * 1e9 / best
+
+
+def report(run_dir) -> dict:
+    """Re-read a run folder's summary.json, rescore, rewrite its tables, print them."""
+    import json
+
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rescore(summary["rows"], summary["matmul_rate_start"], summary["matmul_rate_end"])
+    summary["headline"] = headline(summary["rows"])
+    atomic_write_json(run_dir / "summary.json", summary)
+    write_tables(run_dir, summary["rows"])
+    print(format_table(summary["rows"]))
+    print(format_headline(summary["headline"]))
     return summary
 
 
@@ -458,7 +484,10 @@ def main(argv=None) -> dict:
     p.add_argument("--memory-gib", type=float, default=24.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
+    p.add_argument("--report", default=None, metavar="RUN_DIR", help="only re-read and re-print a finished run")
     args = p.parse_args(argv)
+    if args.report:
+        return report(args.report)
     if args.quick:
         args.steps, args.repeats, args.matmul_n, args.budget = min(args.steps, 5), 1, 256, 1.0
     return run_suite(args)
