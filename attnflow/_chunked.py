@@ -26,6 +26,7 @@ Forward-mode (``jax.jvp``) is not available through this path (a JAX limitation 
 from __future__ import annotations
 
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -178,6 +179,10 @@ def chunked_attend(
         >>> bool(jnp.allclose(chunked_attend(q, k, v, chunk_size=32), dense, atol=1e-5))
         True
     """
-    qc, kc = (chunk_size, chunk_size) if isinstance(chunk_size, int) else chunk_size
+    qc, kc = (chunk_size, chunk_size) if isinstance(chunk_size, numbers.Integral) else tuple(chunk_size)
+    if not all(isinstance(c, numbers.Integral) and c >= 1 for c in (qc, kc)):
+        from .errors import InputError
+
+        raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     qc, kc = _tile(q.shape[0], qc), _tile(k.shape[0], kc)
-    return _attend(q, k, v, qc, kc)
+    return _attend(q, k, v, int(qc), int(kc))

@@ -106,6 +106,8 @@ def test_bad_impl_is_one_clear_sentence():
     q, k, v = _qkv(8, 4, 4, 2, 2, 1.0)
     with pytest.raises(InputError, match="impl must be one of"):
         attend(q, k, v, impl="flash")
+    with pytest.raises(InputError, match="chunk_size must be"):
+        attend(q, k, v, impl="chunked", chunk_size=0)
 
 
 def test_large_n_dynamics_step_does_not_materialise_n_by_n():
