@@ -96,9 +96,10 @@ def attention_matrix(
 
 
 #: automatic selection: the chunked path is used when one system's score matrix
-#: would hold at least this many entries (n_q * n_k); 2048^2 by default (measured on
-#: a 2-core CPU: tiled is 2.5x faster than dense at n = 2048, equal at n = 1024).
-CHUNK_THRESHOLD = 2048 * 2048
+#: would hold at least this many entries (n_q * n_k); 1024^2 by default. Measured on a
+#: 2-core CPU (benchmarks/NOTES.md): tiled is 2.5x faster than dense at n = 2048,
+#: within 10% at n = 1024 for one system and 1.7-1.8x faster for a vmapped batch of 16.
+CHUNK_THRESHOLD = 1024 * 1024
 #: on GPU dense matmuls are cheap and loops are not: tile only when the scores of one
 #: system would take ~1 GiB in float32, and use larger tiles
 GPU_CHUNK_THRESHOLD = 16384 * 16384
