@@ -24,5 +24,18 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# make bench: the benchmark suite (benchmarks/README.md). Installs the optional
+# baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
+# skipped with a message otherwise. BENCH_ARGS=--quick for a smoke run.
+BENCH_STAMP := $(VENV)/.attnflow-bench-installed
+BENCH_ARGS  ?=
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[test,bench]" || echo "note: optional baselines (torch, torchdiffeq) not installed; their rows will be skipped"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks.suite $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) results .pytest_cache

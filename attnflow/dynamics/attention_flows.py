@@ -47,6 +47,8 @@ class _AttentionDynamics(AbstractDynamics):
         return self.V
 
     relative: bool = eqx.field(static=True, default=False)
+    #: attention implementation passed to ``attend`` ("auto", "dense", "chunked", "fused")
+    attention_impl: str = eqx.field(static=True, default="auto", kw_only=True)
 
     # -- shared computation ---------------------------------------------------------
     def _effective_qk(self, t):
@@ -67,7 +69,7 @@ class _AttentionDynamics(AbstractDynamics):
         Qt, Kt = self._effective_qk(t)
         q, k = project_qk(y, Qt, Kt, self.beta)
         v = y @ self.drift_matrix().T
-        out = attend(q, k, v)
+        out = attend(q, k, v, impl=self.attention_impl)
         return out - v if self.relative else out
 
 

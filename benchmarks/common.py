@@ -1,0 +1,216 @@
+"""Shared benchmark machinery: timing, flop counts, the machine's matmul rate, run folders.
+
+Timing method (GUIDE.md, "Performance method"): one jit around everything, a warm-up
+(compilation and one full run), ``block_until_ready``, then the median of repeats.
+Ratios measured side by side in one run are the numbers to quote.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "make_problem",
+    "attention_flops",
+    "time_call",
+    "matmul_rate",
+    "machine_info",
+    "make_run_dir",
+    "atomic_write_text",
+    "atomic_write_json",
+]
+
+
+def make_problem(B: int, n: int, d: int, seed: int = 0):
+    r"""The benchmark problem, float64 NumPy: x0 (B, n, d) ~ N(0, 1), Q, K ~ N(0, d^{-3/2})
+    (scores of order 1), V = I + N(0, 1/(4d)); weights shared by the batch.
+
+    Example:
+        >>> [a.shape for a in make_problem(2, 5, 3)]
+        [(2, 5, 3), (3, 3), (3, 3), (3, 3)]
+    """
+    rng = np.random.default_rng(seed)
+    x0 = rng.standard_normal((B, n, d))
+    Q = rng.standard_normal((d, d)) * d**-0.75
+    K = rng.standard_normal((d, d)) * d**-0.75
+    V = np.eye(d) + 0.5 * rng.standard_normal((d, d)) / np.sqrt(d)
+    return x0, Q, K, V
+
+
+def attention_flops(B: int, n: int, d: int, m: int | None = None) -> float:
+    r"""Flops of one vector-field evaluation of the attention flow for B systems.
+
+    Scores :math:`2n^2m`, attention times values :math:`2n^2d`, projections
+    :math:`2nd(2m + d)` (GUIDE.md: about :math:`4n^2m + 2nd(2m+d)` for m = d);
+    the n^2 exponentials are not counted.
+
+    Example:
+        >>> attention_flops(1, 2, 1)  # 2*4*(1+1) + 2*2*1*3
+        28.0
+    """
+    m = d if m is None else m
+    return float(B) * (2.0 * n * n * (m + d) + 2.0 * n * d * (2 * m + d))
+
+
+def _block(out):
+    try:
+        import jax
+
+        jax.block_until_ready(out)
+    except Exception:  # non-JAX outputs are already computed
+        pass
+    return out
+
+
+def time_call(
+    fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1, budget_s: float | None = None
+) -> dict:
+    """Median wall time of ``fn()`` over repeats after ``warmup`` calls.
+
+    With ``budget_s`` the number of repeats is reduced (down to 1) so that the timed
+    calls take about that long, judged from the warm-up. Returns a dict with
+    ``median_s``, ``times_s``, ``warmup_s`` and the last output under ``out``.
+
+    Example:
+        >>> r = time_call(lambda: sum(range(1000)), repeats=3)
+        >>> len(r["times_s"]), r["out"]
+        (3, 499500)
+    """
+    warm = []
+    out = None
+    for _ in range(warmup):
+        t = time.perf_counter()
+        out = _block(fn())
+        warm.append(time.perf_counter() - t)
+    if budget_s is not None and warm:
+        repeats = int(max(1, min(repeats, budget_s // max(warm[-1], 1e-9))))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = _block(fn())
+        times.append(time.perf_counter() - t)
+    return {"median_s": statistics.median(times), "times_s": times, "warmup_s": warm, "out": out}
+
+
+def matmul_rate(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> dict:
+    """The machine's measured (jitted XLA) matmul rate in flop/s for n x n @ n x n.
+
+    Example:
+        >>> r = matmul_rate("float32", n=64, repeats=2)
+        >>> r["flops_per_s"] > 0
+        True
+    """
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.dtype(dtype))
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.dtype(dtype))
+    f = jax.jit(lambda a, b: a @ b)
+    r = time_call(lambda: f(a, b), repeats=repeats, warmup=2)
+    flops = 2.0 * n**3
+    return {
+        "dtype": dtype,
+        "n": n,
+        "median_s": r["median_s"],
+        "flops_per_s": flops / r["median_s"],
+        "best_flops_per_s": flops / min(r["times_s"]),
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else None
+    except Exception:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict:
+    """Machine, devices and library versions, for the JSON record of a run."""
+    import jax
+
+    versions = {"python": sys.version.split()[0]}
+    for mod in ("jax", "jaxlib", "equinox", "diffrax", "numpy", "torch", "torchdiffeq", "attnflow"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:
+            versions[mod] = None
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        mem_gib = None
+    return {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "jax_backend": jax.default_backend(),
+        "jax_devices": [str(d) for d in jax.devices()],
+        "versions": versions,
+        "git_commit": _git_commit(),
+    }
+
+
+def make_run_dir(out: str | os.PathLike | None, prefix: str = "bench") -> Path:
+    """A fresh output folder (``results/<prefix>/<UTC timestamp>`` by default)."""
+    if out is None:
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        out = Path("results") / prefix / stamp
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _jsonable(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")

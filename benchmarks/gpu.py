@@ -1,0 +1,200 @@
+r"""GPU readiness check and timing of attnflow's rows at GPU-sized problems (< 8 minutes).
+
+Needs only JAX (+ GPU plugin), equinox, diffrax and this source tree:
+
+    PYTHONPATH=. python benchmarks/gpu.py            # on a machine with an NVIDIA GPU
+    PYTHONPATH=. python benchmarks/gpu.py --cpu      # the same script on CPU (small sizes)
+
+1. Correctness: small problems run on the device in float32 and float64 (Euler with the
+   dense and the chunked attention, Tsit5 with constant steps) and are compared with
+   the CPU float64 result of the same method.
+2. Timing: the suite's attnflow rows (Euler float32/float64, Tsit5 fixed and adaptive)
+   at B x n up to 10^6 tokens, median of repeats after a warm-up, as a fraction of the
+   device's matmul rate measured in the same run. Rows that would not finish inside
+   ``--budget`` seconds are skipped with a message.
+
+float32 matmuls run at ``--precision highest`` by default (true float32; TF32 tensor
+cores otherwise change the numbers). Results: ``results/gpu/<UTC stamp>/`` (summary.json,
+table.md) unless ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+GPU_SIZES = [(4096, 256, 128), (1024, 1024, 64), (256, 4096, 64), (16, 65536, 64), (1, 1_000_000, 64)]
+CPU_SIZES = [(8, 256, 32), (2, 1024, 32), (1, 4096, 32)]
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cpu", action="store_true", help="run on CPU with small sizes (no GPU needed)")
+    p.add_argument("--budget", type=float, default=None, help="seconds for the timing part (default 400 GPU, 150 CPU)")
+    p.add_argument("--row-seconds", type=float, default=None, help="target seconds per timed call (sets steps)")
+    p.add_argument("--precision", default="highest", choices=["highest", "high", "default"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.cpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    t_start = time.perf_counter()
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import attnflow  # noqa: F401  (x64)
+    from attnflow.attention import select_impl
+    from benchmarks.common import (
+        atomic_write_json,
+        atomic_write_text,
+        attention_flops,
+        machine_info,
+        make_problem,
+        make_run_dir,
+        matmul_rate,
+    )
+    from benchmarks.suite import TOL, attnflow_runner
+
+    jax.config.update("jax_default_matmul_precision", args.precision)
+    backend = jax.default_backend()
+    if not args.cpu and backend != "gpu":
+        print(f"no GPU visible to JAX (backend {backend!r}); run with --cpu to check the script on CPU.")
+        return 2
+    device = jax.devices()[0]
+    cpu = jax.devices("cpu")[0]
+    budget = args.budget or (150.0 if args.cpu else 400.0)
+    row_seconds = args.row_seconds or (3.0 if args.cpu else 6.0)
+    sizes = CPU_SIZES if args.cpu else GPU_SIZES
+    run_dir = make_run_dir(args.out, prefix="gpu")
+    info = machine_info()
+    info["device"] = str(device)
+    info["device_kind"] = getattr(device, "device_kind", None)
+    info["matmul_precision"] = args.precision
+    print(f"attnflow GPU check on {info['device_kind'] or device} (backend {backend}) -> {run_dir}")
+
+    # ---- 1. correctness against the CPU float64 reference --------------------------------
+    checks = []
+    for (B, n, d), impl, method in [
+        ((2, 300, 16), "dense", "euler"),
+        ((2, 300, 16), "chunked", "euler"),
+        ((2, 300, 16), "dense", "tsit5"),
+        ((1, 3000, 16), "auto", "euler"),
+    ]:
+        x0, Q, K, V = make_problem(B, n, d, seed=args.seed)
+        steps, t1 = 20, 0.5
+        with jax.default_device(cpu):
+            ref_fn = attnflow_runner(method, steps=steps, t1=t1, impl="dense")
+            ref = np.asarray(ref_fn(*(jnp.asarray(a, jnp.float64) for a in (x0, Q, K, V)))[0])
+        for dtype, tol in (("float32", 2e-5), ("float64", 1e-11)):
+            fn = attnflow_runner(method, steps=steps, t1=t1, impl=impl)
+            xs = [jax.device_put(jnp.asarray(a, jnp.dtype(dtype)), device) for a in (x0, Q, K, V)]
+            out = np.asarray(fn(*xs)[0], np.float64)
+            err = float(np.abs(out - ref).max() / np.abs(ref).max())
+            used = select_impl(n, n) if impl == "auto" else impl
+            ok = bool(np.isfinite(err) and err < tol)
+            checks.append(dict(size=[B, n, d], method=method, impl=used, dtype=dtype, rel_err=err, tol=tol, ok=ok))
+            print(f"  check {method:5s} [{used:7s}] {dtype} (B, n, d) = {(B, n, d)}: rel err {err:.2e} "
+                  f"(tol {tol:.0e}) {'ok' if ok else 'FAIL'}")
+
+    # the chunked kernel with many tiles (and its custom VJP) against dense float64 on CPU
+    from attnflow.attention import attend
+
+    kq, kk, kv = jax.random.split(jax.random.key(args.seed), 3)
+    n_att = 3000
+    qkv64 = [jax.random.normal(kk_, (n_att, 16), jnp.float64) for kk_ in (kq, kk, kv)]
+    loss = lambda impl, cs: (lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v, impl=impl, chunk_size=cs))))
+    with jax.default_device(cpu):
+        ref_out = np.asarray(attend(*qkv64, impl="dense"))
+        ref_grad = [np.asarray(g) for g in jax.grad(loss("dense", None), argnums=(0, 1, 2))(*qkv64)]
+    for dtype, tol in (("float32", 1e-5), ("float64", 1e-11)):
+        dev = [jax.device_put(a.astype(dtype), device) for a in qkv64]
+        out = np.asarray(jax.jit(lambda q, k, v: attend(q, k, v, impl="chunked", chunk_size=512))(*dev), np.float64)
+        grads = jax.jit(jax.grad(loss("chunked", 512), argnums=(0, 1, 2)))(*dev)
+        errs = [float(np.abs(out - ref_out).max() / np.abs(ref_out).max())] + [
+            float(np.abs(np.asarray(g, np.float64) - r).max() / np.abs(r).max()) for g, r in zip(grads, ref_grad)]
+        ok = bool(all(np.isfinite(e) and e < 20 * tol for e in errs))
+        checks.append(dict(size=[1, n_att, 16], method="attend+grad", impl="chunked(512)", dtype=dtype,
+                           rel_err=max(errs), tol=20 * tol, ok=ok))
+        print(f"  check attend and its gradient [chunked 512] {dtype} n = {n_att}: max rel err {max(errs):.2e} "
+              f"{'ok' if ok else 'FAIL'}")
+
+    # ---- 2. timing ---------------------------------------------------------------------
+    mm = {dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")}
+    print("matmul rate: " + ", ".join(f"{dt} {r['flops_per_s'] / 1e12:.2f} TF/s" for dt, r in mm.items()))
+    rows = []
+    t_timing = time.perf_counter()
+    for B, n, d in sizes:
+        x0, Q, K, V = make_problem(B, n, d, seed=args.seed)
+        per_eval = attention_flops(B, n, d)
+        impl = select_impl(n, n)
+        for method, dtype, adaptive in [("euler", "float32", False), ("euler", "float64", False),
+                                        ("tsit5", "float32", False), ("tsit5", "float32", True)]:
+            evals_per_step = 1 if method == "euler" else 6
+            est_eval = per_eval / (0.3 * mm[dtype]["flops_per_s"])  # assume >= 30% of matmul rate
+            steps = int(max(1, min(100, row_seconds / (est_eval * evals_per_step))))
+            name = f"{method} {'adaptive' if adaptive else 'fixed' if method != 'euler' else ''}".strip()
+            rec = dict(B=B, n=n, d=d, tokens=B * n, method=name, impl=impl, dtype=dtype)
+            rows.append(rec)
+            left = budget - (time.perf_counter() - t_timing)
+            if left < 3 * row_seconds + 20:
+                rec["note"] = "skipped: time budget"
+                print(f"  {B}x{n}x{d} {name} {dtype}: skipped (time budget)")
+                continue
+            t1 = 0.01 * steps
+            rtol, atol = TOL[dtype]
+            fn = attnflow_runner(method, steps=steps, t1=t1, adaptive=adaptive, rtol=rtol, atol=atol)
+            xs = [jax.device_put(jnp.asarray(a, jnp.dtype(dtype)), device) for a in (x0, Q, K, V)]
+            try:
+                t = time.perf_counter()
+                out, k = jax.block_until_ready(fn(*xs))
+                warm = time.perf_counter() - t
+                times = []
+                for _ in range(args.repeats if warm < 2 * row_seconds + 30 else 1):
+                    if time.perf_counter() - t_timing > budget:
+                        break
+                    t = time.perf_counter()
+                    jax.block_until_ready(fn(*xs))
+                    times.append(time.perf_counter() - t)
+            except Exception as e:  # e.g. out of device memory: say so, keep going
+                rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                print(f"  {B}x{n}x{d} {name} {dtype}: {rec['note']}")
+                continue
+            times = times or [warm]
+            med = float(np.median(times))
+            k = int(np.asarray(k).max())
+            evals = k * evals_per_step + (0 if method == "euler" else 1)
+            rate = evals * per_eval / med
+            rec.update(steps=k, evals=evals, median_s=med, times_s=times, warmup_s=warm,
+                       ms_per_eval=1e3 * med / evals, tflops=rate / 1e12, frac_matmul=rate / mm[dtype]["flops_per_s"],
+                       finite=bool(np.all(np.isfinite(np.asarray(out)))))
+            print(f"  {B}x{n}x{d} {name:14s} {dtype} [{impl}]: {k} steps, {med:.3f} s, {rec['ms_per_eval']:.2f} ms/eval, "
+                  f"{rate / 1e12:.2f} TF/s = {100 * rec['frac_matmul']:.0f}% of matmul")
+
+    cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
+            "frac_matmul", "note"]
+    fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+    table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                      + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
+    summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed,
+                   all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
+    atomic_write_json(run_dir / "summary.json", summary)
+    atomic_write_text(run_dir / "table.md", table + "\n")
+    print(table)
+    print(f"correctness: {'all ok' if summary['all_checks_ok'] else 'FAILURES'}; "
+          f"total {summary['elapsed_s']:.0f} s; results in {run_dir}")
+    return 0 if summary["all_checks_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
