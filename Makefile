@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	$(VENV)/bin/attnflow reproduce --out $(OUT)
 
-test: $(STAMP)
+test: $(BENCH_STAMP)
 	$(PY) -m pytest -q
 
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional

@@ -66,11 +66,14 @@ def project_qk(
 ) -> tuple[Float[Array, "n r"], Float[Array, "n r"]]:
     r"""Queries and keys with :math:`q_i \cdot k_j = \beta \langle Q x_i, K x_j\rangle`.
 
-    Scores depend on (Q, K) only through :math:`A = Q^T K`. When m > d it is
-    cheaper to use A (d x d) directly: :math:`q_i = \beta A^T x_i`, :math:`k_j = x_j`.
+    Scores depend on (Q, K) only through :math:`A = Q^T K` (d x d). Whichever route
+    costs fewer flops for these static shapes is taken: through A
+    (:math:`q_i = \beta A^T x_i`, :math:`k_j = x_j`; m d^2 + n d^2 + n^2 d) or through
+    the projections (:math:`q_i = \beta Q x_i`, :math:`k_j = K x_j`; 2 n m d + n^2 m).
     """
     m, d = Q.shape
-    if m > d:
+    n = x.shape[0]
+    if m * d * d + n * d * d + n * n * d < 2 * n * m * d + n * n * m:
         A = Q.T @ K
         return beta * (x @ A), x
     return beta * (x @ Q.T), x @ K.T

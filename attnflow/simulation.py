@@ -22,6 +22,7 @@ import numpy as np
 from jaxtyping import Array, Float, PyTree
 
 from . import _validate as v
+from .attention import IMPLS
 from .dynamics import AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .errors import InputError
 from .integrate import make_solver, raise_if_failed, solve_euler, solve_ode
@@ -56,7 +57,8 @@ class Simulation(eqx.Module):
     method: str = eqx.field(static=True)
 
 
-def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, t0=0.0, num_layers=1):
+def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, t0=0.0, num_layers=1,
+                  attention_impl="auto"):
     """The dynamics object :func:`simulate` integrates for a picture and method.
 
     Example:
@@ -66,10 +68,11 @@ def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, 
         'RescaledFlow'
     """
     if picture == "raw":
-        return AttentionFlow(Q, K, V, beta)
+        return AttentionFlow(Q, K, V, beta, attention_impl=attention_impl)
     if method == "euler":
-        return DiscreteRescaledFlow(Q, K, V, beta, dt=float(dt), max_layers=int(num_layers), t0=float(t0))
-    return RescaledFlow(Q, K, V, beta)
+        return DiscreteRescaledFlow(Q, K, V, beta, dt=float(dt), max_layers=int(num_layers), t0=float(t0),
+                                    attention_impl=attention_impl)
+    return RescaledFlow(Q, K, V, beta, attention_impl=attention_impl)
 
 
 def _batch_axis(a: Any, base_rank: int) -> int | None:
@@ -141,6 +144,7 @@ def simulate(
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
     max_steps: int = 16384,
     batch_mode: str = "vmap",
+    attention_impl: str = "auto",
     check: bool = True,
 ) -> Simulation:
     r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j`.
@@ -164,6 +168,9 @@ def simulate(
         save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
             ``"fold"`` (shared weights: one solve of the stacked state).
+        attention_impl: ``"auto"`` (dense for small n, tiled online softmax with O(n d)
+            memory for large n), ``"dense"``, ``"chunked"`` or ``"fused"``
+            (see :func:`attnflow.attend`). Forward-mode autodiff needs ``"dense"``.
         check: raise :class:`~attnflow.NonFiniteError` / :class:`~attnflow.SolverError`
             when a solve fails, instead of returning non-finite numbers.
 
@@ -179,6 +186,8 @@ def simulate(
     if isinstance(method, str) and method != "euler":
         make_solver(method)  # validates the name
     axes = _validate(x0, Q, K, V, beta, t0, t1, dt, picture, method_name, dtype, batch_mode)
+    if attention_impl not in IMPLS:
+        raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     x0, Q, K, V, beta_arr = (jnp.asarray(a, jdtype) for a in (x0, Q, K, V, beta))
 
@@ -226,7 +235,7 @@ def simulate(
             int(max_steps),
         )
 
-    out = _run(x0, Q, K, V, beta_arr, ts_arr, config, axes, save_fn, return_attention, batch_mode)
+    out = _run(x0, Q, K, V, beta_arr, ts_arr, config + (attention_impl,), axes, save_fn, return_attention, batch_mode)
     if check:
         raise_if_failed(out[-1], what=f"simulate(picture={picture!r}, method={method_name!r})")
     ts_out, states, tokens, attention, num_steps, _ = out
@@ -244,14 +253,15 @@ def simulate(
 @eqx.filter_jit
 def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_mode):
     """Build the dynamics, solve, and post-process; vmapped (or folded) over the batch."""
-    kind, picture = config[0], config[1]
+    kind, picture, impl = config[0], config[1], config[-1]
+    config = config[:-1]
 
     def build(Q, K, V, beta):
         if kind == "euler":
             _, _, t0, dt, num_layers, _ = config
             return make_dynamics(Q, K, V, beta=beta, picture=picture, method="euler",
-                                 dt=dt, t0=t0, num_layers=num_layers)
-        return make_dynamics(Q, K, V, beta=beta, picture=picture, method="ode")
+                                 dt=dt, t0=t0, num_layers=num_layers, attention_impl=impl)
+        return make_dynamics(Q, K, V, beta=beta, picture=picture, method="ode", attention_impl=impl)
 
     def solve(dyn, y0, fn):
         if kind == "euler":

@@ -51,23 +51,19 @@ class _AttentionDynamics(AbstractDynamics):
     attention_impl: str = eqx.field(static=True, default="auto", kw_only=True)
 
     # -- shared computation ---------------------------------------------------------
-    def _effective_qk(self, t):
-        M = self.transport(t)
-        if M is None:
-            return self.Q, self.K
-        return self.Q @ M, self.K @ M
-
     def attention(self, t, y):
-        Qt, Kt = self._effective_qk(t)
-        return attention_matrix(y, Qt, Kt, self.beta)
+        return attention_matrix(self.tokens(t, y), self.Q, self.K, self.beta)
 
     def tokens(self, t, y):
         M = self.transport(t)
         return y if M is None else y @ M.T
 
     def vector_field(self, t, y, args=None):
-        Qt, Kt = self._effective_qk(t)
-        q, k = project_qk(y, Qt, Kt, self.beta)
+        # Scores from the raw tokens x = M(t) y. Folding M into the weights instead
+        # (scores y^T M^T Q^T K M y, with M^T A M formed) squares the conditioning of M:
+        # measured 7e-3 relative error in the Remark 3.4 identity after 15 layers with
+        # cond(R^k) ~ 1e10, against rounding level (<= eps k cond(R^k)) when x is formed first.
+        q, k = project_qk(self.tokens(t, y), self.Q, self.K, self.beta)
         v = y @ self.drift_matrix().T
         out = attend(q, k, v, impl=self.attention_impl)
         return out - v if self.relative else out
