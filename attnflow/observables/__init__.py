@@ -1,0 +1,42 @@
+r"""Diagnostics of the cluster geometry: pure functions of a state (n, d), or of a state and
+its attention matrix P (n, n).
+
+The jnp ones (clusters, attention structure, projections, collapse) are jit/vmap-able and
+can serve as a diffrax ``save_fn``; the convex-hull ones (:mod:`.polytope`) and
+:func:`classify_geometry` run on the host in float64.
+"""
+
+from .attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
+from .clusters import cluster_labels, cluster_tolerance, diameter, directions, num_clusters, pairwise_distances
+from .collapse import collapse_bound, max_norm, uniform_distance
+from .geometry import GEOMETRY_LABELS, GeometryObservation, classify_geometry
+from .hyperplanes import (
+    abz_levels,
+    extreme_monotonicity,
+    leading_vectors,
+    level_labels,
+    num_levels,
+    projections,
+)
+from .polytope import (
+    TOKEN_CLASSES,
+    AffineHull,
+    affine_hull,
+    classify_tokens,
+    hull_nesting,
+    hull_vertices,
+    hull_violation,
+    polytope_set_residual,
+)
+from .subspaces import codim_projections, split_coordinates, unstable_left_basis
+
+__all__ = [
+    "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
+    "numerical_rank", "boolean_distance", "leaders", "off_leader_mass", "double_log_slope",
+    "AffineHull", "affine_hull", "hull_vertices", "hull_violation", "hull_nesting", "classify_tokens",
+    "TOKEN_CLASSES", "polytope_set_residual",
+    "leading_vectors", "projections", "level_labels", "num_levels", "abz_levels", "extreme_monotonicity",
+    "split_coordinates", "unstable_left_basis", "codim_projections",
+    "max_norm", "uniform_distance", "collapse_bound",
+    "GEOMETRY_LABELS", "GeometryObservation", "classify_geometry",
+]

@@ -1,0 +1,115 @@
+r"""Clusters of a configuration: connected components of the graph
+:math:`i \sim j \iff |y_i - y_j| \le \tau`, with :math:`\tau = \text{rel\_tol}\cdot s`
+relative to the configuration's scale :math:`s` (its diameter, or a scale you pass).
+
+Pure JAX (jit/vmap-able): the transitive closure is computed by
+:math:`\lceil\log_2 n\rceil` Boolean squarings of the adjacency matrix, so the cost is
+:math:`O(n^3 \log n)`, fine for the paper's n (tens to a few hundred tokens).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+__all__ = [
+    "pairwise_distances",
+    "diameter",
+    "directions",
+    "cluster_labels",
+    "num_clusters",
+    "cluster_tolerance",
+]
+
+
+def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
+    r"""Euclidean distances :math:`|y_i - y_j|` (exactly 0 on the diagonal).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import pairwise_distances
+        >>> float(pairwise_distances(jnp.array([[0.0, 0.0], [3.0, 4.0]]))[0, 1])
+        5.0
+    """
+    diff = y[:, None, :] - y[None, :, :]
+    sq = jnp.sum(diff * diff, axis=-1)
+    # sqrt has an infinite derivative at 0: guard the diagonal (and exact ties).
+    safe = jnp.where(sq > 0, sq, jnp.ones_like(sq))
+    return jnp.where(sq > 0, jnp.sqrt(safe), jnp.zeros_like(sq))
+
+
+def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
+    r""":math:`\max_{i,j} |y_i - y_j|`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import diameter
+        >>> float(diameter(jnp.array([[0.0], [1.0], [3.0]])))
+        3.0
+    """
+    return jnp.max(pairwise_distances(y))
+
+
+def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
+    r"""Directions :math:`x_i / |x_i|` (a zero token stays 0).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import directions
+        >>> directions(jnp.array([[0.0, 4.0], [0.0, 0.0]])).tolist()
+        [[0.0, 1.0], [0.0, 0.0]]
+    """
+    norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    return jnp.where(norm > 0, x / jnp.where(norm > 0, norm, 1), 0 * x)
+
+
+def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Float[Array, ""]:
+    r"""The absolute threshold :math:`\tau = \text{rel\_tol}\cdot s`, with
+    :math:`s` = ``scale`` or, by default, the diameter of ``y`` (floored at the tiny
+    positive number of its dtype so that a collapsed configuration is one cluster).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import cluster_tolerance
+        >>> float(cluster_tolerance(jnp.array([[0.0], [2.0]]), rel_tol=0.1))
+        0.2
+    """
+    s = diameter(y) if scale is None else jnp.asarray(scale, y.dtype)
+    return rel_tol * jnp.maximum(s, jnp.finfo(y.dtype).tiny)
+
+
+def cluster_labels(
+    y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None
+) -> Int[Array, " n"]:
+    r"""Cluster label of every token: the smallest index in its connected component
+    under :math:`|y_i - y_j| \le` :func:`cluster_tolerance`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import cluster_labels
+        >>> y = jnp.array([[0.0, 0.0], [1.0, 0.0], [0.001, 0.0], [1.0, 0.002]])
+        >>> cluster_labels(y, rel_tol=0.01).tolist()
+        [0, 1, 0, 1]
+    """
+    n = y.shape[0]
+    tau = cluster_tolerance(y, rel_tol, scale)
+    reach: Bool[Array, "n n"] = pairwise_distances(y) <= tau
+    for _ in range(max(1, math.ceil(math.log2(max(n, 2))))):
+        r = reach.astype(jnp.float32)
+        reach = (r @ r) > 0
+    return jnp.argmax(reach, axis=1).astype(jnp.int32)
+
+
+def num_clusters(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Int[Array, ""]:
+    r"""Number of clusters (connected components, see :func:`cluster_labels`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import num_clusters
+        >>> int(num_clusters(jnp.array([[0.0], [0.0001], [1.0], [2.0]])))
+        3
+    """
+    labels = cluster_labels(y, rel_tol, scale)
+    return jnp.sum(labels == jnp.arange(y.shape[0])).astype(jnp.int32)
