@@ -272,11 +272,12 @@ def _one_system(Q, K, V, w, st: EigenStats):
 
 
 def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Array, "B d d"],
-                route: str = "auto") -> SpectralBatch:
+                route: str = "auto", eigenvalues: Complex[Array, "B d"] | None = None) -> SpectralBatch:
     r"""Definition 4.1 (with margins, :math:`\varphi_1`, :math:`\varphi_1^*`), Definition 5.1,
     :math:`Q^TK > 0` and the predicted geometry for a stack of triples, in JAX.
 
-    Traceable for ``route`` in ``("device", "host")`` (resolve ``"auto"`` with
+    ``eigenvalues`` (sorted by :func:`eigvals_sorted`) may be passed when already computed
+    (e.g. on another device); then ``route`` is unused. Traceable for ``route`` in ``("device", "host")`` (resolve ``"auto"`` with
     :func:`eig_route` outside ``jit``). Compute in float64 for decisions that match the host
     functions.
 
@@ -294,7 +295,7 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
     if Q.shape != K.shape or V.shape[-1] != V.shape[-2] or Q.shape[-1] != V.shape[-1] or Q.shape[0] != V.shape[0]:
         raise InputError(f"check_batch needs Q, K (B, m, d) and V (B, d, d) with one B and d, "
                          f"got Q {Q.shape}, K {K.shape}, V {V.shape}.")
-    st = eigen_stats(V, route)
+    st = eigen_stats(V, route) if eigenvalues is None else _stats_from_eigvals(eigenvalues)
     out = jax.vmap(_one_system)(Q, K, V, st.eigenvalues, st)
     phi, dual, qk, cond2, good, spd, lam_min, para, dim_F, radius, code = out
     return SpectralBatch(stats=st, phi=phi, phi_dual=dual, qk=qk, cond2=cond2, good=good, qk_spd=spd,
