@@ -24,6 +24,7 @@ from a base seed, a group label and the system index.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import jax
@@ -111,14 +112,18 @@ def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: 
     """
     _check("V ensemble", v_ensemble, V_ENSEMBLES)
     _check("Q^T K ensemble", qk_ensemble, QK_ENSEMBLES)
+    return _draw(jnp.asarray(seeds, dtype=jnp.uint32), v_ensemble, qk_ensemble, int(d), jnp.dtype(dtype), float(density))
 
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _draw(seeds, v_ensemble, qk_ensemble, d, dtype, density):
     def one(seed):
         key = jax.random.key(seed)
         V = sample_V(jax.random.fold_in(key, _V_TAG), v_ensemble, d, dtype, density)
         Q, K = sample_QK(jax.random.fold_in(key, _QK_TAG), qk_ensemble, d, dtype)
         return Q, K, V
 
-    return jax.vmap(one)(jnp.asarray(seeds, dtype=jnp.uint32))
+    return jax.vmap(one)(seeds)
 
 
 def token_key(seed) -> Array:

@@ -181,7 +181,14 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
         >>> s.cond1.tolist(), s.cond1_real_part.tolist(), s.gap.tolist()
         [True, False], [True, True], [1.0, -3.0]
     """
-    return _stats_from_eigvals(eigvals_sorted(V, route))
+    route = eig_route(route)
+    if route == "cpu":
+        return _stats_jit(eigvals_sorted(V, "cpu"))
+    return _eigen_stats_jit(V, route)
+
+
+_stats_jit = jax.jit(lambda w: _stats_from_eigvals(w))
+_eigen_stats_jit = jax.jit(lambda V, route: _stats_from_eigvals(eigvals_sorted(V, route)), static_argnums=1)
 
 
 class SpectralBatch(eqx.Module):
@@ -295,7 +302,16 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
     if Q.shape != K.shape or V.shape[-1] != V.shape[-2] or Q.shape[-1] != V.shape[-1] or Q.shape[0] != V.shape[0]:
         raise InputError(f"check_batch needs Q, K (B, m, d) and V (B, d, d) with one B and d, "
                          f"got Q {Q.shape}, K {K.shape}, V {V.shape}.")
-    st = eigen_stats(V, route) if eigenvalues is None else _stats_from_eigvals(eigenvalues)
+    route = eig_route(route)
+    if eigenvalues is None and route == "cpu":
+        eigenvalues = eigvals_sorted(V, "cpu")
+    return _check_jit(Q, K, V, eigenvalues, route)
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _check_jit(Q, K, V, eigenvalues, route):
+    w = eigvals_sorted(V, route) if eigenvalues is None else eigenvalues
+    st = _stats_from_eigvals(w)
     out = jax.vmap(_one_system)(Q, K, V, st.eigenvalues, st)
     phi, dual, qk, cond2, good, spd, lam_min, para, dim_F, radius, code = out
     return SpectralBatch(stats=st, phi=phi, phi_dual=dual, qk=qk, cond2=cond2, good=good, qk_spd=spd,
