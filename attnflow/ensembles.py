@@ -3,7 +3,8 @@ r"""Random weight ensembles, seeded per system.
 Value matrices V (d, d):
 
 * ``"ginibre"``  -- real Ginibre, i.i.d. :math:`N(0,1)` entries (SPEC section 4);
-* ``"goe"``      -- :math:`(G + G^T)/\sqrt 2`, G Ginibre (real spectrum);
+* ``"goe"``      -- symmetric, off-diagonal :math:`N(0,1)`, diagonal :math:`N(0,2)` (the law of
+  :math:`(G + G^T)/\sqrt 2`; real spectrum);
 * ``"uniform"``  -- i.i.d. :math:`U[-1,1]` entries;
 * ``"positive"`` -- i.i.d. :math:`U(0,1]` entries (Perron-Frobenius: Def 4.1(1) always holds);
 * ``"wishart"``  -- :math:`M M^T / d`, M Ginibre (positive semi-definite);
@@ -47,6 +48,11 @@ def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise InputError(f"{name} must be one of {allowed}, got {value!r}.")
 
 
+def _symmetrize_exact(S):
+    """Copy the upper triangle onto the lower one."""
+    return jnp.where(jnp.triu(jnp.ones(S.shape, bool)), S, S.T)
+
+
 def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: float = 0.1) -> Float[Array, "d d"]:
     """One value matrix V (d, d) from ``ensemble`` (see the module docstring).
 
@@ -69,9 +75,10 @@ def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: floa
     if ensemble == "ginibre":
         return G
     if ensemble == "goe":
-        return (G + G.T) / jnp.sqrt(jnp.asarray(2.0, dtype))
+        off = jnp.triu(G, 1)  # off-diagonal N(0, 1), diagonal N(0, 2): law of (G + G^T)/sqrt 2
+        return off + off.T + jnp.diag(jnp.sqrt(jnp.asarray(2.0, dtype)) * jnp.diag(G))
     if ensemble == "wishart":
-        return G @ G.T / d
+        return _symmetrize_exact(G @ G.T / d)
     # sparse_symmetric
     mask = jax.random.bernoulli(k2, density, (d, d))
     upper = jnp.triu(jnp.where(mask, G, 0.0))
@@ -95,7 +102,7 @@ def sample_QK(key: Array, ensemble: str, d: int, dtype=jnp.float64) -> tuple[Flo
     if ensemble == "uniform":
         return eye, jax.random.uniform(key, (d, d), dtype, minval=-1.0, maxval=1.0)
     M = jax.random.normal(key, (d, d), dtype)
-    return eye, M @ M.T / d + 0.1 * eye
+    return eye, _symmetrize_exact(M @ M.T / d) + 0.1 * eye
 
 
 def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: int,
