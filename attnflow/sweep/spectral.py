@@ -45,7 +45,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (mid - half, mid + half)
+    return (max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half)))  # exact at k = 0, n
 
 
 def spectral_groups(config: dict) -> list[dict]:
@@ -190,7 +190,7 @@ def plot(summary: dict, out: Path) -> None:
                                  ("frac_cond1_real_part", "s--", "largest real part")):
             f = np.array([r[key] for r in rows])
             ci = np.array([r[key + "_ci"] for r in rows])
-            axes[0].errorbar(ds, f, yerr=[f - ci[:, 0], ci[:, 1] - f], fmt=style, capsize=3, label=f"{ens}: {name}")
+            axes[0].errorbar(ds, f, yerr=[np.maximum(f - ci[:, 0], 0), np.maximum(ci[:, 1] - f, 0)], fmt=style, capsize=3, label=f"{ens}: {name}")
         axes[1].errorbar(ds, [r["mean_num_real"] for r in rows], yerr=[1.96 * r["mean_num_real_se"] for r in rows],
                          fmt="o", capsize=3, label=f"{ens}: measured")
         if ens == "ginibre":
