@@ -179,7 +179,7 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
         >>> V = jnp.stack([jnp.diag(jnp.array([2.0, 1.0])), jnp.diag(jnp.array([-2.0, 1.0]))])
         >>> s = eigen_stats(V)
         >>> s.cond1.tolist(), s.cond1_real_part.tolist(), s.gap.tolist()
-        [True, False], [True, True], [1.0, -3.0]
+        ([True, False], [True, True], [1.0, -3.0])
     """
     route = eig_route(route)
     if route == "cpu":
@@ -294,7 +294,7 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
         >>> I = jnp.eye(2)[None]
         >>> r = check_batch(I, I, jnp.diag(jnp.array([1.0, 0.5]))[None])
         >>> r.good.tolist(), r.qk.tolist(), geometry_names(r.predicted)
-        ([True], [1.0], ['hyperplanes'])
+        ([True], [1.0], ['polytope x subspace'])
     """
     for name, a, rank in (("Q", Q, 3), ("K", K, 3), ("V", V, 3)):
         if jnp.ndim(a) != rank:

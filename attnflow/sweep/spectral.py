@@ -34,7 +34,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     Example:
         >>> from attnflow.sweep.spectral import wilson_interval
         >>> [round(v, 4) for v in wilson_interval(280, 2000)]
-        [0.1255, 0.1557]
+        [0.1255, 0.1559]
     """
     if n == 0:
         return (float("nan"), float("nan"))
