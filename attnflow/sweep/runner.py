@@ -106,6 +106,12 @@ def open_run(out: str | Path, kind: str, config: dict, seed: int, process_index:
     """Claim ``out`` for a sweep of ``kind``; refuse it when it holds a sweep of another config.
     Returns (folder, resumed)."""
     fp = runio.config_fingerprint(execution_free(config))
+    if process_index != 0:  # process 0 claims the folder; the others wait for its marker
+        deadline = time.time() + 600
+        while not (Path(out) / runio.MARKER).exists():
+            if time.time() > deadline:
+                raise InputError(f"--out {out}: process 0 did not create the run folder within 600 s.")
+            time.sleep(0.5)
     out, existed = runio.claim_output_dir(out, kind)
     if existed:
         marker = json.loads((out / runio.MARKER).read_text())
