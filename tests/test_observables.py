@@ -83,7 +83,9 @@ def test_clusters_vmap_jit_and_directions():
     for k in (1, 2, 3):
         y, _ = blobs(rng, rng.normal(size=(k, 2)) * 50, 12 // k, 1e-4)
         ys.append(y)
-    counts = jax.jit(jax.vmap(lambda y: num_clusters(y, 0.01)))(jnp.asarray(np.stack(ys)))
+    # one blob is ONE cluster only against an outside scale (its own diameter is the blob radius)
+    counts = jax.jit(jax.vmap(lambda y: num_clusters(y, 0.01, 50.0)))(jnp.asarray(np.stack(ys)))
+    assert int(num_clusters(jnp.asarray(ys[0]), 0.01)) > 1
     assert counts.tolist() == [1, 2, 3]
     x = jnp.asarray([[2.0, 0.0], [5.0, 0.0], [0.0, -3.0]])
     assert int(num_clusters(directions(x), 0.01)) == 2
@@ -246,3 +248,80 @@ def test_collapse_observables_and_thm85_bound():
     assert float(norms[-1]) < float(norms[0])
     ud = jax.vmap(uniform_distance)(sim.attention)
     assert float(ud[-1]) < float(ud[0])
+
+
+def test_classify_geometry_planted_configurations():
+    from attnflow.observables import GEOMETRY_LABELS, classify_geometry
+
+    rng = np.random.default_rng(7)
+    n = 20
+    # polytope: three points (V = I)
+    pts, _ = blobs(rng, [[2.0, 0.0], [-1.0, 1.5], [-1.0, -1.5]], 7, 1e-5)
+    obs = classify_geometry(pts[:n], np.eye(2))
+    assert obs.label == "polytope" and obs.num_clusters == 3
+    # unclustered Gaussian cloud with V = I: nothing
+    obs = classify_geometry(rng.normal(size=(n, 2)), np.eye(2))
+    assert obs.label == "none" and obs.num_clusters > n // 2
+    # hyperplanes for a 3-d good V whose sub-leading pair is complex (not paranormal with real G? it is:
+    # dim F = 1), tokens on phi*.z in {a, 0, b} with free transverse parts
+    B = np.eye(3) + 0.3 * rng.normal(size=(3, 3))
+    V = B @ np.array([[1.0, 0, 0], [0, 0.3, 0.6], [0, -0.6, 0.3]]) @ np.linalg.inv(B)
+    phi, dual, _ = leading_vectors(V)
+    lv = rng.choice([-1.0, 0.0, 2.0], size=n)
+    trans = rng.normal(size=(n, 3)) * 3
+    trans -= np.outer(trans @ dual, phi)  # dual . trans = 0
+    z = lv[:, None] * phi[None] + trans
+    obs = classify_geometry(z, V)
+    assert obs.num_levels == 3 and obs.supports("hyperplanes") and obs.supports("polytope x subspace")
+    assert obs.label == "polytope x subspace" and obs.codim == 3
+    # paranormal with dim F = 2: F-parts at 3 points, G-parts diverging; the F-parts collapse when the
+    # reference scale is given
+    Vp = np.diag([1.0, 1.0, -0.5])
+    F = np.array([[1.0, 0], [0, 1], [0, 0]])
+    fpart, _ = blobs(rng, [[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], 7, 1e-6)
+    z = np.concatenate([fpart[:n], 300 * rng.normal(size=(n, 1))], axis=1)
+    obs = classify_geometry(z, Vp)
+    assert obs.label == "polytope x subspace" and obs.f_clusters == 3
+    collapsed = np.concatenate([1e-7 * rng.normal(size=(n, 2)) + [0.3, 0.1], 300 * rng.normal(size=(n, 1))], 1)
+    assert classify_geometry(collapsed, Vp, scale=2.0).f_clusters == 1
+    # origin: raw tokens collapsed relative to the given scale
+    obs = classify_geometry(rng.normal(size=(n, 2)), -np.eye(2), x=1e-4 * rng.normal(size=(n, 2)), scale=3.0)
+    assert obs.label == "origin" and obs.codim == 0
+    # codim-k (k = 2 of 3) with a complex top eigenvalue (no hyperplanes): W z takes 2 values
+    Vc = np.array([[0.5, 1.0, 0], [-1.0, 0.5, 0], [0, 0, -0.2]])
+    W = unstable_left_basis(Vc)
+    base = rng.normal(size=(2, 3))
+    z = base[rng.integers(0, 2, size=n)] + np.outer(rng.normal(size=n) * 4, [0, 0, 1.0])
+    obs = classify_geometry(z, Vc)
+    assert W.shape == (2, 3) and obs.num_levels == -1
+    assert obs.label == "codim-k" and obs.num_subspaces == 2
+    with pytest.raises(attnflow.InputError):
+        obs.supports("sphere")
+    assert set(obs.criteria) == set(GEOMETRY_LABELS)
+    with pytest.raises(attnflow.InputError, match="V must be"):
+        classify_geometry(z, np.eye(2))
+
+
+def test_observables_as_save_fn_in_a_batched_solve():
+    """The jnp diagnostics run inside the solve (diffrax SaveAt(fn=...)), batched by vmap."""
+    V = np.array([[1.0, 0.3], [0.2, 0.4]])
+    _, dual, _ = leading_vectors(V)
+    x0 = np.random.default_rng(8).normal(size=(3, 12, 2))
+
+    def save_fn(t, z, args):
+        s = projections(z, dual)
+        # float output: diffrax pre-fills save buffers with inf, which an int32 buffer cannot hold
+        return {"clusters": num_clusters(z, 0.02, 5.0).astype(z.dtype), "max": jnp.max(s), "min": jnp.min(s)}
+
+    Q = np.array([[1.0, 0.2], [0.0, 1.0]])
+    sim = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64",
+                            save_fn=save_fn)
+    out = sim.states
+    assert out["clusters"].shape == (3, 21) and sim.tokens is None
+    # Thm 4.2 along every trajectory, computed inside the solve
+    assert np.all(np.diff(np.asarray(out["max"]), axis=1) <= 1e-9)
+    assert np.all(np.diff(np.asarray(out["min"]), axis=1) >= -1e-9)
+    assert np.all(np.asarray(out["clusters"])[:, -1] <= 3)
+    full = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64")
+    again = jax.vmap(jax.vmap(lambda z: num_clusters(z, 0.02, 5.0)))(full.states)
+    assert np.array_equal(np.asarray(again), np.asarray(out["clusters"]).astype(int))

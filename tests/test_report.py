@@ -22,7 +22,8 @@ def quick_report(tmp_path_factory):
 
 def test_quick_report_folder_complete(quick_report):
     out, summary = quick_report
-    for name in ("report.md", "summary.json", "checks.csv", "config.json", "provenance.json", "attnflow-run.json"):
+    for name in ("report.md", "summary.json", "checks.csv", "systems.csv", "config.json", "provenance.json",
+                 "attnflow-run.json"):
         assert (out / name).is_file(), name
     s = json.loads((out / "summary.json").read_text())
     assert s == json.loads(json.dumps(summary))
@@ -40,7 +41,7 @@ def test_quick_report_folder_complete(quick_report):
     md = (out / "report.md").read_text()
     table = md.index("| case | check |")
     assert table < md.index("![")  # the table comes before the figures
-    assert md.count("\n| [") == len(s["checks"])
+    assert md.count("\n| [") == len(s["checks"]) + len(s["cases"])  # overview + all checks
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["seed"] == 0 and "jax" in prov["versions"]
     assert json.loads((out / "config.json").read_text())["quick"] is True

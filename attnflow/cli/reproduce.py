@@ -36,6 +36,14 @@ def _main(args) -> int:
         return 0
     summary = reproduce(args.out, config=args.config, quick=args.quick, cases=args.case,
                         progress=not args.no_progress)
+    for name, case in summary["cases"].items():
+        checks = [c for c in summary["checks"] if c["case"] == name]
+        graded = [c for c in checks if c["passed"] is not None]
+        failed = [c["name"] for c in graded if not c["passed"]]
+        print(f"{name:20s} {sum(bool(c['passed']) for c in graded)}/{len(graded)} pass"
+              + (f"  FAILED: {'; '.join(failed)}" if failed else ""))
+        for h in case["hypotheses"]:
+            print(f"    {'ok  ' if h['holds'] else 'FAIL'} {h['text']}")
     print(f"{summary['num_passed']} of {summary['num_graded']} checks pass "
           f"({summary['num_checks'] - summary['num_graded']} measurements); report: {args.out}/report.md")
     return 0

@@ -4,6 +4,21 @@ its attention matrix P (n, n).
 The jnp ones (clusters, attention structure, projections, collapse) are jit/vmap-able and
 can serve as a diffrax ``save_fn``; the convex-hull ones (:mod:`.polytope`) and
 :func:`classify_geometry` run on the host in float64.
+
+Tolerances are relative: ``rel_tol`` times a scale, by default the examined cloud's own
+diameter; pass the initial size as ``scale`` when a cloud may collapse to a point (then its own
+diameter is rounding noise). As a ``save_fn`` output, cast counts to float
+(diffrax pre-fills its save buffers with inf).
+
+Example:
+    >>> import numpy as np
+    >>> from attnflow.observables import classify_geometry
+    >>> from attnflow.spectral import predict_geometry
+    >>> z = np.array([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.5], [-1.0, 0.5], [0.0, 0.0]])
+    >>> V = np.eye(2)
+    >>> obs = classify_geometry(z, V, scale=1.0)
+    >>> obs.label, obs.num_clusters, obs.supports(predict_geometry(V, V, V).geometry)
+    ('polytope', 3, True)
 """
 
 from .attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass

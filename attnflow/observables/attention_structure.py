@@ -13,6 +13,7 @@ r"""Structure of an attention matrix P (n, n), row-stochastic.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 
+@jax.jit
 def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     r"""Numerical rank: :math:`\#\{k : \sigma_k > \text{tol}\cdot\sigma_1\}`.
 
@@ -38,6 +40,7 @@ def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     return jnp.sum(s > tol * s[0]).astype(jnp.int32)
 
 
+@jax.jit
 def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance of P to the nearest Boolean row-stochastic matrix:
     :math:`\max_i (1 - \max_j P_{ij})`.
@@ -51,6 +54,7 @@ def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     return jnp.max(off_leader_mass(P))
 
 
+@jax.jit
 def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
     r"""Mass of each row outside its leader column: :math:`1 - \max_j P_{ij}`
     (computed as the sum of the non-maximal entries, accurate below machine epsilon).
@@ -66,6 +70,7 @@ def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
     return jnp.sum(jnp.where(mask, P, 0), axis=-1)
 
 
+@jax.jit
 def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]:
     r"""Leader columns: j is a leader when :math:`P_{ij} > \text{threshold}` for some row i
     (with the default 1/2, each row has at most one leader).
@@ -79,6 +84,7 @@ def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]
     return jnp.any(P > threshold, axis=0)
 
 
+@jax.jit
 def double_log_slope(
     ts: Float[Array, " T"], mass: Float[Array, " T"], lo: float = 1e-250, hi: float = 0.1
 ) -> Float[Array, ""]:

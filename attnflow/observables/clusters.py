@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -24,6 +25,7 @@ __all__ = [
 ]
 
 
+@jax.jit
 def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     r"""Euclidean distances :math:`|y_i - y_j|` (exactly 0 on the diagonal).
 
@@ -40,6 +42,7 @@ def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.where(sq > 0, jnp.sqrt(safe), jnp.zeros_like(sq))
 
 
+@jax.jit
 def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_{i,j} |y_i - y_j|`.
 
@@ -52,6 +55,7 @@ def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.max(pairwise_distances(y))
 
 
+@jax.jit
 def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     r"""Directions :math:`x_i / |x_i|` (a zero token stays 0).
 
@@ -65,6 +69,7 @@ def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     return jnp.where(norm > 0, x / jnp.where(norm > 0, norm, 1), 0 * x)
 
 
+@jax.jit
 def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Float[Array, ""]:
     r"""The absolute threshold :math:`\tau = \text{rel\_tol}\cdot s`, with
     :math:`s` = ``scale`` or, by default, the diameter of ``y`` (floored at the tiny
@@ -80,6 +85,7 @@ def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None)
     return rel_tol * jnp.maximum(s, jnp.finfo(y.dtype).tiny)
 
 
+@jax.jit
 def cluster_labels(
     y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None
 ) -> Int[Array, " n"]:
@@ -102,6 +108,7 @@ def cluster_labels(
     return jnp.argmax(reach, axis=1).astype(jnp.int32)
 
 
+@jax.jit
 def num_clusters(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Int[Array, ""]:
     r"""Number of clusters (connected components, see :func:`cluster_labels`).
 

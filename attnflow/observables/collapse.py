@@ -3,12 +3,14 @@ and :math:`\|x_i(t)\| \le \max(\max_j \|x_j(0)\|, \sqrt{2n})` for all t."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 __all__ = ["max_norm", "uniform_distance", "collapse_bound"]
 
 
+@jax.jit
 def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_i \|x_i\|`.
 
@@ -21,6 +23,7 @@ def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.max(jnp.linalg.norm(x, axis=-1))
 
 
+@jax.jit
 def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance :math:`\max_{ij} |P_{ij} - 1/n|` to the uniform attention.
 
@@ -33,6 +36,7 @@ def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     return jnp.max(jnp.abs(P - 1.0 / P.shape[-1]))
 
 
+@jax.jit
 def collapse_bound(x0: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""Thm 8.5's bound :math:`\max(\max_j \|x_j(0)\|, \sqrt{2n})`.
 

@@ -88,9 +88,11 @@ def classify_geometry(
         Q, K: accepted for a uniform call with :func:`~attnflow.spectral.predict_geometry`
             (the criteria do not need them).
         x: final raw tokens, for the "origin" criterion.
-        scale: reference length for "origin" (default: :math:`\max_i|z_i|`, i.e. the start's
-            size when z barely moved); cluster tolerances are ``rel_tol`` times the diameter
-            of the examined cloud (z, its F-coordinates, its projections).
+        scale: reference length, e.g. the initial configuration's :math:`\max_i|z_i(0)|`.
+            Cluster tolerances are ``rel_tol`` times max(diameter of the examined cloud (z, its
+            F-coordinates, its projections), ``scale``), so that a cloud that collapsed to a point
+            counts as one cluster; "origin" needs :math:`\max_i|x_i| \le` ``rel_tol * scale``.
+            Default: no reference (own diameters only; origin against :math:`\max_i|z_i|`).
         rel_tol: relative cluster tolerance.
         max_clusters: most clusters that still count as clustered (default max(3, n // 2)).
 
@@ -118,9 +120,11 @@ def classify_geometry(
     diam = float(diameter(zj))
     floor = 1e-9 * max(diam, float(np.max(np.abs(z))), np.finfo(float).tiny)
 
-    def clusters(y):
+    ref = 0.0 if scale is None else float(scale)
+
+    def clusters(y, ref_scale=ref):
         y = jnp.asarray(y)
-        s = max(float(diameter(y)), floor)
+        s = max(float(diameter(y)), floor, ref_scale)
         return int(num_clusters(y, rel_tol, s))
 
     crit = {label: False for label in GEOMETRY_LABELS}
@@ -132,8 +136,8 @@ def classify_geometry(
         if x.shape != z.shape:
             raise InputError(f"x must have the shape of z {z.shape}, got {x.shape}.")
         mx = float(np.max(np.linalg.norm(x, axis=-1)))
-        ref = float(np.max(np.linalg.norm(z, axis=-1))) if scale is None else float(scale)
-        crit["origin"] = mx <= rel_tol * ref
+        ref_origin = float(np.max(np.linalg.norm(z, axis=-1))) if scale is None else float(scale)
+        crit["origin"] = mx <= rel_tol * ref_origin
 
     nc = clusters(z)
     crit["polytope"] = nc <= max_clusters
@@ -144,7 +148,9 @@ def classify_geometry(
     fcl = -1
     if split.paranormal and 0 < split.F.shape[1] < d:
         a, _ = split_coordinates(z, split.F, split.G)
-        fcl = clusters(a)
+        # F-coordinates of a reference-size cloud have size ~ ref * |F-part of the inverse basis|
+        proj = np.linalg.inv(np.concatenate([split.F, split.G], axis=1))[: split.F.shape[1]]
+        fcl = clusters(a, ref * np.linalg.norm(proj, 2))
         # dim F = 1: the polytope in F is a segment, whose vertices and 0 are 3 levels.
         crit["polytope x subspace"] = fcl <= (3 if split.F.shape[1] == 1 else max_clusters)
     elif split.paranormal:  # V = lambda I: F = R^d
@@ -156,7 +162,7 @@ def classify_geometry(
     if abs(lam1.imag) <= 1e-10 * max(1.0, abs(lam1)) and lam1.real > 0:
         s = projections(zj, eig.phi_dual.real)
         spread = float(jnp.max(s) - jnp.min(s))
-        lev = int(num_levels(s, rel_tol * max(spread, floor)))
+        lev = int(num_levels(s, rel_tol * max(spread, floor, ref * float(np.linalg.norm(eig.phi_dual)))))
         crit["hyperplanes"] = lev <= 3
 
     W = unstable_left_basis(V)

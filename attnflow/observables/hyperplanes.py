@@ -13,6 +13,7 @@ eigenvector of V and their limit levels :math:`\{a, 0, b\}`.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
@@ -44,6 +45,7 @@ def leading_vectors(V) -> tuple[np.ndarray, np.ndarray, complex]:
     return e.phi, e.phi_dual, e.lambda1
 
 
+@jax.jit
 def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[Array, " n"]:
     r""":math:`s_i = \varphi_1^*(z_i)`.
 
@@ -56,6 +58,7 @@ def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[A
     return z @ jnp.asarray(phi_dual, z.dtype)
 
 
+@jax.jit
 def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     r"""Label of the 1-d cluster ("level") of every value: values sorted, a new level
     starts at every gap > tol; levels are numbered 0, 1, ... from the smallest.
@@ -72,6 +75,7 @@ def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     return jnp.zeros_like(sorted_labels).at[order].set(sorted_labels)
 
 
+@jax.jit
 def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     r"""Number of levels of :func:`level_labels`.
 
@@ -84,6 +88,7 @@ def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     return 1 + jnp.sum(jnp.diff(jnp.sort(s)) > tol).astype(jnp.int32)
 
 
+@jax.jit
 def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Array, ""], Int[Array, ""]]:
     r"""Nearest of the three levels (0: a = min s, 1: zero, 2: b = max s) for each value,
     the largest distance :math:`\max_i \mathrm{dist}(s_i, \{a, 0, b\})` and the number of
@@ -107,6 +112,7 @@ def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Arra
     return which, jnp.max(near), used
 
 
+@jax.jit
 def extreme_monotonicity(s_t: Float[Array, "T n"]) -> tuple[Float[Array, ""], Float[Array, ""]]:
     r"""(largest increase of :math:`\max_i s_i(t)`, largest decrease of :math:`\min_i s_i(t)`)
     between consecutive saves; Thm 4.2 says both are <= 0.

@@ -11,6 +11,7 @@ codimension-k conjecture.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -64,6 +65,7 @@ def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
     return u[:, :k].T
 
 
+@jax.jit
 def codim_projections(z: Float[Array, "n d"], W) -> Float[Array, "n k"]:
     r""":math:`W z_i`: tokens on one affine subspace {Wz = c} share one value.
 

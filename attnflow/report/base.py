@@ -31,6 +31,8 @@ def fmt(x: Any, digits: int = 3) -> str:
         if x == 0 or 1e-3 <= abs(x) < 1e4:
             return f"{x:.{digits}g}"
         return f"{x:.{max(1, digits - 1)}e}"
+    if isinstance(x, dict):
+        return ", ".join(f"{k} = {fmt(v, digits)}" for k, v in x.items())
     if isinstance(x, (list, tuple, np.ndarray)):
         return "[" + ", ".join(fmt(v, digits) for v in list(x)) + "]"
     return str(x)
@@ -68,6 +70,19 @@ class CaseResult:
     notes: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     seconds: float = 0.0
+    systems: list[dict] = field(default_factory=list)  # one row per simulated system (tidy table)
+
+    def record(self, run: "Run") -> None:
+        """Add one row per simulated system of ``run`` to the tidy table ``systems.csv``."""
+        B, T, n, d = run.z.shape
+        for b in range(B):
+            self.systems.append({
+                "case": self.name, "run": b, "n": n, "d": d, "t1": float(run.ts[-1]), "saves": T,
+                "clusters_t0": int(run.clusters[b, 0]), "clusters_t1": int(run.clusters[b, -1]),
+                "rank_P_t1": int(run.rank[b, -1]), "dist_P_boolean_t1": float(run.boolean[b, -1]),
+                "max_norm_z_t1": float(np.max(np.linalg.norm(run.z[b, -1], axis=-1))),
+                "max_norm_x_t1": float(np.max(np.linalg.norm(run.x[b, -1], axis=-1))),
+            })
 
     def hyp(self, text: str, holds: bool, value: Any = None) -> None:
         self.hypotheses.append({"text": text, "holds": bool(holds), "value": value})

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import zlib
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..observables import (
     abz_levels,
+    classify_geometry,
     classify_tokens,
     codim_projections,
     collapse_bound,
     double_log_slope,
     extreme_monotonicity,
+    leaders,
     hull_nesting,
     leading_vectors,
     num_clusters,
@@ -77,6 +81,18 @@ def initial(ctx: Context, n: int, d: int, scale: float = 1.0) -> np.ndarray:
 def geometry_hyp(res: CaseResult, Q, K, V) -> None:
     p = predict_geometry(Q, K, V)
     res.settings["predicted_geometry"] = {"geometry": p.geometry, "theorem": p.theorem, "reason": p.reason}
+
+
+def geometry_check(res: CaseResult, ctx: Context, run: Run, Q, K, V) -> None:
+    """classify_geometry on every final configuration against predict_geometry's label."""
+    pred = predict_geometry(Q, K, V).geometry
+    obs = [classify_geometry(zb[-1], V, Q, K, x=xb[-1], scale=np.max(np.linalg.norm(zb[0], axis=-1)),
+                             rel_tol=float(ctx["rel_tol"])) for zb, xb in zip(run.z, run.x)]
+    ok = [o.supports(pred) for o in obs]
+    res.check("observed geometry (classify_geometry)", f"supports predict_geometry's '{pred}'",
+              f"labels {[o.label for o in obs]}; clusters {[o.num_clusters for o in obs]}, "
+              f"levels {[o.num_levels for o in obs]}", all(ok), sum(ok) / len(ok) - 1 if not all(ok) else 1.0,
+              note="margin: 1 when every run supports the prediction, else (fraction supporting) - 1")
 
 
 # ----------------------------------------------------------------------------- shared checks
@@ -151,6 +167,12 @@ def hyperplane_checks(res: CaseResult, ctx: Context, ts, z, phi_dual, *, unit: s
               f"max distance {fmt(dist.max())} x initial width", dist.max() <= rel, rel - dist.max())
     res.check("hyperplanes used", "at most 3; typically 2", f"levels used per run {fmt(used)}",
               max(used) <= 3, 3 - max(used))
+    t90 = clustering_time(ts, s[..., None], rel, width0)
+    limit = 10.0
+    res.check("Remark 3.3: on the hyperplanes after a few layers", f"90% of projections within {rel:g} x initial "
+              f"width of their final level by {unit} <= {limit:g} (our reading of 'a few')",
+              f"{unit}_90 per run {fmt(t90)} (horizon {fmt(ts[-1])})", np.nanmax(t90) <= limit,
+              limit - np.nanmax(t90))
     return s
 
 
@@ -164,7 +186,7 @@ def standard_figures(res: CaseResult, ctx: Context, run: Run, *, overlay: str | 
                         f"rescaled tokens (run 0)", overlay=overlay if d <= 3 else None, phi_dual=phi_dual,
                         coords=coords), "Token paths of run 0 (grey), final positions (blue), "
                         + {"hull": "final convex hull (red).", "hyperplanes": "hyperplanes phi_1^* z = a, b "
-                           "(red) and 0 (dotted)."}.get(overlay, "")))
+                           "(red)" + (" and 0 (dotted)." if d == 2 else ".")}.get(overlay, "")))
     res.figures.append((figures.attention_maps(out / f"{name}_attention.png", run.ts, run.P[0], run.rank[0],
                         title=f"{res.title}: P(t) of run 0 with numerical rank (tol {ctx['rank_tol']:g})"),
                         "Attention matrices at four times, with their numerical rank."))
@@ -187,6 +209,7 @@ def thm2_1(ctx: Context) -> CaseResult:
     gaps0 = np.min(np.diff(np.sort(x0[..., 0], axis=1), axis=1))
     res.hyp("tokens pairwise distinct", gaps0 > 0, float(gaps0))
     run = run_case_sim(ctx, x0, Q, K, V, t1=t1, picture="raw")
+    res.record(run)
     x, P, ts = run.x[..., 0], run.P, run.ts
     B = x.shape[0]
     order = np.argsort(x0[..., 0], axis=1)
@@ -203,6 +226,10 @@ def thm2_1(ctx: Context) -> CaseResult:
               1 - max(exceptions))
     res.check("rank P*", "<= 3; 1 or 2 for almost every start", f"ranks {fmt(ranks)}", max(ranks) <= 3,
               3 - max(ranks))
+    lead = [np.nonzero(leaders(P[b, -1][np.ix_(order[b], order[b])]))[0].tolist() for b in range(B)]
+    res.check("leader columns of P*", f"the smallest and/or largest token (sorted positions 0, {n - 1})",
+              f"leaders per run {lead}", all(set(l) <= {0, n - 1} for l in lead),
+              1.0 if all(set(l) <= {0, n - 1} for l in lead) else -1.0, note="margin +-1: a yes/no check")
     xs = np.take_along_axis(x, np.broadcast_to(order[:, None, :], x.shape), axis=2)
     gaps = np.diff(xs, axis=2)  # (B, T, n-1), positive while the order is preserved
     rel_gap = np.min(gaps / np.max(np.abs(xs), axis=2, keepdims=True))
@@ -211,7 +238,7 @@ def thm2_1(ctx: Context) -> CaseResult:
     dists = np.abs(x[:, :, :, None] - x[:, :, None, :])
     drop = np.max(-np.diff(dists, axis=1) / np.maximum(dists[:, :-1], 1e-300))
     res.check("|x_i - x_j| non-decreasing", "no pairwise distance decreases (relative <= 1e-9)",
-              f"largest relative decrease {fmt(max(drop, 0.0))}", drop <= 1e-9, 1e-9 - drop)
+              f"largest relative decrease {fmt(max(drop, 0.0))}", drop <= 1e-9, 1e-9 - max(drop, 0.0))
     gam = x * np.exp(-ts)[None, :, None]  # x_k e^{-t}
     scale_g = np.max(np.abs(gam[:, -1]), axis=1)  # (B,)
     small = np.sum(np.abs(gam[:, -1]) <= float(ctx["rel_tol"]) * scale_g[:, None], axis=1)
@@ -274,7 +301,20 @@ def _polytope_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V, *
     geometry_hyp(res, Q, K, V)
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
+    res.record(run)
     polytope_checks(res, ctx, run.ts, run.z, what="z", A2=A2 if spd else None, unit=unit)
+    slopes = []
+    for Pb in run.P:
+        off = np.asarray(jax.vmap(off_leader_mass)(jnp.asarray(Pb)))  # (T, n)
+        slopes.append(float(double_log_slope(jnp.asarray(run.ts), jnp.asarray(np.median(off, axis=1)))))
+    res.check("off-leader mass (median row)", "vanishes doubly exponentially: log(-log) linear in t",
+              f"slope of log(-log P_off) {fmt(np.asarray(slopes))}", None, float("nan"),
+              note="no rate is stated for Thm 3.1; measured for comparison with Thm 2.1 (slope 1)")
+    leaders_t1 = [int(np.sum(leaders(P[-1]))) for P in run.P]
+    res.check("leaders of lim P", "mass on few leader columns (one per cluster)",
+              f"leader columns per run {leaders_t1}; clusters {[int(c) for c in run.clusters[:, -1]]}", None,
+              float("nan"))
+    geometry_check(res, ctx, run, Q, K, V)
     standard_figures(res, ctx, run, overlay="hull", gif=gif, unit=unit)
     return res
 
@@ -296,22 +336,26 @@ def _hyperplane_case(ctx: Context, name: str, title: str, theorem: str, V, *, me
     res.hyp("Def 4.1 (1): top-modulus eigenvalue real, positive, simple", g.condition1,
             {"lambda1": g.lambda1.real, "gap": g.gap, "eigenvalues": [str(np.round(e, 4)) for e in eig]})
     res.hyp("Def 4.1 (2): <Q phi_1, K phi_1> > 0", g.condition2, g.qk_value)
-    res.hyp("Q^T K positive definite (not required)", is_positive_definite(Q.T @ K)[0],
-            is_positive_definite(Q.T @ K)[1])
+    pd, lam_min = is_positive_definite(Q.T @ K)
+    res.hyp(f"Q^T K is {'' if pd else 'not '}positive definite (Thm 4.2 does not need it; value: min eigenvalue "
+            "of its symmetric part)", True, lam_min)
     if method == "euler":
         res.hyp(f"Euler layers dt = {dt:g}, I + dt V invertible", abs(np.linalg.det(np.eye(d) + dt * V)) > 0)
     geometry_hyp(res, Q, K, V)
     res.settings["weights"] = {"Q": Q, "K": K, "V": V}
     unit = "layer" if (method == "euler" and dt == 1.0) else "t"
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1, method=method, dt=dt)
-    _, phi_dual, _ = leading_vectors(V)
+    res.record(run)
+    phi, phi_dual, _ = leading_vectors(V)
+    res.hyp("leading right / left eigenvectors phi_1, phi_1^* (phi_1^* phi_1 = 1)", True,
+            {"phi_1": np.round(phi, 4).tolist(), "phi_1^*": np.round(phi_dual, 4).tolist()})
     s = hyperplane_checks(res, ctx, run.ts, run.z, phi_dual, unit=unit)
+    geometry_check(res, ctx, run, Q, K, V)
     if np.all(np.abs(eig.imag) < 1e-12) and np.all(eig.real >= 0):
         growth = np.max(np.linalg.norm(run.z[:, -1], axis=-1)) / np.max(np.linalg.norm(run.z[:, 0], axis=-1))
         res.check("z bounded (all eigenvalues real >= 0)", "max|z_i(t)| stays bounded",
                   f"max|z(t1)| / max|z(0)| = {fmt(growth)}", None, float("nan"))
-    standard_figures(res, ctx, run, overlay="hyperplanes" if d == 2 else None, phi_dual=phi_dual, gif=gif,
-                     unit=unit)
+    standard_figures(res, ctx, run, overlay="hyperplanes", phi_dual=phi_dual, gif=gif, unit=unit)
     res.figures.append((figures.levels(ctx.out / f"{name}_levels.png", run.ts, s[0], title=f"{title}: "
                         "phi_1^*(z_i(t)) (run 0)", xlabel=unit), "Projections on the dual leading eigenvector: "
                         "max non-increasing, min non-decreasing, limits in {a, 0, b}."))
@@ -351,14 +395,22 @@ def codim_k(ctx: Context) -> CaseResult:
     res.hyp("no hypothesis on Q, K (Gaussian)", True, {"Q^T K PD": is_positive_definite(Q.T @ K)[0]})
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
+    res.record(run)
     rel = float(ctx["rel_tol"])
     p0 = np.array([np.asarray(codim_projections(zb[0], W)) for zb in run.z])  # (B, n, k)
     p = np.array([np.asarray(codim_projections(zb[-1], W)) for zb in run.z])
     scale0 = [np.max(np.linalg.norm(q[:, None] - q[None], axis=-1)) for q in p0]
     counts = np.array([int(num_clusters(pb, rel, s0)) for pb, s0 in zip(p, scale0)])
+    from ..observables import cluster_labels
+
+    lab0 = np.asarray(cluster_labels(p[0], rel, scale0[0]))
+    centers = [np.round(p[0][lab0 == l].mean(axis=0), 3).tolist() for l in np.unique(lab0)]
+    res.notes.append(f"Run 0 approaches the affine subspaces {{z : W z = c}} with c in {centers} "
+                     f"(W = {np.round(W, 3).tolist()}).")
     res.check(f"<= 3 affine subspaces of codimension {k}", f"W z_i (W: unstable left subspace, {k} x {d}) takes "
               f"<= 3 values (tol {rel:g} x initial diameter of the W z_i)", f"values per run {fmt(counts)}", counts.max() <= 3,
               3 - counts.max())
+    geometry_check(res, ctx, run, Q, K, V)
     pt = np.einsum("btnd,kd->btnk", run.z, W)
     standard_figures(res, ctx, run)
     res.figures.append((figures.trajectories(ctx.out / "codim_k_projections.png", run.ts, pt[0],
@@ -376,6 +428,7 @@ def _paranormal_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V,
     res.hyp(hyp_qk, spd if "positive definite" in hyp_qk else True, lam_min)
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
+    res.record(run)
     a, c = split_coordinates(run.z, split.F, split.G)
     a, c = np.asarray(a), np.asarray(c)
     polytope_checks(res, ctx, run.ts, a, what="F-part of z", remark33=False)
@@ -386,6 +439,7 @@ def _paranormal_case(ctx: Context, name: str, title: str, theorem: str, Q, K, V,
                      "x_F ~ e^t); a negative definite block makes every F-part collapse to one point.")
     g0 = np.max(np.linalg.norm(c[:, 0], axis=-1))
     g1 = np.max(np.linalg.norm(c[:, -1], axis=-1))
+    geometry_check(res, ctx, run, Q, K, V)
     res.check("G-components", "free (may diverge)", f"max|G-coordinate| {fmt(g0)} at t = 0 -> {fmt(g1)} at t1",
               None, float("nan"))
     standard_figures(res, ctx, run, overlay=None)
@@ -414,6 +468,7 @@ def thm8_5(ctx: Context) -> CaseResult:
     geometry_hyp(res, I, I, -I)
     x0 = initial(ctx, n, d, scale=float(ctx["x0_scale"]))
     run = run_case_sim(ctx, x0, I, I, -I, t1=t1, picture="raw")
+    res.record(run)
     x, ts = run.x, run.ts
     norms = np.max(np.linalg.norm(x, axis=-1), axis=-1)  # (B, T)
     bound = np.array([float(collapse_bound(xb)) for xb in x0])
@@ -436,6 +491,12 @@ def thm8_5(ctx: Context) -> CaseResult:
               f"mean {fmt(mean[:, -1])}, spread {fmt(spread[:, -1])} at t1", bool(np.all(spread[:, -1] > 10 *
               mean[:, -1])), float(np.min(spread[:, -1] / np.maximum(mean[:, -1], 1e-300))),
               note="pass: spread > 10 x |mean| at t1; margin = ratio")
+    obs = [classify_geometry(xb[-1], -I, I, I, x=xb[-1], scale=float(np.max(np.linalg.norm(xb[0], axis=-1))),
+                             rel_tol=float(ctx["rel_tol"])) for xb in x]
+    res.check("observed geometry (classify_geometry)", "'origin' (asymptotically)",
+              f"labels at t1 {[o.label for o in obs]}; max|x(t1)| / max|x(0)| "
+              f"{fmt(norms[:, -1] / norms[:, 0])} (origin needs <= {ctx['rel_tol']:g})", None, float("nan"),
+              note="info: the t^(-1/2) collapse reaches the 'origin' tolerance only at much larger t")
     res.figures.append((figures.trajectories(ctx.out / "thm8_5_trajectories.png", ts, x[0], title="Thm 8.5: raw "
                         "tokens (run 0)"), "Raw tokens spiral into 0."))
     res.figures.append((figures.levels(ctx.out / "thm8_5_norms.png", ts, np.stack([norms[0], spread[0], mean[0]], 1),
@@ -454,6 +515,7 @@ def remark7_9(ctx: Context) -> CaseResult:
     x0 = np.array([[[1.0, eps], [1.0, -eps]]])
     res.hyp(f"d = n = 2, Q = K = V = I, x(0) = (1, +-{eps:g})", True)
     run = run_case_sim(ctx, x0, I, I, I, t1=t1)
+    res.record(run)
     z = run.z[0]
     gap = np.linalg.norm(z[-1, 0] - z[-1, 1])
     size = np.max(np.linalg.norm(z[-1], axis=-1))
@@ -465,6 +527,12 @@ def remark7_9(ctx: Context) -> CaseResult:
     res.check("rank of lim P", "2 (P -> I_2)", f"rank {rank}, dist(P, I) = {fmt(np.max(np.abs(run.P[0, -1] - I)))}",
               rank == 2 and np.max(np.abs(run.P[0, -1] - I)) < 1e-3, 1e-3 - np.max(np.abs(run.P[0, -1] - I)),
               note="pass: rank 2 and max|P - I| < 1e-3 at t1")
+    gx = np.linalg.norm(run.x[0, :, 0] - run.x[0, :, 1], axis=-1)  # raw distance |x_1 - x_2|(t)
+    drop = float(np.max(-np.diff(gx) / gx[:-1]))
+    res.check("raw |x_1 - x_2| non-decreasing", "never decreases when Q = K = V = I, any d (Thm 2.1's remark; "
+              "relative <= 1e-9)", f"largest relative decrease {fmt(max(drop, 0.0))}; |x_1 - x_2| "
+              f"{fmt(gx[0])} -> {fmt(gx[-1])}", drop <= 1e-9, 1e-9 - max(drop, 0.0),
+              note="while the rescaled tokens merge, the raw ones separate")
     standard_figures(res, ctx, run)
     return res
 

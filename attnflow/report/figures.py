@@ -69,6 +69,21 @@ def _draw_overlay(ax, zf, overlay, phi_dual, d, lim):
             ax.plot(*pts.T, color="crimson", ls=style, lw=1.0)
 
 
+def _planes_3d(ax, zf, phi_dual):
+    """The planes {phi^* z = a} and {phi^* z = b} through the final cloud, as translucent patches."""
+    s = zf @ phi_dual
+    normal = phi_dual / np.dot(phi_dual, phi_dual)
+    _, _, vt = np.linalg.svd(phi_dual[None, :])
+    t1, t2 = vt[1], vt[2]  # orthonormal basis of {v : phi^* v = 0}
+    center = zf.mean(axis=0)
+    half = 0.6 * max(float(np.ptp(zf, axis=0).max()), 1e-12)
+    u, v = np.meshgrid(np.linspace(-half, half, 2), np.linspace(-half, half, 2))
+    for level in (s.min(), s.max()):
+        c = center - (center @ phi_dual) * normal + level * normal  # a point of the plane near the cloud
+        pts = c[None, None, :] + u[..., None] * t1 + v[..., None] * t2
+        ax.plot_surface(pts[..., 0], pts[..., 1], pts[..., 2], color="crimson", alpha=0.15, linewidth=0)
+
+
 def _limits(z):
     lo, hi = np.min(z, axis=(0, 1)), np.max(z, axis=(0, 1))
     pad = 0.08 * max(float(np.max(hi - lo)), 1e-12)
@@ -109,6 +124,8 @@ def trajectories(path: Path, ts, z, *, title: str, overlay: str | None = None, p
         if overlay == "hull":
             for seg in _hull_segments(z[-1]):
                 ax.plot(*seg.T, color="crimson", lw=1.0)
+        elif overlay == "hyperplanes" and phi_dual is not None:
+            _planes_3d(ax, z[-1], np.asarray(phi_dual, np.float64))
     ax.set_title(title, fontsize=9)
     return _save(fig, path)
 

@@ -31,8 +31,23 @@ def render_markdown(results: list[CaseResult], provenance: dict, config: dict, q
         "",
         f"Run: {provenance.get('time_utc')}, git {provenance.get('git_commit')}, seed {provenance.get('seed')}, "
         f"{config.get('batch')} initial configurations per case, dtype {config.get('dtype')}, "
-        f"cluster tolerance {config.get('rel_tol')} x diameter, rank tolerance {config.get('rank_tol')}, "
+        f"cluster tolerance {config.get('rel_tol')} x the run's initial size, rank tolerance "
+        f"{config.get('rank_tol')}, "
         f"{seconds:.0f} s. How to read it: docs/report.md.",
+        "",
+        "| case | theorem | hypotheses | checks passed | failed |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        g = [c for c in r.checks if c.passed is not None]
+        ok = sum(bool(c.passed) for c in g)
+        hyp = "all hold" if all(h["holds"] for h in r.hypotheses) else "**" + "; ".join(
+            h["text"] for h in r.hypotheses if not h["holds"]) + " FAIL**"
+        failed = ", ".join(c.name for c in g if not c.passed) or "-"
+        lines.append(f"| [{r.name}](#{r.name}) | {_cell(r.theorem)} | {_cell(hyp)} | {ok} / {len(g)} | {_cell(failed)} |")
+    lines += [
+        "",
+        "All checks:",
         "",
         "| case | check | predicted | observed | result | margin |",
         "|---|---|---|---|---|---|",
@@ -45,7 +60,7 @@ def render_markdown(results: list[CaseResult], provenance: dict, config: dict, q
         lines += [f"<a id=\"{r.name}\"></a>", f"## {r.title}  (`{r.name}`, {r.theorem})", ""]
         lines.append("Hypotheses:")
         for h in r.hypotheses:
-            val = "" if h["value"] is None else f" (value: {fmt(h['value']) if not isinstance(h['value'], dict) else h['value']})"
+            val = "" if h["value"] is None else f" (value: {fmt(h['value'])})"
             lines.append(f"* {'✔' if h['holds'] else '✘'} {h['text']}{val}")
         pg = r.settings.get("predicted_geometry")
         if pg:

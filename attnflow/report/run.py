@@ -78,7 +78,7 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
 def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
               quick: bool = False, cases: list[str] | None = None, progress: bool = True) -> dict:
     """Run the selected cases (default: the config's ``cases``, or all) and write the report
-    folder ``out`` (report.md, summary.json, checks.csv, figures, config, provenance).
+    folder ``out`` (report.md, summary.json, checks.csv, systems.csv, figures, config, provenance).
 
     Returns the summary dict (also written to ``summary.json``).
 
@@ -88,7 +88,7 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         >>> d = tempfile.mkdtemp()
         >>> s = reproduce(os.path.join(d, "r"), quick=True, cases=["remark7_9"], progress=False)
         >>> [c["name"] for c in s["checks"]]
-        ['clusters of z', 'rank of lim P']
+        ['clusters of z', 'rank of lim P', 'raw |x_1 - x_2| non-decreasing']
     """
     cfg = load_config(config, "reproduce.toml")
     _validate_global(cfg)
@@ -173,6 +173,13 @@ def _run(folder: Path, cfg: dict, settings: dict, selected: list[str], quick: bo
     w.writeheader()
     w.writerows(checks)
     atomic_write_text(folder / "checks.csv", buf.getvalue())
+    rows = [row for r in results for row in r.systems]
+    if rows:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_text(folder / "systems.csv", buf.getvalue())
     atomic_write_text(folder / "report.md", render_markdown(results, prov, cfg, quick, seconds))
     write_marker(folder, KIND, {"git_commit": prov["git_commit"], "quick": quick})
     assert (folder / MARKER).exists()
