@@ -158,7 +158,7 @@ def test_batched_classifier_matches_host_classifier():
         I = jnp.eye(3)[None]
         sb = check_batch(I, I, jnp.asarray(V)[None])
         P, k = unstable_projector(jnp.asarray(V))
-        o = classify_batch(jnp.asarray(z), jnp.asarray(z), jnp.asarray(x), scale, sb.phi_dual[0],
+        o = classify_batch(jnp.asarray(z), jnp.asarray(x), scale, sb.phi_dual[0],
                            sb.stats.lambda1[0], sb.paranormal[0], sb.para_dim_F[0], P, k)
         h = _host_label(z, V, x, scale)
         assert GEOMETRY_LABELS[int(o.label)] == h.label, (i, h)
@@ -166,7 +166,7 @@ def test_batched_classifier_matches_host_classifier():
         assert int(o.num_levels) == h.num_levels
         assert int(o.num_subspaces) == h.num_subspaces
         assert [bool(c) for c in o.criteria] == [h.criteria[lab] for lab in GEOMETRY_LABELS]
-    assert {GEOMETRY_LABELS[int(classify_batch(jnp.asarray(z), jnp.asarray(z), jnp.asarray(z), 1.0,
+    assert {GEOMETRY_LABELS[int(classify_batch(jnp.asarray(z), jnp.asarray(z), 1.0,
                                                jnp.zeros(3), 1j, False, 0, jnp.zeros((3, 3)), 0).label)]
             for z, _ in cases[:1]} == {"none"}
 

@@ -9,11 +9,9 @@ hyperplanes, codim-k, none), built from the same jnp diagnostics
 for a paranormal V with :math:`1 < \dim F < d` (probability zero in the random ensembles) the
 F-cluster criterion is not evaluated (``f_clusters = -2``, criterion False).
 
-Tolerances: ``classify_geometry`` measures cluster and level gaps relative to the diameter of
-the final configuration itself, which splits a configuration that has collapsed onto ONE
-point or level into its residual noise. Here every tolerance is ``rel_tol`` times the larger of
-the final and the *initial* diameter of the examined quantity (z, phi*(z), W z), so a
-collapse counts as one cluster / level.
+Tolerances, as ``classify_geometry(..., scale=ref)``: ``rel_tol`` times the larger of the
+examined quantity's own diameter and the reference length ``scale`` (for phi*(z): ``scale *
+|phi*|``), so that a cloud collapsed onto one point / level counts as one cluster / level.
 """
 
 from __future__ import annotations
@@ -80,10 +78,10 @@ def unstable_projector(V: Float[Array, "d d"], route: str = "device", tol: float
     return (u * keep) @ u.T, k
 
 
-def classify_batch(z, z0, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, *, rel_tol: float = 2e-2,
+def classify_batch(z, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, *, rel_tol: float = 2e-2,
                    max_clusters: int | None = None) -> BatchObservation:
-    r"""Classify ONE final configuration (vmap it): rescaled tokens z (n, d), the initial ones
-    z0 (n, d) (reference lengths), raw tokens x (n, d), the reference length ``scale`` for "origin", and the system's spectral data:
+    r"""Classify ONE final configuration (vmap it): rescaled tokens z (n, d), raw tokens x (n, d),
+    the reference length ``scale`` (e.g. the initial :math:`\max_i |z_i(0)|`), and the system's spectral data:
     ``phi_dual`` (d,), complex ``lam1``, ``paranormal``, ``dim_F``, the unstable projector
     ``proj`` (d, d) and k (from :func:`unstable_projector`).
 
@@ -93,7 +91,7 @@ def classify_batch(z, z0, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, 
         >>> from attnflow.observables import GEOMETRY_LABELS
         >>> z = jnp.array([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.5], [-1.0, 0.5]])
         >>> V = jnp.diag(jnp.array([1.0, 0.5])); P, k = unstable_projector(V)
-        >>> o = classify_batch(z, z, z, 1.0, jnp.array([1.0, 0.0]), 1.0 + 0j, True, 1, P, k)
+        >>> o = classify_batch(z, z, 1.0, jnp.array([1.0, 0.0]), 1.0 + 0j, True, 1, P, k)
         >>> GEOMETRY_LABELS[int(o.label)], int(o.num_levels)
         ('polytope', 2)
     """
@@ -104,19 +102,19 @@ def classify_batch(z, z0, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, 
     diam = diameter(z)
     floor = 1e-9 * jnp.maximum(jnp.maximum(diam, jnp.max(jnp.abs(z))), jnp.finfo(dt).tiny)
 
-    def clusters(y, y0):
-        return num_clusters(y, rel_tol, jnp.maximum(jnp.maximum(diameter(y), diameter(y0)), floor))
+    def clusters(y):
+        return num_clusters(y, rel_tol, jnp.maximum(jnp.maximum(diameter(y), floor), scale))
 
     mx = jnp.max(jnp.linalg.norm(x, axis=-1))
     origin = mx <= rel_tol * scale
-    nc = clusters(z, z0)
+    nc = clusters(z)
     polytope = nc <= max_clusters
 
     phi_dual = phi_dual.astype(dt)
     pd = jnp.where(jnp.isfinite(phi_dual), phi_dual, 0.0)
-    s, s0 = projections(z, pd), projections(z0, pd)
-    spread = jnp.maximum(jnp.max(s) - jnp.min(s), jnp.max(s0) - jnp.min(s0))
-    lev_raw = num_levels(s, rel_tol * jnp.maximum(spread, floor))
+    s = projections(z, pd)
+    spread = jnp.max(s) - jnp.min(s)
+    lev_raw = num_levels(s, rel_tol * jnp.maximum(jnp.maximum(spread, floor), scale * jnp.linalg.norm(pd)))
     real_pos = (jnp.abs(lam1.imag) <= 1e-10 * jnp.maximum(1.0, jnp.abs(lam1))) & (lam1.real > 0)
     lev = jnp.where(real_pos, lev_raw, -1)
     hyper = real_pos & (lev_raw <= 3)
@@ -126,7 +124,7 @@ def classify_batch(z, z0, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, 
     fcl = jnp.where(f1, lev_raw, jnp.where(paranormal & (dim_F > 1) & (dim_F < d), -2, -1))
     para = jnp.where(f1, lev_raw <= 3, paranormal & (dim_F == d) & polytope)
 
-    nsub_raw = clusters(z @ proj.astype(dt).T, z0 @ proj.astype(dt).T)
+    nsub_raw = clusters(z @ proj.astype(dt).T)
     nsub = jnp.where(k >= 1, nsub_raw, -1)
     codim = (k >= 1) & (nsub_raw <= 3)
 

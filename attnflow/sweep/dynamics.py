@@ -90,8 +90,8 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype
         zT = jnp.where(jnp.isfinite(zT), zT, 0.0)
         xT = jnp.where(jnp.isfinite(xT), xT, 0.0)
         scale = jnp.max(jnp.linalg.norm(x0, axis=-1), axis=-1)  # (clouds,)
-        obs = jax.vmap(lambda z, z0, x, s: classify_batch(z, z0, x, s, phi_dual, lam1, para, dim_F, proj, k,
-                                                      rel_tol=rel_tol, max_clusters=max_clusters))(zT, x0, xT, scale)
+        obs = jax.vmap(lambda z, x, s: classify_batch(z, x, s, phi_dual, lam1, para, dim_F, proj, k,
+                                                      rel_tol=rel_tol, max_clusters=max_clusters))(zT, xT, scale)
         all_crit = jnp.all(obs.criteria, axis=0)
         label = jnp.where(finite, jnp.argmax(all_crit), len(GEOMETRY_LABELS))
         return (label, all_crit, finite, jnp.max(obs.num_clusters), jnp.max(obs.num_levels),
