@@ -8,6 +8,7 @@ import sys
 # (module, attribute) pairs; each module defines add_parser(subparsers).
 COMMANDS = [
     ("attnflow.cli.reproduce", "add_parser"),
+    ("attnflow.cli.sweep", "add_parser"),
 ]
 
 

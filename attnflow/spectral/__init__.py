@@ -11,6 +11,17 @@ from .assumptions import (
     paranormal_split,
     predict_geometry,
 )
+from .batched import (
+    EIG_ROUTES,
+    GEOMETRIES,
+    EigenStats,
+    SpectralBatch,
+    check_batch,
+    eig_route,
+    eigen_stats,
+    eigvals_sorted,
+    geometry_names,
+)
 
 __all__ = [
     "LeadingEigenpair",
@@ -22,4 +33,13 @@ __all__ = [
     "paranormal_split",
     "is_positive_definite",
     "predict_geometry",
+    "EIG_ROUTES",
+    "GEOMETRIES",
+    "EigenStats",
+    "SpectralBatch",
+    "check_batch",
+    "eig_route",
+    "eigen_stats",
+    "eigvals_sorted",
+    "geometry_names",
 ]

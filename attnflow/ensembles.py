@@ -1,0 +1,163 @@
+r"""Random weight ensembles, seeded per system.
+
+Value matrices V (d, d):
+
+* ``"ginibre"``  -- real Ginibre, i.i.d. :math:`N(0,1)` entries (SPEC section 4);
+* ``"goe"``      -- symmetric, off-diagonal :math:`N(0,1)`, diagonal :math:`N(0,2)` (the law of
+  :math:`(G + G^T)/\sqrt 2`; real spectrum);
+* ``"uniform"``  -- i.i.d. :math:`U[-1,1]` entries;
+* ``"positive"`` -- i.i.d. :math:`U(0,1]` entries (Perron-Frobenius: Def 4.1(1) always holds);
+* ``"wishart"``  -- :math:`M M^T / d`, M Ginibre (positive semi-definite);
+* ``"sparse_symmetric"`` -- symmetric, each upper entry :math:`N(0,1)` with probability
+  ``density`` (default 0.1), else 0;
+* ``"identity"`` -- :math:`I_d` (Thm 3.1).
+
+Attention matrices :math:`A = Q^T K` (we return ``Q = I_d``, ``K = A``):
+
+* ``"identity"`` -- :math:`A = I`;
+* ``"spd"``      -- :math:`A = M M^T/d + 0.1\, I` (symmetric positive definite);
+* ``"uniform"``  -- i.i.d. :math:`U[-1,1]` entries (Section 12.1: neither symmetric nor PD).
+
+Reproducibility: a system's matrices are a function of its integer seed (and ensemble, d)
+only -- never of the batch it is drawn in. :func:`system_seeds` derives per-system seeds
+from a base seed, a group label and the system index.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .errors import InputError
+
+__all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems", "system_seeds"]
+
+V_ENSEMBLES = ("ginibre", "goe", "uniform", "positive", "wishart", "sparse_symmetric", "identity")
+QK_ENSEMBLES = ("identity", "spd", "uniform")
+
+_V_TAG, _QK_TAG, _X_TAG = 1, 2, 3  # fold_in tags: independent streams per system
+
+
+def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {allowed}, got {value!r}.")
+
+
+def _symmetrize_exact(S):
+    """Copy the upper triangle onto the lower one."""
+    return jnp.where(jnp.triu(jnp.ones(S.shape, bool)), S, S.T)
+
+
+def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: float = 0.1) -> Float[Array, "d d"]:
+    """One value matrix V (d, d) from ``ensemble`` (see the module docstring).
+
+    Example:
+        >>> import jax
+        >>> from attnflow.ensembles import sample_V
+        >>> V = sample_V(jax.random.key(0), "positive", 3)
+        >>> V.shape, bool((V > 0).all())
+        ((3, 3), True)
+    """
+    _check("V ensemble", ensemble, V_ENSEMBLES)
+    if ensemble == "identity":
+        return jnp.eye(d, dtype=dtype)
+    if ensemble == "uniform":
+        return jax.random.uniform(key, (d, d), dtype, minval=-1.0, maxval=1.0)
+    if ensemble == "positive":
+        return 1.0 - jax.random.uniform(key, (d, d), dtype)  # in (0, 1]
+    k1, k2 = jax.random.split(key)
+    G = jax.random.normal(k1, (d, d), dtype)
+    if ensemble == "ginibre":
+        return G
+    if ensemble == "goe":
+        off = jnp.triu(G, 1)  # off-diagonal N(0, 1), diagonal N(0, 2): law of (G + G^T)/sqrt 2
+        return off + off.T + jnp.diag(jnp.sqrt(jnp.asarray(2.0, dtype)) * jnp.diag(G))
+    if ensemble == "wishart":
+        return _symmetrize_exact(G @ G.T / d)
+    # sparse_symmetric
+    mask = jax.random.bernoulli(k2, density, (d, d))
+    upper = jnp.triu(jnp.where(mask, G, 0.0))
+    return upper + jnp.triu(upper, 1).T
+
+
+def sample_QK(key: Array, ensemble: str, d: int, dtype=jnp.float64) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
+    """(Q, K) with ``Q = I`` and ``K = A`` so that :math:`Q^T K = A` is drawn from ``ensemble``.
+
+    Example:
+        >>> import jax
+        >>> from attnflow.ensembles import sample_QK
+        >>> Q, K = sample_QK(jax.random.key(0), "spd", 4)
+        >>> bool((jax.numpy.linalg.eigvalsh(Q.T @ K) > 0).all())
+        True
+    """
+    _check("Q^T K ensemble", ensemble, QK_ENSEMBLES)
+    eye = jnp.eye(d, dtype=dtype)
+    if ensemble == "identity":
+        return eye, eye
+    if ensemble == "uniform":
+        return eye, jax.random.uniform(key, (d, d), dtype, minval=-1.0, maxval=1.0)
+    M = jax.random.normal(key, (d, d), dtype)
+    return eye, _symmetrize_exact(M @ M.T / d) + 0.1 * eye
+
+
+def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: int,
+                 dtype=jnp.float64, density: float = 0.1):
+    """Stacks (Q, K, V) of shape (B, d, d), system b drawn from ``jax.random.key(seeds[b])``.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.ensembles import draw_systems
+        >>> Q, K, V = draw_systems(np.array([7, 8, 9]), "ginibre", "identity", 4)
+        >>> _, _, V1 = draw_systems(np.array([9]), "ginibre", "identity", 4)
+        >>> bool((V[2] == V1[0]).all())   # a system depends on its seed, not on its batch
+        True
+    """
+    _check("V ensemble", v_ensemble, V_ENSEMBLES)
+    _check("Q^T K ensemble", qk_ensemble, QK_ENSEMBLES)
+    return _draw(jnp.asarray(seeds, dtype=jnp.uint32), v_ensemble, qk_ensemble, int(d), jnp.dtype(dtype), float(density))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _draw(seeds, v_ensemble, qk_ensemble, d, dtype, density):
+    def one(seed):
+        key = jax.random.key(seed)
+        V = sample_V(jax.random.fold_in(key, _V_TAG), v_ensemble, d, dtype, density)
+        Q, K = sample_QK(jax.random.fold_in(key, _QK_TAG), qk_ensemble, d, dtype)
+        return Q, K, V
+
+    return jax.vmap(one)(seeds)
+
+
+def token_key(seed) -> Array:
+    """The key of a system's initial token clouds (independent of its weights' streams)."""
+    return jax.random.fold_in(jax.random.key(seed), _X_TAG)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def system_seeds(base_seed: int, group: str, start: int, stop: int) -> np.ndarray:
+    """Per-system 31-bit seeds for systems ``start .. stop-1`` of ``group`` (a stable label such as
+    ``"ginibre/identity/d=8"``); a pure function of (base_seed, group, index).
+
+    Example:
+        >>> from attnflow.ensembles import system_seeds
+        >>> a = system_seeds(0, "ginibre/d=8", 0, 10)
+        >>> bool((a[5:] == system_seeds(0, "ginibre/d=8", 5, 10)).all())
+        True
+    """
+    tag = int.from_bytes(hashlib.sha256(f"{int(base_seed)}|{group}".encode()).digest()[:8], "little")
+    with np.errstate(over="ignore"):
+        x = np.uint64(tag) + np.arange(start, stop, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return (_splitmix64(x) & np.uint64(0x7FFFFFFF)).astype(np.int64)

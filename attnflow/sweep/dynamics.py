@@ -1,0 +1,265 @@
+r"""The dynamics sweep: predicted vs observed limit geometry over random triples (Q, K, V).
+
+Per system (seeded, see :mod:`attnflow.ensembles`):
+
+1. spectral checks in float64 (:func:`attnflow.spectral.check_batch`): Def 4.1 with
+   margins, Def 5.1, :math:`Q^TK > 0`, the predicted geometry;
+2. ``clouds`` random token clouds (n tokens, i.i.d. :math:`N(0, I/d)`) run with the exact
+   discrete rescaling (Euler layers of step dt, :math:`z[k] = (I+\Delta t V)^{-k}x[k]`,
+   Remark 3.4) up to ``t1``, with V divided by its spectral radius (a positive rescaling,
+   which changes neither the assumptions nor the prediction);
+3. the final configuration classified by :func:`attnflow.sweep.classify.classify_batch`
+   (the batched twin of :func:`attnflow.observables.classify_geometry`). A system's observed
+   label is the first criterion met by all of its clouds; ``consistent`` says whether all
+   clouds meet the criterion of the predicted geometry.
+
+Everything for one chunk is one jitted function, sharded over the devices with shard_map.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import runio
+from ..dynamics import DiscreteRescaledFlow, FoldedBatch
+from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds, token_key
+from ..errors import InputError
+from ..integrate import solve_euler
+from ..observables import GEOMETRY_LABELS
+from ..spectral.batched import GEOMETRIES, check_batch, eig_route, eigvals_sorted
+from .classify import classify_batch, unstable_projector
+from .runner import concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
+
+__all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
+
+OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
+COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
+           "abs_lambda2", "gap", "qk_phi1", "cond1", "cond2", "good", "qk_spd", "qk_min_eig", "paranormal",
+           "num_pos_real_part", "predicted", "observed", "consistent", "num_clusters", "num_levels",
+           "num_subspaces", "f_clusters", "finite"]
+
+
+def dynamics_groups(config: dict) -> list[dict]:
+    """(V ensemble, Q^T K ensemble, d) groups of a dynamics config, validated."""
+    for e in config["v_ensembles"]:
+        if e not in V_ENSEMBLES:
+            raise InputError(f"v_ensembles entries must be among {V_ENSEMBLES}, got {e!r}.")
+    for e in config["qk_ensembles"]:
+        if e not in QK_ENSEMBLES:
+            raise InputError(f"qk_ensembles entries must be among {QK_ENSEMBLES}, got {e!r}.")
+    for key in ("systems", "n", "clouds"):
+        if config[key] < 1:
+            raise InputError(f"{key} must be >= 1, got {config[key]}.")
+    if any(d < 1 for d in config["d"]):
+        raise InputError(f"every d must be >= 1, got {config['d']}.")
+    if not (config["dt"] > 0 and config["t1"] > 0):
+        raise InputError(f"dt and t1 must be > 0, got dt={config['dt']}, t1={config['t1']}.")
+    layers = config["t1"] / config["dt"]
+    if abs(layers - round(layers)) > 1e-9 * max(1.0, layers):
+        raise InputError(f"t1 / dt must be a whole number of layers, got t1={config['t1']}, dt={config['dt']}.")
+    if config["dtype"] not in ("float32", "float64"):
+        raise InputError(f"dtype must be 'float32' or 'float64', got {config['dtype']!r}.")
+    return [{"v": v, "qk": q, "d": int(d), "systems": int(config["systems"]), "label": f"V={v}/QK={q}/d={d}"}
+            for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
+
+
+def _spectral_stage(seeds, v, qk, d, density, route, w=None):
+    Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
+    sb = check_batch(Q, K, V, route, eigenvalues=w)
+    proj, k = jax.vmap(lambda a: unstable_projector(a, route))(V)
+    return Q, K, V, sb, proj, k
+
+
+def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype, rel_tol, max_clusters):
+    d = V.shape[-1]
+
+    def one(seed, Q, K, V, lam1, phi_dual, para, dim_F, proj, k):
+        rho = jnp.maximum(jnp.abs(lam1), 1e-30)
+        Vd = (V / rho).astype(dtype)
+        x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+        dyn = FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0, dt=dt,
+                                               max_layers=layers, t0=0.0))
+        traj = solve_euler(dyn, x0, dt=dt, num_steps=layers, save_every=layers)
+        zT = traj.ys[-1]
+        xT = dyn.tokens(traj.ts[-1], zT)
+        finite = jnp.all(jnp.isfinite(zT)) & jnp.all(jnp.isfinite(xT))
+        zT = jnp.where(jnp.isfinite(zT), zT, 0.0)
+        xT = jnp.where(jnp.isfinite(xT), xT, 0.0)
+        scale = jnp.max(jnp.linalg.norm(x0, axis=-1), axis=-1)  # (clouds,)
+        obs = jax.vmap(lambda z, x, s: classify_batch(z, x, s, phi_dual, lam1, para, dim_F, proj, k,
+                                                      rel_tol=rel_tol, max_clusters=max_clusters))(zT, xT, scale)
+        all_crit = jnp.all(obs.criteria, axis=0)
+        label = jnp.where(finite, jnp.argmax(all_crit), len(GEOMETRY_LABELS))
+        return (label, all_crit, finite, jnp.max(obs.num_clusters), jnp.max(obs.num_levels),
+                jnp.max(obs.num_subspaces), jnp.max(obs.f_clusters))
+
+    st = sb.stats
+    label, crit, finite, nc, nl, ns, fc = jax.vmap(one)(
+        seeds.astype(jnp.uint32), Q, K, V, st.lambda1, sb.phi_dual, sb.paranormal, sb.para_dim_F, proj, k)
+    # map the prediction (spectral GEOMETRIES order) to the criteria (GEOMETRY_LABELS order)
+    to_obs = jnp.asarray([GEOMETRY_LABELS.index(g) for g in GEOMETRIES])
+    consistent = finite & jnp.take_along_axis(crit, to_obs[sb.predicted][:, None], axis=1)[:, 0]
+    return {"lambda1_re": st.lambda1.real, "lambda1_im": st.lambda1.imag, "abs_lambda2": st.abs_lambda2,
+            "gap": st.gap, "qk_phi1": sb.qk, "cond1": st.cond1, "cond2": sb.cond2, "good": sb.good,
+            "qk_spd": sb.qk_spd, "qk_min_eig": sb.qk_min_eig, "paranormal": sb.paranormal,
+            "num_pos_real_part": st.num_pos_real_part, "predicted_code": sb.predicted, "observed_code": label,
+            "consistent": consistent, "num_clusters": nc, "num_levels": nl, "num_subspaces": ns,
+            "f_clusters": fc, "finite": finite}
+
+
+def make_chunk_fn(group: dict, config: dict, route: str, mesh):
+    """The function computing one chunk of ``group`` (seeds -> columns), sharded over ``mesh``."""
+    layers = int(round(config["t1"] / config["dt"]))
+    kw = dict(n=int(config["n"]), clouds=int(config["clouds"]), dt=float(config["dt"]), layers=layers,
+              dtype=jnp.float64 if config["dtype"] == "float64" else jnp.float32, rel_tol=float(config["rel_tol"]),
+              max_clusters=int(config["max_clusters"]) or None)
+    v, qk, d, density = group["v"], group["qk"], group["d"], float(config["density"])
+    if route != "cpu":
+        def fn(seeds):
+            Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, route)
+            return _dynamics_stage(seeds, Q, K, V, sb, proj, k, **kw)
+
+        return sharded(fn, mesh)
+
+    # eig on the CPU device (outside the sharded function), the rest sharded.
+    draw = jax.jit(lambda s: draw_systems(s, v, qk, d, jnp.float64, density)[2])
+
+    def fn_w(seeds, w):
+        Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, "host", w=w)
+        return _dynamics_stage(seeds, Q, K, V, sb, proj, k, **kw)
+
+    inner = sharded(fn_w, mesh)
+
+    def call(seeds):
+        w = np.asarray(eigvals_sorted(draw(jnp.asarray(seeds, jnp.uint32)), "cpu"))
+        return inner(seeds, w)
+
+    return call
+
+
+def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
+                       progress: bool | None = None) -> dict:
+    """Run (or resume) the dynamics sweep of ``config`` into ``out``; returns the summary.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runio import load_config
+        >>> from attnflow.sweep import run_dynamics_sweep
+        >>> cfg = load_config(None, "ginibre-dynamics.toml")
+        >>> cfg.update(v_ensembles=["positive"], qk_ensembles=["identity"], d=[2], systems=4, n=8, t1=2.0)
+        >>> cfg["run"]["progress"] = False
+        >>> s = run_dynamics_sweep(cfg, pathlib.Path(tempfile.mkdtemp()) / "out")
+        >>> s["systems"]
+        4
+    """
+    groups = dynamics_groups(config)
+    run = config["run"]
+    seed = int(config["seed"])
+    pidx, pcount = init_distributed(bool(run["distributed"]))
+    out, _ = open_run(out, "sweep-dynamics", config, seed, pidx)
+    route = eig_route(run["eig_route"])
+    mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
+    show = bool(run["progress"] if progress is None else progress)
+    chunks = plan_chunks([g["systems"] for g in groups], int(run["chunk_size"]))
+    fns: dict[int, object] = {}
+
+    def compute(c):
+        g = groups[c.group]
+        if c.group not in fns:
+            fns[c.group] = make_chunk_fn(g, config, route, mesh)
+        seeds = system_seeds(seed, g["label"], c.start, c.stop)
+        cols = {k: np.asarray(v) for k, v in fns[c.group](seeds).items()}
+        m = c.stop - c.start
+        cols["predicted"] = np.array([GEOMETRIES[i] for i in cols.pop("predicted_code")])
+        cols["observed"] = np.array([OBSERVED[i] for i in cols.pop("observed_code")])
+        cols.update(system=np.arange(c.start, c.stop), seed=seeds, v_ensemble=np.full(m, g["v"]),
+                    qk_ensemble=np.full(m, g["qk"]), d=np.full(m, g["d"]), n=np.full(m, int(config["n"])),
+                    clouds=np.full(m, int(config["clouds"])))
+        return cols
+
+    parts = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
+                       desc="dynamics sweep")
+    if pidx != 0:
+        return {}
+    table = concat(parts)
+    write_table(out / "table.csv", parts, COLUMNS)
+    summary = summarize(table, groups)
+    summary.update(eig_route=route, devices=int(mesh.shape["batch"]), t1=config["t1"], dt=config["dt"])
+    runio.atomic_write_json(out / "summary.json", summary)
+    plot(summary, out)
+    return summary
+
+
+def _crosstab(pred, obs) -> dict:
+    return {p: {o: int(np.sum((pred == p) & (obs == o))) for o in OBSERVED if np.any((pred == p) & (obs == o))}
+            for p in GEOMETRIES if np.any(pred == p)}
+
+
+def summarize(table: dict, groups: list[dict]) -> dict:
+    pred, obs = table["predicted"], table["observed"]
+    rows = []
+    for g in groups:
+        sel = (table["v_ensemble"] == g["v"]) & (table["qk_ensemble"] == g["qk"]) & (table["d"] == g["d"])
+        tested = sel & (pred != "none")
+        good, bad = sel & table["good"], sel & ~table["good"]
+        rows.append({
+            "v_ensemble": g["v"], "qk_ensemble": g["qk"], "d": g["d"], "systems": int(sel.sum()),
+            "frac_cond1": float(table["cond1"][sel].mean()), "frac_good": float(table["good"][sel].mean()),
+            "frac_consistent_where_predicted": float(table["consistent"][tested].mean()) if tested.any() else None,
+            "predicted": {p: int(np.sum(pred[sel] == p)) for p in GEOMETRIES if np.any(pred[sel] == p)},
+            "observed_good": {o: int(np.sum(obs[good] == o)) for o in OBSERVED if np.any(obs[good] == o)},
+            "observed_not_good": {o: int(np.sum(obs[bad] == o)) for o in OBSERVED if np.any(obs[bad] == o)},
+            "frac_levels_le3_not_good_real": (float(np.mean((table["num_levels"][bad] >= 1)
+                                                            & (table["num_levels"][bad] <= 3)
+                                                            )) if bad.any() else None),
+        })
+    tested = pred != "none"
+    return {
+        "systems": int(len(pred)),
+        "crosstab_predicted_observed": _crosstab(pred, obs),
+        "frac_consistent_where_predicted": float(table["consistent"][tested].mean()) if tested.any() else None,
+        "nonfinite": int(np.sum(~table["finite"])),
+        "groups": rows,
+    }
+
+
+def plot(summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ct = summary["crosstab_predicted_observed"]
+    preds = [p for p in GEOMETRIES if p in ct]
+    M = np.array([[ct[p].get(o, 0) for o in OBSERVED] for p in preds], float)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    ax = axes[0]
+    R = M / np.maximum(M.sum(1, keepdims=True), 1)
+    ax.imshow(R, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            if M[i, j]:
+                ax.text(j, i, f"{int(M[i, j])}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(OBSERVED)), OBSERVED, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(preds)), preds, fontsize=8)
+    ax.set_xlabel("observed")
+    ax.set_ylabel("predicted")
+    ax.set_title("predicted vs observed (row-normalised colour, counts)")
+    ax = axes[1]
+    labels = [f"{r['v_ensemble']}/{r['qk_ensemble']}/d={r['d']}" for r in summary["groups"]]
+    y = np.arange(len(labels))
+    ax.barh(y - 0.2, [r["frac_good"] for r in summary["groups"]], 0.4, label="good triple (Def 4.1)")
+    ax.barh(y + 0.2, [r["frac_consistent_where_predicted"] or 0 for r in summary["groups"]], 0.4,
+            label="observed = predicted (where a prediction exists)")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = out / ".predicted_vs_observed.tmp.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(out / "predicted_vs_observed.png")

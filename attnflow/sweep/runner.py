@@ -1,0 +1,222 @@
+r"""Chunked, resumable, sharded execution of a sweep.
+
+A sweep is a list of *groups* (one ensemble / dimension each) of systems indexed
+0..N-1; each system's matrices depend only on its seed
+(:func:`attnflow.ensembles.system_seeds`). The work is cut into chunks of at most
+``chunk_size`` systems of one group:
+
+* every finished chunk is written atomically to ``chunks/<group>-<start>.npz``
+  (temporary file + rename), so a sweep killed at any moment (even SIGKILL) and started
+  again skips what is done; the final table is assembled from the chunk files in plan order,
+  so it is identical to that of an uninterrupted run;
+* the run folder's marker stores the config fingerprint; a changed config refuses to resume
+  into the old folder (execution-only keys -- ``run.devices``, ``run.progress``,
+  ``run.distributed`` -- are not part of it: results do not depend on them);
+* inside a chunk the batch axis is sharded over the local devices with ``shard_map`` (each
+  device runs its own vmapped computation; the chunk is padded to a multiple of the device
+  count by repeating its last system, and the padding is dropped);
+* with ``run.distributed = true`` the process calls :func:`jax.distributed.initialize` and
+  takes every P-th chunk (P processes, all writing to one shared folder); process 0 waits
+  for all chunk files and writes the table.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+
+from .. import runio
+from ..errors import InputError
+
+__all__ = ["Chunk", "make_mesh", "sharded", "execution_free", "open_run", "run_chunks", "write_table"]
+
+EXECUTION_KEYS = ("devices", "progress", "distributed")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    group: int  # index into the plan's groups
+    start: int
+    stop: int
+
+    @property
+    def name(self) -> str:
+        return f"g{self.group:03d}-{self.start:09d}"
+
+
+def make_mesh(num_devices: int = 0) -> Mesh:
+    """A 1-d mesh ``("batch",)`` over the first ``num_devices`` local devices (0: all).
+
+    Example:
+        >>> from attnflow.sweep.runner import make_mesh
+        >>> make_mesh(1).shape["batch"]
+        1
+    """
+    devs = jax.local_devices()
+    if num_devices < 0 or num_devices > len(devs):
+        raise InputError(f"run.devices must be between 0 (all) and {len(devs)} (local devices), got {num_devices}.")
+    devs = devs[: num_devices or len(devs)]
+    return Mesh(np.array(devs), ("batch",))
+
+
+def sharded(fn: Callable, mesh: Mesh) -> Callable:
+    """Wrap a batched ``fn(*arrays) -> pytree`` (leading axis = systems) so that the batch is
+    split over ``mesh`` with ``shard_map``; pads to a multiple of the device count.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.runner import make_mesh, sharded
+        >>> f = sharded(lambda a: {"sq": a ** 2}, make_mesh())
+        >>> f(jnp.arange(5.0))["sq"].tolist()
+        [0.0, 1.0, 4.0, 9.0, 16.0]
+    """
+    ndev = mesh.shape["batch"]
+    inner = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
+
+    def call(*arrays):
+        b = np.shape(arrays[0])[0]
+        pad = (-b) % ndev
+        if pad:
+            arrays = tuple(np.concatenate([np.asarray(a), np.repeat(np.asarray(a)[-1:], pad, axis=0)]) for a in arrays)
+        out = inner(*arrays)
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
+
+    return call
+
+
+def execution_free(config: dict) -> dict:
+    """The config without execution-only keys (what the fingerprint covers)."""
+    cfg = copy.deepcopy(config)
+    for key in EXECUTION_KEYS:
+        cfg.get("run", {}).pop(key, None)
+    return cfg
+
+
+def open_run(out: str | Path, kind: str, config: dict, seed: int, process_index: int = 0) -> tuple[Path, bool]:
+    """Claim ``out`` for a sweep of ``kind``; refuse it when it holds a sweep of another config.
+    Returns (folder, resumed)."""
+    fp = runio.config_fingerprint(execution_free(config))
+    if process_index != 0:  # process 0 claims the folder; the others wait for its marker
+        deadline = time.time() + 600
+        while not (Path(out) / runio.MARKER).exists():
+            if time.time() > deadline:
+                raise InputError(f"--out {out}: process 0 did not create the run folder within 600 s.")
+            time.sleep(0.5)
+    out, existed = runio.claim_output_dir(out, kind)
+    if existed:
+        marker = json.loads((out / runio.MARKER).read_text())
+        if marker.get("fingerprint") != fp:
+            raise InputError(
+                f"--out {out} holds a {kind} sweep with another config (fingerprint "
+                f"{marker.get('fingerprint')}, this config {fp}); resume it with its own config "
+                f"({out / 'config.json'}) or choose a new folder."
+            )
+    elif process_index == 0:
+        runio.write_marker(out, kind, {"fingerprint": fp})
+        runio.atomic_write_json(out / "config.json", config)
+    if process_index == 0:
+        runio.atomic_write_json(out / "provenance.json", runio.provenance(seed, execution_free(config)))
+    return out, existed
+
+
+def _save_npz(path: Path, columns: dict) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in columns.items()})
+    runio.atomic_write_bytes(path, buf.getvalue())
+
+
+def _load_npz(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict], *, progress: bool = True,
+               process_index: int = 0, process_count: int = 1, desc: str = "sweep",
+               poll_s: float = 2.0) -> list[dict]:
+    """Compute the missing chunks (this process's share), then return all chunks' columns in
+    plan order (process 0 waits for the other processes' files)."""
+    from tqdm.auto import tqdm
+
+    folder = out / "chunks"
+    folder.mkdir(exist_ok=True)
+    mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
+    todo = [c for c in mine if not (folder / f"{c.name}.npz").exists()]
+    total = sum(c.stop - c.start for c in mine)
+    done = total - sum(c.stop - c.start for c in todo)
+    bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
+               dynamic_ncols=True)
+    with bar:
+        for c in todo:
+            cols = compute(c)
+            _save_npz(folder / f"{c.name}.npz", cols)
+            bar.update(c.stop - c.start)
+    if process_index != 0:
+        return []
+    while True:
+        missing = [c for c in chunks if not (folder / f"{c.name}.npz").exists()]
+        if not missing:
+            break
+        time.sleep(poll_s)
+    return [_load_npz(folder / f"{c.name}.npz") for c in chunks]
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v)) if np.isfinite(v) else ("nan" if np.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return str(v)
+
+
+def write_table(path: Path, parts: list[dict], columns: list[str]) -> int:
+    """Write the tidy CSV (one row per system) atomically; returns the number of rows."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    rows = 0
+    for part in parts:
+        n = len(part[columns[0]])
+        for i in range(n):
+            w.writerow([_fmt(part[c][i]) for c in columns])
+        rows += n
+    runio.atomic_write_text(path, buf.getvalue())
+    return rows
+
+
+def concat(parts: list[dict]) -> dict:
+    """Columns of all chunks, concatenated in plan order."""
+    if not parts:
+        return {}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def plan_chunks(sizes: list[int], chunk_size: int) -> list[Chunk]:
+    """Cut groups of ``sizes`` systems into chunks of at most ``chunk_size``.
+
+    Example:
+        >>> from attnflow.sweep.runner import plan_chunks
+        >>> [c.name for c in plan_chunks([5, 2], 3)]
+        ['g000-000000000', 'g000-000000003', 'g001-000000000']
+    """
+    if chunk_size < 1:
+        raise InputError(f"run.chunk_size must be >= 1, got {chunk_size}.")
+    return [Chunk(g, s, min(s + chunk_size, n)) for g, n in enumerate(sizes) for s in range(0, n, chunk_size)]
+
+
+def init_distributed(enabled: bool) -> tuple[int, int]:
+    """``jax.distributed.initialize()`` when ``enabled``; returns (process_index, process_count)."""
+    if enabled:
+        jax.distributed.initialize()
+    return jax.process_index(), jax.process_count()

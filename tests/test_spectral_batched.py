@@ -1,0 +1,160 @@
+"""Batched spectral checks against the host (NumPy float64) functions, and eig routing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attnflow  # noqa: F401  (x64)
+from attnflow.ensembles import draw_systems, system_seeds
+from attnflow.errors import InputError
+from attnflow.spectral import (
+    GEOMETRIES,
+    check_batch,
+    check_good_triple,
+    eig_route,
+    eigen_stats,
+    eigvals_sorted,
+    is_positive_definite,
+    paranormal_split,
+    predict_geometry,
+)
+from attnflow.spectral import batched as sb_mod
+
+
+def _special_triples():
+    """Hand-made triples covering every predicted geometry and the tie / defective cases."""
+    I3 = np.eye(3)
+    out = [
+        (I3, I3, I3),  # polytope
+        (I3, I3, np.diag([1.0, 1.0, -0.5])),  # paranormal dim F = 2 -> polytope x subspace
+        (I3, I3, np.diag([2.0, 1.0, 0.5])),  # paranormal dim F = 1
+        (I3, I3, -np.eye(3)),  # origin
+        (I3, I3, np.diag([-2.0, 1.0, 0.5])),  # top modulus negative -> codim-k
+        (I3, I3, np.array([[0.0, -2.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 1.0]])),  # complex top -> none
+        (I3, I3, np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]])),  # defective lambda_1
+        (I3, I3, np.diag([1.0, -1.0, 0.5])),  # |lambda_1| = |lambda_2| tie
+        (I3, np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), np.diag([2.0, 1.0, 0.5])),  # non-sym QK
+        (I3, -np.eye(3), np.diag([2.0, 1.0, 0.5])),  # <Q phi, K phi> < 0
+        (I3, I3, -np.diag([1.0, 2.0, 3.0])),  # all negative: none
+    ]
+    return out
+
+
+def _random_triples(rng, B, d):
+    trip = []
+    for v, q in [("ginibre", "identity"), ("ginibre", "uniform"), ("positive", "spd"), ("goe", "uniform"),
+                 ("sparse_symmetric", "identity"), ("wishart", "spd")]:
+        Q, K, V = draw_systems(system_seeds(1, f"{v}{q}{d}", 0, B), v, q, d)
+        trip += list(zip(np.asarray(Q), np.asarray(K), np.asarray(V)))
+    # m != d (rectangular Q, K) and a generic Q
+    for _ in range(B):
+        trip.append((rng.normal(size=(2, d)), rng.normal(size=(2, d)), rng.normal(size=(d, d))))
+    return trip
+
+
+@pytest.mark.parametrize("d", [3, 6])
+def test_batched_matches_host(d):
+    rng = np.random.default_rng(d)
+    trip = _random_triples(rng, 40, d) if d == 6 else _special_triples() + _random_triples(rng, 40, d)
+    groups = {}
+    for t in trip:  # group by m (shape of Q)
+        groups.setdefault(t[0].shape, []).append(t)
+    for items in groups.values():
+        Q, K, V = (jnp.asarray(np.stack(a)) for a in zip(*items))
+        r = check_batch(Q, K, V, route="device")
+        for b, (q, k, v) in enumerate(items):
+            c = check_good_triple(q, k, v)
+            assert bool(r.stats.cond1[b]) == c.condition1
+            assert bool(r.cond2[b]) == c.condition2
+            assert bool(r.good[b]) == c.good
+            np.testing.assert_allclose(float(r.stats.gap[b]), c.gap, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(complex(r.stats.lambda1[b]), c.lambda1, rtol=1e-9, atol=1e-9)
+            if np.isfinite(c.qk_value):
+                np.testing.assert_allclose(float(r.qk[b]), c.qk_value, rtol=1e-7, atol=1e-9)
+            else:
+                assert np.isnan(float(r.qk[b]))
+            spd, lam_min = is_positive_definite(q.T @ k)
+            assert bool(r.qk_spd[b]) == spd
+            np.testing.assert_allclose(float(r.qk_min_eig[b]), lam_min, rtol=1e-9, atol=1e-9)
+            s = paranormal_split(v)
+            assert bool(r.paranormal[b]) == s.paranormal, (v, s.reason)
+            if s.paranormal:
+                assert int(r.para_dim_F[b]) == s.F.shape[1]
+                np.testing.assert_allclose(float(r.para_radius_G[b]), s.radius_G, rtol=1e-8, atol=1e-10)
+            assert GEOMETRIES[int(r.predicted[b])] == predict_geometry(q, k, v).geometry
+
+
+def test_special_cases_cover_every_prediction():
+    Q, K, V = (jnp.asarray(np.stack(a)) for a in zip(*_special_triples()))
+    names = {GEOMETRIES[int(c)] for c in check_batch(Q, K, V).predicted}
+    assert names == set(GEOMETRIES)
+
+
+def test_leading_vectors_are_eigenvectors():
+    Q, K, V = draw_systems(system_seeds(2, "vec", 0, 300), "ginibre", "identity", 7)
+    r = check_batch(Q, K, V)
+    real = np.abs(np.asarray(r.stats.lambda1.imag)) == 0
+    assert real.sum() > 50
+    lam = np.asarray(r.stats.lambda1.real)[real]
+    phi, dual, Vn = np.asarray(r.phi)[real], np.asarray(r.phi_dual)[real], np.asarray(V)[real]
+    np.testing.assert_allclose(np.einsum("bij,bj->bi", Vn, phi), lam[:, None] * phi, atol=1e-8)
+    np.testing.assert_allclose(np.einsum("bi,bij->bj", dual, Vn), lam[:, None] * dual, atol=1e-6)
+    np.testing.assert_allclose(np.einsum("bi,bi->b", dual, phi), 1.0, atol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(phi, axis=1), 1.0, atol=1e-12)
+    assert np.all(np.isnan(np.asarray(r.phi)[~real]))
+    assert np.all(np.isnan(np.asarray(r.qk)[~real]))
+
+
+def test_routes_agree_and_auto_falls_back_to_host(monkeypatch):
+    V = jax.random.normal(jax.random.key(0), (64, 9, 9), jnp.float64)
+    ref = eigvals_sorted(V, "device")
+    for route in ("host", "cpu"):
+        np.testing.assert_allclose(np.asarray(eigvals_sorted(V, route)), np.asarray(ref), rtol=1e-10, atol=1e-10)
+    # modulus is non-increasing along each row
+    assert np.all(np.diff(np.abs(np.asarray(ref)), axis=1) <= 1e-12)
+    probe = sb_mod._device_can_eig
+    # a backend without an eig lowering: "auto" must route to the host callback
+    monkeypatch.setattr(sb_mod, "_device_can_eig", lambda backend: False)
+    assert eig_route("auto") == "host"
+    jitted = jax.jit(lambda v: eigen_stats(v, "auto").cond1)  # traceable on the fallback path
+    np.testing.assert_array_equal(np.asarray(jitted(V)), np.asarray(eigen_stats(V, "device").cond1))
+    # and the real probe on this (CPU) backend says the device can do it
+    assert probe("cpu") is True
+
+
+def test_cpu_route_refuses_tracing_and_bad_route():
+    V = jnp.eye(3)[None]
+    with pytest.raises(InputError, match="cannot run under jit"):
+        jax.jit(lambda v: eigvals_sorted(v, "cpu"))(V)
+    with pytest.raises(InputError, match="eig route"):
+        eigvals_sorted(V, "gpu")
+    with pytest.raises(InputError, match="stack"):
+        check_batch(jnp.eye(3), jnp.eye(3), jnp.eye(3))
+
+
+def test_known_spectral_facts():
+    d = 16
+    Vg = draw_systems(system_seeds(3, "facts", 0, 1500), "ginibre", "identity", d)[2]
+    st = eigen_stats(Vg)
+    # E[#real] = sqrt(2d/pi) + 1/2 + o(1) (Edelman-Kostlan-Shub), within 4 standard errors
+    nr = np.asarray(st.num_real, float)
+    assert abs(nr.mean() - (np.sqrt(2 * d / np.pi) + 0.5)) < 4 * nr.std() / np.sqrt(nr.size) + 0.05
+    # the real-part reading is satisfied far more often than the correct one
+    assert float(st.cond1_real_part.mean()) > float(st.cond1.mean()) + 0.15
+    # Perron-Frobenius: positive matrices always satisfy Def 4.1(1)
+    Vp = draw_systems(system_seeds(3, "pf", 0, 200), "positive", "identity", d)[2]
+    assert bool(eigen_stats(Vp).cond1.all())
+    # GOE: real spectrum
+    Vs = draw_systems(system_seeds(3, "goe", 0, 100), "goe", "identity", d)[2]
+    assert np.all(np.asarray(eigen_stats(Vs).num_real) == d)
+
+
+def test_float32_inputs_and_shard_friendly_jit():
+    Q, K, V = draw_systems(system_seeds(4, "f32", 0, 16), "ginibre", "spd", 5, dtype=jnp.float32)
+    r = jax.jit(lambda q, k, v: check_batch(q, k, v, "device"))(Q, K, V)
+    r64 = check_batch(Q.astype(jnp.float64), K.astype(jnp.float64), V.astype(jnp.float64))
+    assert r.phi.dtype == jnp.float32
+    # decisions away from the margins agree with float64
+    safe = np.abs(np.asarray(r64.stats.gap)) > 1e-3
+    np.testing.assert_array_equal(np.asarray(r.stats.cond1)[safe], np.asarray(r64.stats.cond1)[safe])
