@@ -1,3 +1,5 @@
-from .main import main
 import sys
+
+from .cli.main import main
+
 sys.exit(main())

@@ -172,9 +172,7 @@ def test_batched_classifier_matches_host_classifier():
 
 
 def _run_cli(args, env=None, **kw):
-    # (python -m attnflow is broken in the core: attnflow/__main__.py imports .main, not .cli.main)
-    code = "import sys; from attnflow.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, "sweep", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "attnflow", "sweep", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
