@@ -8,18 +8,17 @@ Ratios measured side by side in one run are the numbers to quote.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from attnflow.runio import _git_commit, atomic_write_json, atomic_write_text  # noqa: F401  (re-exported)
 
 __all__ = [
     "make_problem",
@@ -129,16 +128,6 @@ def matmul_rate(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> dict
     }
 
 
-def _git_commit() -> str | None:
-    try:
-        root = Path(__file__).resolve().parents[1]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else None
-    except Exception:
-        return None
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -173,7 +162,7 @@ def machine_info() -> dict:
         "jax_backend": jax.default_backend(),
         "jax_devices": [str(d) for d in jax.devices()],
         "versions": versions,
-        "git_commit": _git_commit(),
+        "git_commit": _git_commit(),  # attnflow.runio's, one implementation
     }
 
 
@@ -185,32 +174,3 @@ def make_run_dir(out: str | os.PathLike | None, prefix: str = "bench") -> Path:
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _jsonable(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o)}")
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
