@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.attnflow-installed
+# the optional benchmark baselines (torch CPU, torchdiffeq): installed for `make test` too,
+# so that the baselines' correctness tests run; skipped with a message if they cannot be
+BENCH_STAMP := $(VENV)/.attnflow-bench-installed
+BENCH_ARGS  ?=
 OUT    ?= results/reproduce
 
 .PHONY: install reproduce test bench clean
@@ -27,9 +31,6 @@ test: $(BENCH_STAMP)
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
 # skipped with a message otherwise. BENCH_ARGS=--quick for a smoke run.
-BENCH_STAMP := $(VENV)/.attnflow-bench-installed
-BENCH_ARGS  ?=
-
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,bench]" || echo "note: optional baselines (torch, torchdiffeq) not installed; their rows will be skipped"
 	touch $(BENCH_STAMP)
