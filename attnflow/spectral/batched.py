@@ -70,6 +70,9 @@ def _device_can_eig(backend: str) -> bool:
 def eig_route(route: str = "auto", backend: str | None = None) -> str:
     """Resolve ``route`` (``"auto"``, ``"device"``, ``"host"``, ``"cpu"``) for ``backend``.
 
+    ``"auto"``: ``"device"`` when the backend compiles ``eig``, else ``"host"``; on a CPU
+    backend with several local devices, ``"cpu"`` (see the comment in the code).
+
     Example:
         >>> from attnflow.spectral.batched import eig_route
         >>> eig_route("auto", "cpu")
@@ -80,6 +83,11 @@ def eig_route(route: str = "auto", backend: str | None = None) -> str:
     if route != "auto":
         return route
     backend = backend or jax.default_backend()
+    if backend == "cpu" and jax.local_device_count() > 1:
+        # Several (forced) CPU devices: eig / host callbacks inside shard_map were seen to
+        # block at d = 128 on a 2-core machine (fine at d = 32); computing the eigenvalues
+        # on one CPU device outside the sharded function avoids it.
+        return "cpu"
     return "device" if _device_can_eig(backend) else "host"
 
 
