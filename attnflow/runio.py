@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import difflib
@@ -37,6 +38,8 @@ __all__ = [
     "provenance",
     "config_fingerprint",
     "write_marker",
+    "atomic_path",
+    "atomic_save_figure",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -177,6 +180,47 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, else it is removed.
+
+    For writers that need a file name (e.g. an animation writer).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runio import atomic_path
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> with atomic_path(target) as tmp:
+        ...     _ = tmp.write_text("done")
+        >>> target.read_text()
+        'done'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def atomic_save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> str:
+    """Save a matplotlib figure atomically (format from the suffix), close it; returns the file name."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path.name
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

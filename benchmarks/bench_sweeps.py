@@ -22,7 +22,6 @@ Prints a table and writes JSON (``--out``, default ``bench_sweeps.json``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -65,7 +64,6 @@ def main() -> int:
                                    f" --xla_force_host_platform_device_count={args.host_devices}").strip()
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     import attnflow  # noqa: F401
     from attnflow.ensembles import system_seeds

@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +40,7 @@ from attnflow import AttentionFlow  # noqa: E402
 from attnflow.attention import select_impl  # noqa: E402
 from attnflow.dynamics import FoldedBatch  # noqa: E402
 from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
+from attnflow.runio import atomic_save_figure  # noqa: E402
 from benchmarks import baselines  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     atomic_write_json,
@@ -50,7 +50,6 @@ from benchmarks.common import (  # noqa: E402
     make_problem,
     make_run_dir,
     matmul_rate,
-    time_call,
 )
 
 FULL_SIZES = [(64, 256, 128), (16, 1024, 64), (1, 4096, 64), (1, 100_000, 64)]
@@ -473,10 +472,7 @@ def plot(run_dir: Path, records) -> None:
     ax.set_ylabel("% of measured matmul rate (same dtype)")
     ax.set_title("attnflow benchmark suite")
     fig.tight_layout()
-    tmp = run_dir / ".throughput.png.tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(run_dir / "throughput.png")
+    atomic_save_figure(fig, run_dir / "throughput.png", dpi=120)
 
 
 def parse_sizes(text: str):

@@ -213,7 +213,7 @@ def thm2_1(ctx: Context) -> CaseResult:
     x, P, ts = run.x[..., 0], run.P, run.ts
     B = x.shape[0]
     order = np.argsort(x0[..., 0], axis=1)
-    bad_rows, ranks, exceptions = [], [], []
+    ranks, exceptions = [], []
     for b in range(B):
         o = order[b]
         Ps = P[b, -1][np.ix_(o, o)]

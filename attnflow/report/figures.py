@@ -6,9 +6,6 @@ atomically, and returns the file name.
 
 from __future__ import annotations
 
-import io
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -18,17 +15,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..observables import affine_hull  # noqa: E402
-from ..runio import atomic_write_bytes  # noqa: E402
+from ..runio import atomic_path, atomic_save_figure  # noqa: E402
 
 __all__ = ["trajectories", "attention_maps", "cluster_boolean", "levels", "animation"]
 
 
 def _save(fig, path: Path) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path.name
+    return atomic_save_figure(fig, path, dpi=90, bbox_inches="tight")
 
 
 def _hull_segments(p: np.ndarray) -> list[np.ndarray]:
@@ -193,13 +186,9 @@ def animation(path: Path, ts, z, *, title: str, overlay: str | None, phi_dual=No
         ax.set_title(f"{title}   t = {ts[k]:.2f}", fontsize=8)
 
     anim = FuncAnimation(fig, draw, frames=list(idx), blit=False)
-    fd, tmp = tempfile.mkstemp(suffix=".gif", dir=path.parent)
-    os.close(fd)
     try:
-        anim.save(tmp, writer=PillowWriter(fps=fps))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            anim.save(tmp, writer=PillowWriter(fps=fps))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path.name

@@ -259,7 +259,4 @@ def plot(summary: dict, out: Path) -> None:
     ax.set_xlim(0, 1)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = out / ".predicted_vs_observed.tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(out / "predicted_vs_observed.png")
+    runio.atomic_save_figure(fig, out / "predicted_vs_observed.png", dpi=120)

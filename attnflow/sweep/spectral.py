@@ -208,7 +208,4 @@ def plot(summary: dict, out: Path) -> None:
     axes[1].set_ylabel("E[# real eigenvalues]")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    tmp = out / ".fraction_vs_d.tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(out / "fraction_vs_d.png")
+    runio.atomic_save_figure(fig, out / "fraction_vs_d.png", dpi=120)
