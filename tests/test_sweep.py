@@ -205,7 +205,9 @@ MULTI = textwrap.dedent("""
     from attnflow.sweep import load_sweep_config, run_sweep
     assert len(jax.devices()) == 4, jax.devices()
     tmp = Path(sys.argv[1])
-    for name, runs in (("s.toml", ((1, "auto"), (4, "auto"))), ("d.toml", ((1, "auto"), (4, "auto"), (2, "cpu")))):
+    runs_all = (("s.toml", ((1, "auto"), (4, "auto"))), ("d.toml", ((1, "auto"), (4, "auto"), (2, "cpu"))),
+                ("d64.toml", ((1, "auto"), (4, "auto"), (4, "cpu"))))
+    for name, runs in runs_all:
         cfg = load_sweep_config(tmp / name)
         cfg["run"]["chunk_size"] = 7          # not a multiple of 4: padding is exercised
         tables = []
@@ -217,20 +219,45 @@ MULTI = textwrap.dedent("""
             tables.append((out / "table.csv").read_text())
         assert tables[0] == tables[1], name + ": 1 vs 4 devices differ"
         print(name, "rows", len(tables[0].splitlines()), "other route == device route", tables[-1] == tables[0])
+    cfg["run"]["eig_route"] = "host"  # a NumPy callback inside shard_map on several CPU devices: refused
+    try:
+        run_sweep(cfg, tmp / "host", num_devices=2)
+        raise SystemExit("host route on 2 CPU devices was not refused")
+    except attnflow.errors.InputError as e:
+        assert "deadlocks" in str(e), e
 """)
+
+# d = 64, n = 64: the size at which batched LAPACK calls inside shard_map deadlocked XLA:CPU's
+# thread pool on 2 cores before the per-system loop (runner.needs_per_system_loop).
+D64_TOML = """
+kind = "dynamics"
+v_ensembles = ["ginibre"]
+qk_ensembles = ["identity"]
+d = [64]
+systems = 6
+n = 64
+clouds = 1
+t1 = 2.0
+dt = 0.1
+[run]
+chunk_size = 6
+progress = false
+"""
 
 
 def test_sharded_over_four_devices_identical_to_one(tmp_path):
-    _cfg(tmp_path, SPECTRAL_TOML.replace('["ginibre", "positive"]', '["ginibre"]').replace("[3, 5]", "[5]"), "s.toml")
+    _cfg(tmp_path, SPECTRAL_TOML.replace('["ginibre", "positive"]', '["ginibre"]').replace("[3, 5]", "[5, 96]"),
+         "s.toml")
     _cfg(tmp_path, DYNAMICS_TOML.replace("systems = 24", "systems = 10").replace('["positive", "ginibre"]',
                                                                               '["ginibre"]'), "d.toml")
+    _cfg(tmp_path, D64_TOML, "d64.toml")
     script = _cfg(tmp_path, MULTI, "multi.py")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, cwd=REPO, capture_output=True,
-                       text=True, timeout=400)
+                       text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [l for l in r.stdout.splitlines() if "rows" in l]
-    assert len(lines) == 2, r.stdout
+    assert len(lines) == 3, r.stdout
     print(r.stdout)
 
 

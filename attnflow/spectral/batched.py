@@ -8,7 +8,9 @@ non-symmetric eigenvalue problem runs (the *eig route*):
   and only eigenvalues / right vectors are requested (we request eigenvalues only), otherwise to
   LAPACK on the host. TPU has no lowering.
 * ``"host"`` -- a :func:`jax.pure_callback` into NumPy (``numpy.linalg.eigvals``); works inside
-  ``jit``/``shard_map`` on every backend.
+  ``jit``/``shard_map`` on every backend, except on several (forced) CPU devices, where the
+  callback starves XLA:CPU's thread pool (the sweeps refuse it there,
+  :func:`attnflow.sweep.runner.check_eig_route`).
 * ``"cpu"`` -- the eigenvalues are computed by a jitted call placed on the CPU device and moved
   back (not usable inside an outer ``jit``).
 * ``"auto"`` -- ``"device"`` when the default backend can compile ``eig`` (probed once),
@@ -70,8 +72,7 @@ def _device_can_eig(backend: str) -> bool:
 def eig_route(route: str = "auto", backend: str | None = None) -> str:
     """Resolve ``route`` (``"auto"``, ``"device"``, ``"host"``, ``"cpu"``) for ``backend``.
 
-    ``"auto"``: ``"device"`` when the backend compiles ``eig``, else ``"host"``; on a CPU
-    backend with several local devices, ``"cpu"`` (see the comment in the code).
+    ``"auto"``: ``"device"`` when the backend compiles ``eig``, else ``"host"``.
 
     Example:
         >>> from attnflow.spectral.batched import eig_route
@@ -83,11 +84,6 @@ def eig_route(route: str = "auto", backend: str | None = None) -> str:
     if route != "auto":
         return route
     backend = backend or jax.default_backend()
-    if backend == "cpu" and jax.local_device_count() > 1:
-        # Several (forced) CPU devices: eig / host callbacks inside shard_map were seen to
-        # block at d = 128 on a 2-core machine (fine at d = 32); computing the eigenvalues
-        # on one CPU device outside the sharded function avoids it.
-        return "cpu"
     return "device" if _device_can_eig(backend) else "host"
 
 

@@ -32,7 +32,7 @@ from ..integrate import solve_euler
 from ..observables import GEOMETRY_LABELS
 from ..spectral.batched import GEOMETRIES, check_batch, eig_route, eigvals_sorted
 from .classify import classify_batch, unstable_projector
-from .runner import concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
+from .runner import check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
 
 __all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
 
@@ -67,10 +67,11 @@ def dynamics_groups(config: dict) -> list[dict]:
             for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
 
 
-def _spectral_stage(seeds, v, qk, d, density, route, w=None):
+def _spectral_stage(seeds, v, qk, d, density, route, w=None, proj=None, k=None):
     Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
     sb = check_batch(Q, K, V, route, eigenvalues=w)
-    proj, k = jax.vmap(lambda a: unstable_projector(a, route))(V)
+    if proj is None:
+        proj, k = jax.vmap(lambda a: unstable_projector(a, route))(V)
     return Q, K, V, sb, proj, k
 
 
@@ -125,18 +126,25 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
 
         return sharded(fn, mesh)
 
-    # eig on the CPU device (outside the sharded function), the rest sharded.
-    draw = jax.jit(lambda s: draw_systems(s, v, qk, d, jnp.float64, density)[2])
+    # The eigenproblems (sorted eigenvalues of V, the unstable projector from the eigenvectors
+    # of V^T) on the CPU device outside the sharded function; the rest sharded.
+    cpu = jax.devices("cpu")[0]
 
-    def fn_w(seeds, w):
-        Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, "host", w=w)
+    @jax.jit
+    def eigen_on_cpu(s):
+        V = draw_systems(s, v, qk, d, jnp.float64, density)[2]
+        proj, k = jax.vmap(lambda a: unstable_projector(a, "device"))(V)
+        return eigvals_sorted(V, "device"), proj, k
+
+    def fn_w(seeds, w, proj, k):
+        Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, "host", w=w, proj=proj, k=k)
         return _dynamics_stage(seeds, Q, K, V, sb, proj, k, **kw)
 
     inner = sharded(fn_w, mesh)
 
     def call(seeds):
-        w = np.asarray(eigvals_sorted(draw(jnp.asarray(seeds, jnp.uint32)), "cpu"))
-        return inner(seeds, w)
+        w, proj, k = eigen_on_cpu(jax.device_put(np.asarray(seeds, np.uint32), cpu))
+        return inner(seeds, np.asarray(w), np.asarray(proj), np.asarray(k))
 
     return call
 
@@ -163,6 +171,7 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
     out, _ = open_run(out, "sweep-dynamics", config, seed, pidx)
     route = eig_route(run["eig_route"])
     mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
+    check_eig_route(route, mesh)
     show = bool(run["progress"] if progress is None else progress)
     chunks = plan_chunks([g["systems"] for g in groups], int(run["chunk_size"]))
     fns: dict[int, object] = {}

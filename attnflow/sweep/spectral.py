@@ -20,7 +20,7 @@ from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
 from ..spectral.batched import eig_route, eigen_stats, eigvals_sorted, _stats_from_eigvals
-from .runner import concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
+from .runner import check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups"]
 
@@ -115,6 +115,7 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
     out, _ = open_run(out, "sweep-spectral", config, seed, pidx)
     route = eig_route(run["eig_route"])
     mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
+    check_eig_route(route, mesh)
     show = bool(run["progress"] if progress is None else progress)
     chunks = plan_chunks([g["samples"] for g in groups], int(run["chunk_size"]))
     fns: dict[int, object] = {}
