@@ -197,6 +197,35 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(dynamics_reference, t
     assert s["systems"] == 48
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_with_jax_distributed_give_the_one_process_table(dynamics_reference, tmp_path):
+    """A manual two-process launch (jax.distributed with a coordinator on localhost): each process
+    computes every other chunk into the shared folder, process 0 writes the same table."""
+    cfgp = _cfg(tmp_path, DYNAMICS_TOML, "d.toml")
+    out, port = tmp_path / "two", _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    procs = [_run_cli([str(cfgp), "--out", str(out), "--no-progress", "--coordinator", f"127.0.0.1:{port}",
+                       "--num-processes", "2", "--process-id", str(i)], env=env, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (so, se) in zip(procs, outs):
+        assert p.returncode == 0, se[-3000:]
+    # 8 chunks: 4 each, and process 0 reports the table
+    assert "process 0 of 2: computed 4 of 8 chunks" in outs[0][0] and "results in" in outs[0][0]
+    assert "process 1 of 2: computed 4 of 8 chunks" in outs[1][0] and "results in" not in outs[1][0]
+    assert (out / "table.csv").read_bytes() == (dynamics_reference[1] / "table.csv").read_bytes()
+    # a half-given launch is refused before any work
+    p = _run_cli([str(cfgp), "--out", str(tmp_path / "bad"), "--coordinator", "127.0.0.1:1"], env=env, text=True)
+    so, se = p.communicate(timeout=120)
+    assert p.returncode == 2 and "needs all three" in se, se
+
+
 MULTI = textwrap.dedent("""
     import sys, json, filecmp
     from pathlib import Path
@@ -273,3 +302,31 @@ def test_cli_sweep(tmp_path, capsys):
     bad = _cfg(tmp_path, 'kind = "spectral"\nd = "4"\n', "bad.toml")
     assert main(["sweep", str(bad), "--out", str(tmp_path / "p")]) == 2
     assert "must be a list" in capsys.readouterr().err
+
+
+def test_parquet_table_matches_csv_and_missing_pyarrow_is_refused(tmp_path, monkeypatch):
+    import csv
+
+    import pyarrow.parquet as pq
+
+    cfg = load_sweep_config(_cfg(tmp_path, SPECTRAL_TOML.replace("progress = false",
+                                                                  'progress = false\ntable_formats = ["csv", "parquet"]'),
+                                 "s.toml"))
+    run_sweep(cfg, tmp_path / "o")
+    table = pq.read_table(tmp_path / "o" / "table.parquet")
+    with open(tmp_path / "o" / "table.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert table.num_rows == len(rows) == 4 * 60 and table.column_names == list(rows[0])
+    cols = table.to_pydict()
+    assert str(table.schema.field("cond1").type) == "bool" and str(table.schema.field("d").type) == "int64"
+    for name in ("seed", "d", "num_real"):
+        assert [str(v) for v in cols[name]] == [r[name] for r in rows]
+    for name in ("lambda1_re", "gap"):
+        np.testing.assert_array_equal(np.array(cols[name], float), np.array([float(r[name]) for r in rows]))
+    assert [("true" if v else "false") for v in cols["cond1"]] == [r["cond1"] for r in rows]
+    assert cols["ensemble"] == [r["ensemble"] for r in rows]
+    # without pyarrow the sweep refuses before creating anything
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(InputError, match="pyarrow is not installed"):
+        run_sweep(cfg, tmp_path / "p")
+    assert not (tmp_path / "p").exists()

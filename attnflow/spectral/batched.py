@@ -60,7 +60,7 @@ _PARA_TOL = 1e-9  # as paranormal_split
 def _device_can_eig(backend: str) -> bool:
     """Whether ``backend`` compiles a non-symmetric eigenvalue problem (probed once)."""
     try:
-        dev = jax.devices(backend)[0]
+        dev = jax.local_devices(backend=backend)[0]
         x = jax.device_put(np.eye(2), dev)
         jax.jit(lambda a: jax.lax.linalg.eig(a, compute_left_eigenvectors=False,
                                              compute_right_eigenvectors=False)[0])(x).block_until_ready()
@@ -127,7 +127,7 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
         if isinstance(V, jax.core.Tracer):
             raise InputError("eig route 'cpu' moves data between devices and cannot run under jit; "
                              "use route='host' inside traced code.")
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.local_devices(backend="cpu")[0]
         home = getattr(V, "sharding", None)
         w = _eigvals_cpu_jit(jax.device_put(V, cpu))
         return jax.device_put(w, home) if home is not None else w

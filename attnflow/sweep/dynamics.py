@@ -32,7 +32,8 @@ from ..integrate import solve_euler
 from ..observables import GEOMETRY_LABELS
 from ..spectral.batched import GEOMETRIES, check_batch, eig_route, eigvals_sorted
 from .classify import classify_batch, unstable_projector
-from .runner import check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
+from .runner import (check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded,
+                     write_tables, check_table_formats)
 
 __all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
 
@@ -128,7 +129,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
 
     # The eigenproblems (sorted eigenvalues of V, the unstable projector from the eigenvectors
     # of V^T) on the CPU device outside the sharded function; the rest sharded.
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
 
     @jax.jit
     def eigen_on_cpu(s):
@@ -150,7 +151,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
 
 
 def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
-                       progress: bool | None = None) -> dict:
+                       progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the dynamics sweep of ``config`` into ``out``; returns the summary.
 
     Example:
@@ -166,8 +167,9 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
     """
     groups = dynamics_groups(config)
     run = config["run"]
+    formats = check_table_formats(run["table_formats"])
     seed = int(config["seed"])
-    pidx, pcount = init_distributed(bool(run["distributed"]))
+    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
     out, _ = open_run(out, "sweep-dynamics", config, seed, pidx)
     route = eig_route(run["eig_route"])
     mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
@@ -190,17 +192,19 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
                     clouds=np.full(m, int(config["clouds"])))
         return cols
 
-    parts = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
+    parts, computed = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
                        desc="dynamics sweep")
+    processes = {"process_index": pidx, "process_count": pcount, "chunks_computed_here": computed,
+                 "chunks": len(chunks)}
     if pidx != 0:
-        return {}
+        return processes
     table = concat(parts)
-    write_table(out / "table.csv", parts, COLUMNS)
+    write_tables(out, parts, COLUMNS, formats)
     summary = summarize(table, groups)
     summary.update(eig_route=route, devices=int(mesh.shape["batch"]), t1=config["t1"], dt=config["dt"])
     runio.atomic_write_json(out / "summary.json", summary)
     plot(summary, out)
-    return summary
+    return dict(summary, **processes)
 
 
 def _crosstab(pred, obs) -> dict:

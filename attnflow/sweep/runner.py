@@ -38,9 +38,10 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .. import runio
 from ..errors import InputError
 
-__all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "check_eig_route", "sharded", "execution_free", "open_run", "run_chunks", "write_table"]
+__all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "check_eig_route", "sharded", "execution_free", "open_run", "run_chunks", "write_table",
+           "write_tables", "check_table_formats"]
 
-EXECUTION_KEYS = ("devices", "progress", "distributed")
+EXECUTION_KEYS = ("devices", "progress", "distributed", "table_formats")
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,10 @@ def _load_npz(path: Path) -> dict:
 
 def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict], *, progress: bool = True,
                process_index: int = 0, process_count: int = 1, desc: str = "sweep",
-               poll_s: float = 2.0) -> list[dict]:
-    """Compute the missing chunks (this process's share), then return all chunks' columns in
-    plan order (process 0 waits for the other processes' files)."""
+               poll_s: float = 2.0) -> tuple[list[dict], int]:
+    """Compute the missing chunks (this process's share); return all chunks' columns in plan
+    order (process 0 waits for the other processes' files; the others get ``[]``) and the
+    number of chunks this process computed."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
@@ -214,13 +216,13 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
             _save_npz(folder / f"{c.name}.npz", cols)
             bar.update(c.stop - c.start)
     if process_index != 0:
-        return []
+        return [], len(todo)
     while True:
         missing = [c for c in chunks if not (folder / f"{c.name}.npz").exists()]
         if not missing:
             break
         time.sleep(poll_s)
-    return [_load_npz(folder / f"{c.name}.npz") for c in chunks]
+    return [_load_npz(folder / f"{c.name}.npz") for c in chunks], len(todo)
 
 
 def _fmt(v) -> str:
@@ -248,6 +250,49 @@ def write_table(path: Path, parts: list[dict], columns: list[str]) -> int:
     return rows
 
 
+TABLE_FORMATS = ("csv", "parquet")
+
+
+def check_table_formats(formats: list[str]) -> list[str]:
+    """Validate ``run.table_formats`` (before any work); Parquet needs pyarrow.
+
+    Example:
+        >>> from attnflow.sweep.runner import check_table_formats
+        >>> check_table_formats(["csv"])
+        ['csv']
+    """
+    bad = [f for f in formats if f not in TABLE_FORMATS]
+    if bad or not formats:
+        raise InputError(f"run.table_formats must be a non-empty list of {TABLE_FORMATS}, got {formats}.")
+    if "parquet" in formats:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as e:
+            raise InputError("run.table_formats asks for 'parquet', but pyarrow is not installed: "
+                             "pip install 'attnflow[parquet]', or use table_formats = [\"csv\"].") from e
+    return list(formats)
+
+
+def write_tables(out: Path, parts: list[dict], columns: list[str], formats: list[str]) -> list[Path]:
+    """Write the tidy table as ``out/table.csv`` and/or ``out/table.parquet`` (same rows and
+    columns; Parquet keeps the dtypes: bool, int64, float64, string), each atomically."""
+    written = []
+    if "csv" in formats:
+        write_table(out / "table.csv", parts, columns)
+        written.append(out / "table.csv")
+    if "parquet" in formats:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        cols = concat(parts)
+        table = pa.table({c: pa.array(np.asarray(cols[c]).tolist() if np.asarray(cols[c]).dtype.kind == "U"
+                                      else np.asarray(cols[c])) for c in columns})
+        with runio.atomic_path(out / "table.parquet") as tmp:
+            pq.write_table(table, tmp)
+        written.append(out / "table.parquet")
+    return written
+
+
 def concat(parts: list[dict]) -> dict:
     """Columns of all chunks, concatenated in plan order."""
     if not parts:
@@ -268,8 +313,42 @@ def plan_chunks(sizes: list[int], chunk_size: int) -> list[Chunk]:
     return [Chunk(g, s, min(s + chunk_size, n)) for g, n in enumerate(sizes) for s in range(0, n, chunk_size)]
 
 
-def init_distributed(enabled: bool) -> tuple[int, int]:
-    """``jax.distributed.initialize()`` when ``enabled``; returns (process_index, process_count)."""
-    if enabled:
-        jax.distributed.initialize()
+def init_distributed(enabled: bool, coordinator: str | None = None, num_processes: int | None = None,
+                     process_id: int | None = None) -> tuple[int, int]:
+    """Join a multi-process run; returns (process_index, process_count).
+
+    With ``coordinator`` / ``num_processes`` / ``process_id`` (all three), calls
+    ``jax.distributed.initialize`` with them (a manual launch: one command per process, the
+    same ``coordinator`` "host:port" for all, served by process 0). Otherwise, when ``enabled``
+    (``run.distributed = true``), calls it without arguments, so that JAX reads the launcher's
+    environment (SLURM, Open MPI, Kubernetes, Cloud TPU). Must run before any JAX computation;
+    a second call in one process is a no-op.
+
+    Example:
+        >>> from attnflow.sweep.runner import init_distributed
+        >>> init_distributed(False)
+        (0, 1)
+    """
+    manual = (coordinator, num_processes, process_id)
+    if any(v is not None for v in manual):
+        if any(v is None for v in manual):
+            raise InputError("a manual multi-process launch needs all three of --coordinator HOST:PORT, "
+                             f"--num-processes P and --process-id I; got {coordinator=}, {num_processes=}, "
+                             f"{process_id=}.")
+        if not (num_processes >= 1 and 0 <= process_id < num_processes):
+            raise InputError(f"--process-id must be in 0 .. {num_processes - 1} and --num-processes >= 1, "
+                             f"got {process_id} of {num_processes}.")
+        if ":" not in coordinator:
+            raise InputError(f"--coordinator must be HOST:PORT (process 0's address), got {coordinator!r}.")
+        enabled = True
+    if enabled and not jax.distributed.is_initialized():
+        try:
+            jax.distributed.initialize(*manual)
+        except (ValueError, RuntimeError) as e:
+            if all(v is None for v in manual):
+                raise InputError(
+                    "run.distributed = true, but JAX found no cluster launcher (SLURM, Open MPI, Kubernetes, "
+                    "Cloud TPU) to read the process layout from; launch one process per host with "
+                    f"--coordinator HOST:PORT --num-processes P --process-id I ({e})") from e
+            raise
     return jax.process_index(), jax.process_count()

@@ -20,7 +20,8 @@ from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
 from ..spectral.batched import eig_route, eigen_stats, eigvals_sorted, _stats_from_eigvals
-from .runner import check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded, write_table
+from .runner import (check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded,
+                     write_tables, check_table_formats)
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups"]
 
@@ -94,7 +95,7 @@ def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
 
 
 def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
-                       progress: bool | None = None) -> dict:
+                       progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the spectral sweep of ``config`` into ``out``; returns the summary.
 
     Example:
@@ -109,9 +110,10 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
     """
     groups = spectral_groups(config)
     run = config["run"]
+    formats = check_table_formats(run["table_formats"])
     seed = int(config["seed"])
     dtype = jnp.float64 if config["dtype"] == "float64" else jnp.float32
-    pidx, pcount = init_distributed(bool(run["distributed"]))
+    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
     out, _ = open_run(out, "sweep-spectral", config, seed, pidx)
     route = eig_route(run["eig_route"])
     mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
@@ -135,18 +137,20 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
                     d=np.full(m, g["d"]))
         return cols
 
-    parts = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
+    parts, computed = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
                        desc="spectral sweep")
+    processes = {"process_index": pidx, "process_count": pcount, "chunks_computed_here": computed,
+                 "chunks": len(chunks)}
     if pidx != 0:
-        return {}
+        return processes
     table = concat(parts)
-    write_table(out / "table.csv", parts, COLUMNS)
+    write_tables(out, parts, COLUMNS, formats)
     summary = summarize(table, groups, float(config["confidence"]))
     summary["eig_route"] = route
     summary["devices"] = int(mesh.shape["batch"])
     runio.atomic_write_json(out / "summary.json", summary)
     plot(summary, out)
-    return summary
+    return dict(summary, **processes)
 
 
 def summarize(table: dict, groups: list[dict], confidence: float) -> dict:
