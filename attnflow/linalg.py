@@ -6,6 +6,8 @@ vector-field evaluation (a d x d computation), never once per token pair.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,8 @@ from jaxtyping import Array, Float, Int
 from ._validate import is_concrete
 from .errors import InputError
 
-__all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer"]
+__all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer", "loop_over_systems",
+           "lapack_needs_loop"]
 
 
 def expm_tV(V: Float[Array, "d d"], t: Float[Array, ""] | float) -> Float[Array, "d d"]:
@@ -78,3 +81,40 @@ def check_invertible_transfer(V, dt) -> None:
                 f"{s[-1]:.3g}): -1/dt is an eigenvalue of V, so the discrete rescaling "
                 "z[k] = (I + dt V)^{-k} x[k] does not exist; choose another dt."
             )
+
+
+def loop_over_systems(fn: Callable) -> Callable:
+    """``fn`` applied to batches of one system in a ``lax.map`` (same outputs as ``fn``, whose
+    positional arguments are arrays with the systems on the leading axis).
+
+    On XLA:CPU, use it around code with several *independent* batched LAPACK calls (e.g. eig of
+    V and eigvalsh of Q^T K): the executor may start them at once on its intra-op pool, each
+    then splits its batch over the same pool and waits, and with two cores both threads wait
+    forever (seen with gdb: two ``jax::ParallelBatchMap`` in ``lapack_dgeev_ffi``). A batch of
+    one runs inline, so a loop cannot deadlock.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.linalg import loop_over_systems
+        >>> loop_over_systems(lambda a: a.sum(axis=-1))(jnp.ones((3, 2))).tolist()
+        [2.0, 2.0, 2.0]
+    """
+
+    def looped(*arrays):
+        one = lambda args: jax.tree_util.tree_map(lambda a: a[0], fn(*(a[None] for a in args)))
+        return jax.lax.map(one, arrays)
+
+    return looped
+
+
+def lapack_needs_loop() -> bool:
+    """Whether batched LAPACK code should run through :func:`loop_over_systems` on the default
+    backend: True on CPU (XLA:CPU's LAPACK kernels share its thread pool), False on GPU/TPU.
+
+    Example:
+        >>> import jax
+        >>> from attnflow.linalg import lapack_needs_loop
+        >>> lapack_needs_loop() == (jax.default_backend() == "cpu")
+        True
+    """
+    return jax.default_backend() == "cpu"

@@ -35,6 +35,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, Int
 
 from ..errors import InputError
+from ..linalg import lapack_needs_loop, loop_over_systems
 
 __all__ = [
     "EIG_ROUTES",
@@ -43,6 +44,7 @@ __all__ = [
     "EigenStats",
     "eig_route",
     "eigvals_sorted",
+    "sort_by_modulus",
     "eigen_stats",
     "check_batch",
     "geometry_names",
@@ -87,8 +89,15 @@ def eig_route(route: str = "auto", backend: str | None = None) -> str:
     return "device" if _device_can_eig(backend) else "host"
 
 
-def _sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
-    """Sort by decreasing modulus, ties by decreasing real part (as ``leading_eigenpair``)."""
+def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
+    """Sort by decreasing modulus, ties by decreasing real part (as ``leading_eigenpair``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.spectral.batched import sort_by_modulus
+        >>> sort_by_modulus(jnp.array([1.0, -2.0, 2.0, 0.5]) + 0j).real.tolist()
+        [2.0, -2.0, 1.0, 0.5]
+    """
     def one(row):
         return row[jnp.lexsort((-row.real, -jnp.abs(row)))]
 
@@ -107,7 +116,7 @@ def _eigvals_host(V):
                              vmap_method="expand_dims")
 
 
-_eigvals_cpu_jit = jax.jit(lambda V: _sort_by_modulus(_eigvals_device(V)))
+_eigvals_cpu_jit = jax.jit(lambda V: sort_by_modulus(_eigvals_device(V)))
 
 
 def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Array, "*B d"]:
@@ -132,7 +141,7 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
         w = _eigvals_cpu_jit(jax.device_put(V, cpu))
         return jax.device_put(w, home) if home is not None else w
     w = _eigvals_device(V) if route == "device" else _eigvals_host(V)
-    return _sort_by_modulus(w)
+    return sort_by_modulus(w)
 
 
 class EigenStats(eqx.Module):
@@ -309,11 +318,15 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
     route = eig_route(route)
     if eigenvalues is None and route == "cpu":
         eigenvalues = eigvals_sorted(V, "cpu")
-    return _check_jit(Q, K, V, eigenvalues, route)
+    return _check_jit(Q, K, V, eigenvalues, route, lapack_needs_loop())
 
 
-@functools.partial(jax.jit, static_argnums=4)
-def _check_jit(Q, K, V, eigenvalues, route):
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _check_jit(Q, K, V, eigenvalues, route, loop):
+    if loop:  # XLA:CPU: eig, svd and eigvalsh one system at a time (linalg.loop_over_systems)
+        if eigenvalues is None:
+            return loop_over_systems(lambda q, k, v: _check_jit(q, k, v, None, route, False))(Q, K, V)
+        return loop_over_systems(lambda q, k, v, w: _check_jit(q, k, v, w, route, False))(Q, K, V, eigenvalues)
     w = eigvals_sorted(V, route) if eigenvalues is None else eigenvalues
     st = _stats_from_eigvals(w)
     out = jax.vmap(_one_system)(Q, K, V, st.eigenvalues, st)

@@ -25,7 +25,8 @@ from jaxtyping import Array, Bool, Float, Int
 from ..observables import GEOMETRY_LABELS, diameter, num_clusters, num_levels, projections
 from ..spectral.batched import eig_route
 
-__all__ = ["GEOMETRY_LABELS", "BatchObservation", "unstable_projector", "classify_batch"]
+__all__ = ["GEOMETRY_LABELS", "BatchObservation", "left_eig", "projector_from_left_eig", "unstable_projector",
+           "classify_batch"]
 
 
 class BatchObservation(eqx.Module):
@@ -40,8 +41,21 @@ class BatchObservation(eqx.Module):
     max_norm_x: Float[Array, "*B"]
 
 
-def _eig_transpose(V, route):
-    """Eigenvalues and right eigenvectors of V^T (= left eigenvectors of V), routed."""
+def left_eig(V: Float[Array, "d d"], route: str = "device"):
+    r"""Eigenvalues w (d,) and left eigenvectors of V (the columns of vl, :math:`v^T V = w\,v^T`),
+    as the right eigenvectors of :math:`V^T`; ``route`` as :func:`attnflow.spectral.eig_route`
+    (``"cpu"`` is not traceable and is read as ``"host"``). The eigenvalues of :math:`V^T` are
+    those of V, so one call serves both the spectral checks and :func:`unstable_projector`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.classify import left_eig
+        >>> V = jnp.array([[2.0, 1.0], [0.0, -1.0]])
+        >>> w, vl = left_eig(V)
+        >>> bool(jnp.allclose(vl[:, 0] @ V, w[0] * vl[:, 0]))
+        True
+    """
+    route = eig_route(route) if route == "auto" else ("host" if route == "cpu" else route)
     if route == "device":
         w, vr = jax.lax.linalg.eig(V.T, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
         return w, vr
@@ -53,6 +67,27 @@ def _eig_transpose(V, route):
         return w.astype(cdtype), v.astype(cdtype)
 
     return jax.pure_callback(host, spec, V, vmap_method="expand_dims")
+
+
+def projector_from_left_eig(w: Complex[Array, " d"], vl: Complex[Array, "d d"], tol: float = 1e-12):
+    r"""The orthogonal projector onto the real span of the left eigenvectors ``vl`` whose
+    eigenvalues ``w`` have positive real part, and their number k (see :func:`unstable_projector`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.classify import left_eig, projector_from_left_eig
+        >>> P, k = projector_from_left_eig(*left_eig(jnp.diag(jnp.array([2.0, -1.0]))))
+        >>> P.tolist(), int(k)
+        ([[1.0, 0.0], [0.0, 0.0]], 1)
+    """
+    rdtype = jnp.finfo(vl.dtype).dtype
+    pos = w.real > tol * jnp.maximum(1.0, jnp.max(jnp.abs(w)))
+    cols = jnp.where(pos[None, :], vl, 0.0)
+    real = jnp.concatenate([cols.real, cols.imag], axis=1).astype(rdtype)
+    u, s, _ = jnp.linalg.svd(real, full_matrices=False)
+    k = jnp.sum(pos)
+    keep = (jnp.arange(u.shape[1]) < k).astype(rdtype)
+    return (u * keep) @ u.T, k
 
 
 def unstable_projector(V: Float[Array, "d d"], route: str = "device", tol: float = 1e-12):
@@ -67,15 +102,8 @@ def unstable_projector(V: Float[Array, "d d"], route: str = "device", tol: float
         >>> P.tolist(), int(k)
         ([[1.0, 0.0], [0.0, 0.0]], 1)
     """
-    route = eig_route(route) if route in ("auto",) else ("host" if route == "cpu" else route)
-    w, vl = _eig_transpose(V, route)
-    pos = w.real > tol * jnp.maximum(1.0, jnp.max(jnp.abs(w)))
-    cols = jnp.where(pos[None, :], vl, 0.0)
-    real = jnp.concatenate([cols.real, cols.imag], axis=1).astype(V.dtype)
-    u, s, _ = jnp.linalg.svd(real, full_matrices=False)
-    k = jnp.sum(pos)
-    keep = (jnp.arange(u.shape[1]) < k).astype(V.dtype)
-    return (u * keep) @ u.T, k
+    P, k = projector_from_left_eig(*left_eig(V, route), tol=tol)
+    return P.astype(V.dtype), k
 
 
 def classify_batch(z, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, *, rel_tol: float = 2e-2,

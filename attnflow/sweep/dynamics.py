@@ -30,10 +30,11 @@ from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds, t
 from ..errors import InputError
 from ..integrate import solve_euler
 from ..observables import GEOMETRY_LABELS
-from ..spectral.batched import GEOMETRIES, check_batch, eig_route, eigvals_sorted
-from .classify import classify_batch, unstable_projector
-from .runner import (check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded,
-                     write_tables, check_table_formats)
+from ..spectral.batched import GEOMETRIES, check_batch, eig_route, sort_by_modulus
+from .classify import classify_batch, left_eig, projector_from_left_eig
+from ..linalg import loop_over_systems
+from .runner import (check_eig_route, check_table_formats, concat, init_distributed, make_mesh, open_run, plan_chunks,
+                     run_chunks, sharded, write_tables)
 
 __all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
 
@@ -68,11 +69,18 @@ def dynamics_groups(config: dict) -> list[dict]:
             for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
 
 
+def _eigen_stage(V, route):
+    """One eigendecomposition of V^T per system: sorted eigenvalues and the unstable projector."""
+    w, vl = jax.vmap(lambda a: left_eig(a, route))(V)
+    proj, k = jax.vmap(projector_from_left_eig)(w, vl)
+    return sort_by_modulus(w), proj.astype(V.dtype), k
+
+
 def _spectral_stage(seeds, v, qk, d, density, route, w=None, proj=None, k=None):
     Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
+    if w is None:
+        w, proj, k = _eigen_stage(V, route)
     sb = check_batch(Q, K, V, route, eigenvalues=w)
-    if proj is None:
-        proj, k = jax.vmap(lambda a: unstable_projector(a, route))(V)
     return Q, K, V, sb, proj, k
 
 
@@ -120,9 +128,18 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
               dtype=jnp.float64 if config["dtype"] == "float64" else jnp.float32, rel_tol=float(config["rel_tol"]),
               max_clusters=int(config["max_clusters"]) or None)
     v, qk, d, density = group["v"], group["qk"], group["d"], float(config["density"])
+    on_cpu = all(dev.platform == "cpu" for dev in mesh.devices.ravel())
+
+    def spectral(seeds, w=None, proj=None, k=None, *, route=route):
+        stage = lambda *a: _spectral_stage(a[0], v, qk, d, density, route, *a[1:])
+        args = (seeds,) if w is None else (seeds, w, proj, k)
+        # XLA:CPU: independent batched LAPACK calls (eig, eigvalsh) can deadlock its pool;
+        # one system at a time cannot (runner.loop_over_systems). GPUs keep the batch.
+        return (loop_over_systems(stage) if on_cpu else stage)(*args)
+
     if route != "cpu":
         def fn(seeds):
-            Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, route)
+            Q, K, V, sb, proj, k = spectral(seeds)
             return _dynamics_stage(seeds, Q, K, V, sb, proj, k, **kw)
 
         return sharded(fn, mesh)
@@ -132,13 +149,12 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
     cpu = jax.local_devices(backend="cpu")[0]
 
     @jax.jit
+    @loop_over_systems
     def eigen_on_cpu(s):
-        V = draw_systems(s, v, qk, d, jnp.float64, density)[2]
-        proj, k = jax.vmap(lambda a: unstable_projector(a, "device"))(V)
-        return eigvals_sorted(V, "device"), proj, k
+        return _eigen_stage(draw_systems(s, v, qk, d, jnp.float64, density)[2], "device")
 
     def fn_w(seeds, w, proj, k):
-        Q, K, V, sb, proj, k = _spectral_stage(seeds, v, qk, d, density, "host", w=w, proj=proj, k=k)
+        Q, K, V, sb, proj, k = spectral(seeds, w, proj, k, route="host")
         return _dynamics_stage(seeds, Q, K, V, sb, proj, k, **kw)
 
     inner = sharded(fn_w, mesh)

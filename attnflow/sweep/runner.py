@@ -37,8 +37,9 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from .. import runio
 from ..errors import InputError
+from ..linalg import loop_over_systems
 
-__all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "check_eig_route", "sharded", "execution_free", "open_run", "run_chunks", "write_table",
+__all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "loop_over_systems", "check_eig_route", "sharded", "execution_free", "open_run", "run_chunks", "write_table",
            "write_tables", "check_table_formats"]
 
 EXECUTION_KEYS = ("devices", "progress", "distributed", "table_formats")
@@ -124,7 +125,7 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
     ndev = mesh.shape["batch"]
     if per_system_loop is None:
         per_system_loop = needs_per_system_loop(mesh)
-    body = _loop_over_systems(fn) if per_system_loop else fn
+    body = loop_over_systems(fn) if per_system_loop else fn
     inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
 
     def call(*arrays):
@@ -136,16 +137,6 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
         return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
 
     return call
-
-
-def _loop_over_systems(fn: Callable) -> Callable:
-    """``fn`` applied to batches of one system in a ``lax.map`` (same outputs as ``fn``)."""
-
-    def looped(*arrays):
-        one = lambda args: jax.tree_util.tree_map(lambda a: a[0], fn(*(a[None] for a in args)))
-        return jax.lax.map(one, arrays)
-
-    return looped
 
 
 def execution_free(config: dict) -> dict:
