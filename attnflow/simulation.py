@@ -26,7 +26,7 @@ from .attention import IMPLS
 from .dynamics import AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .errors import InputError
 from .integrate import make_solver, raise_if_failed, solve_euler, solve_ode
-from .linalg import check_invertible_transfer
+from .linalg import check_invertible_transfer, lapack_needs_loop
 
 __all__ = ["simulate", "Simulation", "make_dynamics"]
 
@@ -167,7 +167,9 @@ def simulate(
         return_attention: also return P at every save time.
         save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
-            ``"fold"`` (shared weights: one solve of the stacked state).
+            ``"fold"`` (shared weights: one solve of the stacked state). On CPU, batched
+            weights in the rescaled picture with a diffrax solver run one member at a time
+            (``lax.map``, same results): batched LAPACK calls can deadlock XLA:CPU's pool.
         attention_impl: ``"auto"`` (dense for small n, tiled online softmax with O(n d)
             memory for large n), ``"dense"``, ``"chunked"`` or ``"fused"``
             (see :func:`attnflow.attend`). Forward-mode autodiff needs ``"dense"``.
@@ -301,4 +303,24 @@ def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_m
 
     if all(ax is None for ax in axes):
         return single(x0, Q, K, V, beta)
+    if picture != "raw" and kind != "euler" and any(ax is not None for ax in axes[1:4]) and lapack_needs_loop():
+        # XLA:CPU: e^{tV} of a batch of V at the several stage times of a step are independent
+        # batched LAPACK calls, which can deadlock the CPU thread pool (linalg.loop_over_systems);
+        # one member at a time cannot. Same results; GPUs keep the vmap.
+        return _map_over_batch(single, axes)(x0, Q, K, V, beta)
     return jax.vmap(single, in_axes=axes)(x0, Q, K, V, beta)
+
+
+def _map_over_batch(fn, axes):
+    """``jax.vmap(fn, in_axes=axes)`` computed as a ``lax.map`` (axes are 0 or None)."""
+
+    def mapped(*args):
+        batched = tuple(a for a, ax in zip(args, axes) if ax is not None)
+
+        def one(members):
+            it = iter(members)
+            return fn(*(next(it) if ax is not None else a for a, ax in zip(args, axes)))
+
+        return jax.lax.map(one, batched)
+
+    return mapped
