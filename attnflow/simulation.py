@@ -168,7 +168,7 @@ def simulate(
         save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
             ``"fold"`` (shared weights: one solve of the stacked state). On CPU, batched
-            weights in the rescaled picture with a diffrax solver run one member at a time
+            weights in the rescaled picture, or with a ``save_fn``, run one member at a time
             (``lax.map``, same results): batched LAPACK calls can deadlock XLA:CPU's pool.
         attention_impl: ``"auto"`` (dense for small n, tiled online softmax with O(n d)
             memory for large n), ``"dense"``, ``"chunked"`` or ``"fused"``
@@ -303,10 +303,12 @@ def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_m
 
     if all(ax is None for ax in axes):
         return single(x0, Q, K, V, beta)
-    if picture != "raw" and kind != "euler" and any(ax is not None for ax in axes[1:4]) and lapack_needs_loop():
-        # XLA:CPU: e^{tV} of a batch of V at the several stage times of a step are independent
-        # batched LAPACK calls, which can deadlock the CPU thread pool (linalg.loop_over_systems);
-        # one member at a time cannot. Same results; GPUs keep the vmap.
+    weights_batched = any(ax is not None for ax in axes[1:4])
+    if weights_batched and (picture != "raw" or save_fn is not None) and lapack_needs_loop():
+        # XLA:CPU: with a batch of weights, e^{tV} at the stage times of a step, R^{-1} V and a
+        # save_fn's own LAPACK calls become independent batched LAPACK calls, which can
+        # deadlock the CPU thread pool (linalg.loop_over_systems; seen with Tsit5, and with
+        # Euler plus an SVD in save_fn); one member at a time cannot. Same results; GPUs vmap.
         return _map_over_batch(single, axes)(x0, Q, K, V, beta)
     return jax.vmap(single, in_axes=axes)(x0, Q, K, V, beta)
 

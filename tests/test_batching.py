@@ -117,7 +117,11 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
         x0 = rng.standard_normal((B, n, d)) / np.sqrt(d)
         s = af.simulate(x0, Q, Q, V, t1=2.0, picture="rescaled", method="tsit5", dtype="float64")
         print("finite", bool(np.isfinite(np.asarray(s.tokens)).all()))
+        import jax.numpy as jnp  # Euler + an SVD in save_fn: hung 1 run in 3 before the loop
+        s = af.simulate(x0, Q, Q, V, t1=2.0, dt=0.1, picture="rescaled", method="euler", dtype="float64",
+                        save_fn=lambda t, y, args: jnp.linalg.svd(y, compute_uv=False))
+        print("svd finite", bool(np.isfinite(np.asarray(s.states)).all()))
     """))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
                        env=dict(__import__("os").environ, JAX_PLATFORMS="cpu"))
-    assert r.returncode == 0 and "finite True" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "finite True" in r.stdout and "svd finite True" in r.stdout, r.stderr[-2000:]
