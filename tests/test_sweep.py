@@ -210,7 +210,8 @@ def test_two_processes_with_jax_distributed_give_the_one_process_table(dynamics_
     computes every other chunk into the shared folder, process 0 writes the same table."""
     cfgp = _cfg(tmp_path, DYNAMICS_TOML, "d.toml")
     out, port = tmp_path / "two", _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    # bind the coordinator to IPv4 localhost (JAX's default "[::]:port" needs IPv6)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
     procs = [_run_cli([str(cfgp), "--out", str(out), "--no-progress", "--coordinator", f"127.0.0.1:{port}",
                        "--num-processes", "2", "--process-id", str(i)], env=env, text=True) for i in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
