@@ -26,6 +26,7 @@ import copy
 import csv
 import io
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,10 +209,15 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
             bar.update(c.stop - c.start)
     if process_index != 0:
         return [], len(todo)
+    told = False
     while True:
         missing = [c for c in chunks if not (folder / f"{c.name}.npz").exists()]
         if not missing:
             break
+        if not told:
+            print(f"process 0: waiting for {len(missing)} chunk(s) of the other {process_count - 1} process(es) "
+                  f"in {folder}", file=sys.stderr, flush=True)
+            told = True
         time.sleep(poll_s)
     return [_load_npz(folder / f"{c.name}.npz") for c in chunks], len(todo)
 
