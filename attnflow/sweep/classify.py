@@ -20,7 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Complex, Float, Int
 
 from ..observables import GEOMETRY_LABELS, diameter, num_clusters, num_levels, projections
 from ..spectral.batched import eig_route

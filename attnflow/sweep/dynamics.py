@@ -30,11 +30,10 @@ from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds, t
 from ..errors import InputError
 from ..integrate import solve_euler
 from ..observables import GEOMETRY_LABELS
-from ..spectral.batched import GEOMETRIES, check_batch, eig_route, sort_by_modulus
-from .classify import classify_batch, left_eig, projector_from_left_eig
 from ..linalg import loop_over_systems
-from .runner import (check_eig_route, check_table_formats, concat, init_distributed, make_mesh, open_run, plan_chunks,
-                     run_chunks, sharded, write_tables)
+from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
+from .classify import classify_batch, left_eig, projector_from_left_eig
+from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
 
 __all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
 
@@ -182,23 +181,16 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         4
     """
     groups = dynamics_groups(config)
-    run = config["run"]
-    formats = check_table_formats(run["table_formats"])
-    seed = int(config["seed"])
-    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
-    out, _ = open_run(out, "sweep-dynamics", config, seed, pidx)
-    route = eig_route(run["eig_route"])
-    mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
-    check_eig_route(route, mesh)
-    show = bool(run["progress"] if progress is None else progress)
-    chunks = plan_chunks([g["systems"] for g in groups], int(run["chunk_size"]))
+    sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
+                     processes=processes)
+    chunks = plan_chunks([g["systems"] for g in groups], int(config["run"]["chunk_size"]))
     fns: dict[int, object] = {}
 
     def compute(c):
         g = groups[c.group]
         if c.group not in fns:
-            fns[c.group] = make_chunk_fn(g, config, route, mesh)
-        seeds = system_seeds(seed, g["label"], c.start, c.stop)
+            fns[c.group] = make_chunk_fn(g, config, sw.route, sw.mesh)
+        seeds = system_seeds(sw.seed, g["label"], c.start, c.stop)
         cols = {k: np.asarray(v) for k, v in fns[c.group](seeds).items()}
         m = c.stop - c.start
         cols["predicted"] = np.array([GEOMETRIES[i] for i in cols.pop("predicted_code")])
@@ -208,18 +200,14 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
                     clouds=np.full(m, int(config["clouds"])))
         return cols
 
-    parts, computed = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
-                       desc="dynamics sweep")
-    processes = {"process_index": pidx, "process_count": pcount, "chunks_computed_here": computed,
-                 "chunks": len(chunks)}
-    if pidx != 0:
+    parts, processes = sw.run_chunks(chunks, compute, "dynamics sweep")
+    if sw.process_index != 0:
         return processes
-    table = concat(parts)
-    write_tables(out, parts, COLUMNS, formats)
-    summary = summarize(table, groups)
-    summary.update(eig_route=route, devices=int(mesh.shape["batch"]), t1=config["t1"], dt=config["dt"])
-    runio.atomic_write_json(out / "summary.json", summary)
-    plot(summary, out)
+    write_tables(sw.out, parts, COLUMNS, sw.formats)
+    summary = summarize(concat(parts), groups)
+    summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config["t1"], dt=config["dt"])
+    runio.atomic_write_json(sw.out / "summary.json", summary)
+    plot(summary, sw.out)
     return dict(summary, **processes)
 
 

@@ -39,9 +39,11 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .. import runio
 from ..errors import InputError
 from ..linalg import loop_over_systems
+from ..spectral.batched import eig_route
 
 __all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "loop_over_systems", "check_eig_route", "sharded", "execution_free", "open_run", "run_chunks", "write_table",
-           "write_tables", "check_table_formats"]
+           "write_tables", "check_table_formats",
+           "SweepRun", "start_sweep"]
 
 EXECUTION_KEYS = ("devices", "progress", "distributed", "table_formats")
 
@@ -349,3 +351,42 @@ def init_distributed(enabled: bool, coordinator: str | None = None, num_processe
                     f"--coordinator HOST:PORT --num-processes P --process-id I ({e})") from e
             raise
     return jax.process_index(), jax.process_count()
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """A started sweep: its folder, seed, eig route, device mesh and process layout."""
+
+    out: Path
+    seed: int
+    route: str
+    mesh: Mesh
+    progress: bool
+    formats: list
+    process_index: int
+    process_count: int
+
+    def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str) -> tuple[list[dict], dict]:
+        """:func:`run_chunks` for this sweep; returns the parts (``[]`` on processes other than 0)
+        and what this process did (index, count, chunks computed here, chunks in all)."""
+        parts, computed = run_chunks(self.out, chunks, compute, progress=self.progress, desc=desc,
+                                     process_index=self.process_index, process_count=self.process_count)
+        return parts, {"process_index": self.process_index, "process_count": self.process_count,
+                       "chunks_computed_here": computed, "chunks": len(chunks)}
+
+
+def start_sweep(config: dict, out: str | Path, kind: str, *, num_devices: int | None = None,
+                progress: bool | None = None, processes: dict | None = None) -> SweepRun:
+    """Check the execution settings (table formats, eig route on this mesh), join the processes
+    (:func:`init_distributed`), then claim ``out`` (:func:`open_run`): every refusal comes
+    before the folder is touched."""
+    run = config["run"]
+    formats = check_table_formats(run["table_formats"])
+    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
+    route = eig_route(run["eig_route"])
+    mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
+    check_eig_route(route, mesh)
+    seed = int(config["seed"])
+    out, _ = open_run(out, kind, config, seed, pidx)
+    return SweepRun(out=out, seed=seed, route=route, mesh=mesh, formats=formats, process_index=pidx,
+                    process_count=pcount, progress=bool(run["progress"] if progress is None else progress))

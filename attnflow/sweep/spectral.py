@@ -19,9 +19,8 @@ import numpy as np
 from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
-from ..spectral.batched import eig_route, eigen_stats, eigvals_sorted, _stats_from_eigvals
-from .runner import (check_eig_route, concat, init_distributed, make_mesh, open_run, plan_chunks, run_chunks, sharded,
-                     write_tables, check_table_formats)
+from ..spectral.batched import eigen_stats, eigvals_sorted, _stats_from_eigvals
+from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups"]
 
@@ -109,27 +108,21 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
         50
     """
     groups = spectral_groups(config)
-    run = config["run"]
-    formats = check_table_formats(run["table_formats"])
-    seed = int(config["seed"])
     dtype = jnp.float64 if config["dtype"] == "float64" else jnp.float32
-    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
-    out, _ = open_run(out, "sweep-spectral", config, seed, pidx)
-    route = eig_route(run["eig_route"])
-    mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
-    check_eig_route(route, mesh)
-    show = bool(run["progress"] if progress is None else progress)
-    chunks = plan_chunks([g["samples"] for g in groups], int(run["chunk_size"]))
+    sw = start_sweep(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
+                     processes=processes)
+    chunks = plan_chunks([g["samples"] for g in groups], int(config["run"]["chunk_size"]))
     fns: dict[int, object] = {}
 
     def compute(c):
         g = groups[c.group]
         if c.group not in fns:
-            if route == "cpu":
+            if sw.route == "cpu":
                 fns[c.group] = _cpu_route_fn(g["ensemble"], g["d"], dtype, config["density"])
             else:
-                fns[c.group] = sharded(_compute_fn(g["ensemble"], g["d"], dtype, config["density"], route), mesh)
-        seeds = system_seeds(seed, g["label"], c.start, c.stop)
+                fns[c.group] = sharded(_compute_fn(g["ensemble"], g["d"], dtype, config["density"], sw.route),
+                                       sw.mesh)
+        seeds = system_seeds(sw.seed, g["label"], c.start, c.stop)
         cols = fns[c.group](seeds)
         cols = {k: np.asarray(v) for k, v in cols.items()}
         m = c.stop - c.start
@@ -137,19 +130,15 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
                     d=np.full(m, g["d"]))
         return cols
 
-    parts, computed = run_chunks(out, chunks, compute, progress=show, process_index=pidx, process_count=pcount,
-                       desc="spectral sweep")
-    processes = {"process_index": pidx, "process_count": pcount, "chunks_computed_here": computed,
-                 "chunks": len(chunks)}
-    if pidx != 0:
+    parts, processes = sw.run_chunks(chunks, compute, "spectral sweep")
+    if sw.process_index != 0:
         return processes
-    table = concat(parts)
-    write_tables(out, parts, COLUMNS, formats)
-    summary = summarize(table, groups, float(config["confidence"]))
-    summary["eig_route"] = route
-    summary["devices"] = int(mesh.shape["batch"])
-    runio.atomic_write_json(out / "summary.json", summary)
-    plot(summary, out)
+    write_tables(sw.out, parts, COLUMNS, sw.formats)
+    summary = summarize(concat(parts), groups, float(config["confidence"]))
+    summary["eig_route"] = sw.route
+    summary["devices"] = int(sw.mesh.shape["batch"])
+    runio.atomic_write_json(sw.out / "summary.json", summary)
+    plot(summary, sw.out)
     return dict(summary, **processes)
 
 
