@@ -70,7 +70,7 @@ def main() -> int:
     from attnflow.runio import atomic_write_json, provenance
     from attnflow.spectral.batched import eig_route
     from attnflow.sweep.dynamics import make_chunk_fn
-    from attnflow.sweep.runner import make_mesh, sharded
+    from attnflow.sweep.runner import check_eig_route, make_mesh, sharded
     from attnflow.sweep.spectral import _compute_fn, _cpu_route_fn
 
     route = eig_route(args.eig_route)
@@ -89,6 +89,7 @@ def main() -> int:
     rows = []
     for ndev in counts:
         mesh = make_mesh(ndev)
+        check_eig_route(route, mesh)
         seeds = system_seeds(0, "bench-spectral", 0, args.spectral_systems)
         if route == "cpu":
             fs = _cpu_route_fn("ginibre", d, jnp.float64, 0.1)
