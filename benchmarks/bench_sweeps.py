@@ -127,4 +127,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as e:  # attnflow's InputError: one sentence, no traceback
+        if type(e).__name__ != "InputError":
+            raise
+        print(f"bench_sweeps: error: {e}", file=sys.stderr)
+        sys.exit(2)
