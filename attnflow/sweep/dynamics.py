@@ -133,7 +133,8 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
         stage = lambda *a: _spectral_stage(a[0], v, qk, d, density, route, *a[1:])
         args = (seeds,) if w is None else (seeds, w, proj, k)
         # XLA:CPU: independent batched LAPACK calls (eig, eigvalsh) can deadlock its pool;
-        # one system at a time cannot (runner.loop_over_systems). GPUs keep the batch.
+        # one system at a time cannot (linalg.loop_over_systems), and looping the whole stage
+        # keeps its bits independent of the device count. GPUs keep the batch.
         return (loop_over_systems(stage) if on_cpu else stage)(*args)
 
     if route != "cpu":
