@@ -17,7 +17,7 @@ from ._validate import is_concrete
 from .errors import InputError
 
 __all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer", "loop_over_systems",
-           "lapack_needs_loop"]
+           "map_over_batch", "lapack_needs_loop"]
 
 
 def expm_tV(V: Float[Array, "d d"], t: Float[Array, ""] | float) -> Float[Array, "d d"]:
@@ -100,11 +100,34 @@ def loop_over_systems(fn: Callable) -> Callable:
         [2.0, 2.0, 2.0]
     """
 
-    def looped(*arrays):
-        one = lambda args: jax.tree_util.tree_map(lambda a: a[0], fn(*(a[None] for a in args)))
-        return jax.lax.map(one, arrays)
+    def member(*args):  # fn on a batch of one, batch axis dropped
+        return jax.tree_util.tree_map(lambda a: a[0], fn(*(a[None] for a in args)))
 
-    return looped
+    return lambda *arrays: map_over_batch(member, (0,) * len(arrays))(*arrays)
+
+
+def map_over_batch(fn: Callable, in_axes: tuple) -> Callable:
+    """``jax.vmap(fn, in_axes=in_axes)`` computed as a ``lax.map``: ``fn`` (written for one
+    member) runs once per member, in sequence. ``in_axes`` holds 0 (batched on the leading axis)
+    or None (shared) per positional argument. See :func:`loop_over_systems` for why.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.linalg import map_over_batch
+        >>> map_over_batch(lambda a, b: a * b, (0, None))(jnp.arange(3.0), 2.0).tolist()
+        [0.0, 2.0, 4.0]
+    """
+
+    def mapped(*args):
+        batched = tuple(a for a, ax in zip(args, in_axes) if ax is not None)
+
+        def one(members):
+            it = iter(members)
+            return fn(*(next(it) if ax is not None else a for a, ax in zip(args, in_axes)))
+
+        return jax.lax.map(one, batched)
+
+    return mapped
 
 
 def lapack_needs_loop() -> bool:

@@ -26,7 +26,7 @@ from .attention import IMPLS
 from .dynamics import AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .errors import InputError
 from .integrate import make_solver, raise_if_failed, solve_euler, solve_ode
-from .linalg import check_invertible_transfer, lapack_needs_loop
+from .linalg import check_invertible_transfer, lapack_needs_loop, map_over_batch
 
 __all__ = ["simulate", "Simulation", "make_dynamics"]
 
@@ -309,20 +309,6 @@ def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_m
         # save_fn's own LAPACK calls become independent batched LAPACK calls, which can
         # deadlock the CPU thread pool (linalg.loop_over_systems; seen with Tsit5, and with
         # Euler plus an SVD in save_fn); one member at a time cannot. Same results; GPUs vmap.
-        return _map_over_batch(single, axes)(x0, Q, K, V, beta)
+        return map_over_batch(single, axes)(x0, Q, K, V, beta)
     return jax.vmap(single, in_axes=axes)(x0, Q, K, V, beta)
 
-
-def _map_over_batch(fn, axes):
-    """``jax.vmap(fn, in_axes=axes)`` computed as a ``lax.map`` (axes are 0 or None)."""
-
-    def mapped(*args):
-        batched = tuple(a for a, ax in zip(args, axes) if ax is not None)
-
-        def one(members):
-            it = iter(members)
-            return fn(*(next(it) if ax is not None else a for a, ax in zip(args, axes)))
-
-        return jax.lax.map(one, batched)
-
-    return mapped
