@@ -280,7 +280,7 @@ def test_classify_geometry_planted_configurations():
     F = np.array([[1.0, 0], [0, 1], [0, 0]])
     fpart, _ = blobs(rng, [[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], 7, 1e-6)
     z = np.concatenate([fpart[:n], 300 * rng.normal(size=(n, 1))], axis=1)
-    obs = classify_geometry(z, Vp)
+    obs = classify_geometry(z, Vp, scale=2.0)  # tolerance from the F-parts' initial size, not from |z|
     assert obs.label == "polytope x subspace" and obs.f_clusters == 3
     collapsed = np.concatenate([1e-7 * rng.normal(size=(n, 2)) + [0.3, 0.1], 300 * rng.normal(size=(n, 1))], 1)
     assert classify_geometry(collapsed, Vp, scale=2.0).f_clusters == 1

@@ -63,12 +63,26 @@ def test_spectral_sweep_resume_identical_and_refuse_changed_config(tmp_path):
     assert len(table.decode().strip().splitlines()) == 1 + 4 * 60
     chunks = sorted((out / "chunks").glob("*.npz"))
     assert len(chunks) == 4 * 3
-    # positive matrices satisfy Def 4.1(1) (Perron-Frobenius); fractions lie in their intervals
+    # positive matrices satisfy Def 4.1(1) (Perron-Frobenius); each fraction is the table's count, and its
+    # 95% interval is Wilson's score interval for that count, written out here
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(table.decode())))
+    z = 1.959963984540054
     for g in s["groups"]:
-        lo, hi = g["frac_cond1_ci"]
-        assert lo <= g["frac_cond1"] <= hi
+        mine = [r for r in rows if r["ensemble"] == g["ensemble"] and int(r["d"]) == g["d"]]
+        k, n = sum(r["cond1"] == "true" for r in mine), len(mine)
+        assert n == 60 and g["frac_cond1"] == k / n
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        np.testing.assert_allclose(g["frac_cond1_ci"], [max(0.0, centre - half), min(1.0, centre + half)],
+                                   rtol=1e-12, atol=1e-15)
         if g["ensemble"] == "positive":
             assert g["frac_cond1"] == 1.0
+        else:  # real Ginibre: about a third at d = 3, fewer at d = 5 (SPEC 4: the fraction falls with d)
+            assert 0.05 < g["frac_cond1"] < 0.7
     assert (out / "fraction_vs_d.png").stat().st_size > 1000
     json.loads((out / "provenance.json").read_text())
     # lose two chunks and the table: the rerun recomputes exactly those and gives the same bytes

@@ -1,13 +1,14 @@
 r"""Diagnostics of the cluster geometry: pure functions of a state (n, d), or of a state and
 its attention matrix P (n, n).
 
-The jnp ones (clusters, attention structure, projections, collapse) are jit/vmap-able and
-can serve as a diffrax ``save_fn``; the convex-hull ones (:mod:`.polytope`) and
-:func:`classify_geometry` run on the host in float64.
+The jnp ones (clusters, attention structure, projections, collapse, the geometry classifier
+:func:`classify_configuration`) are jit/vmap-able and can serve as a diffrax ``save_fn``; the
+convex-hull ones (:mod:`.polytope`) run on the host in float64; :func:`classify_geometry` is
+the classifier for one configuration, called from the host.
 
-Tolerances are relative: ``rel_tol`` times a scale, by default the examined cloud's own
-diameter; pass the initial size as ``scale`` when a cloud may collapse to a point (then its own
-diameter is rounding noise). As a ``save_fn`` output, cast counts to float
+Tolerances are ``rel_tol`` times a scale; pass a length of the *initial* configuration as
+``scale`` (the examined cloud's own diameter is the default of the low-level cluster functions
+only, and means nothing for a cloud that collapsed or spread). As a ``save_fn`` output, cast counts to float
 (diffrax pre-fills its save buffers with inf).
 
 Example:
@@ -24,7 +25,15 @@ Example:
 from .attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
 from .clusters import cluster_labels, cluster_tolerance, diameter, directions, num_clusters, pairwise_distances
 from .collapse import collapse_bound, max_norm, uniform_distance
-from .geometry import GEOMETRY_LABELS, GeometryObservation, classify_geometry
+from .geometry import (
+    GEOMETRY_LABELS,
+    BatchObservation,
+    GeometryObservation,
+    classify_configuration,
+    classify_geometry,
+    clustered,
+    levels_clustered,
+)
 from .hyperplanes import (
     abz_levels,
     extreme_monotonicity,
@@ -53,5 +62,6 @@ __all__ = [
     "leading_vectors", "projections", "level_labels", "num_levels", "abz_levels", "extreme_monotonicity",
     "split_coordinates", "unstable_left_basis", "codim_projections",
     "max_norm", "uniform_distance", "collapse_bound",
-    "GEOMETRY_LABELS", "GeometryObservation", "classify_geometry",
+    "GEOMETRY_LABELS", "GeometryObservation", "BatchObservation", "classify_geometry", "classify_configuration",
+    "clustered", "levels_clustered",
 ]

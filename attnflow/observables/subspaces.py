@@ -43,7 +43,8 @@ def split_coordinates(
 
 def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
     r"""Real orthonormal rows W (k, d) spanning the left invariant subspace of V belonging to
-    its eigenvalues with positive real part (k = their number, with multiplicity).
+    its eigenvalues with positive real part (k = their number, with multiplicity); the basis of
+    :func:`attnflow.spectral.unstable_projector` (:math:`\Pi = W^T W`), in float64.
 
     Example:
         >>> import numpy as np
@@ -52,17 +53,12 @@ def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
         >>> W.shape, np.round(np.abs(W), 6).tolist()
         ((1, 2), [[0.371391, 0.928477]])
     """
+    from ..spectral.batched import left_eig, projector_from_left_eig
+
     V = np.asarray(V, np.float64)
-    d = V.shape[0]
-    w, vl = np.linalg.eig(V.T)
-    pos = w.real > tol * max(1.0, np.abs(w).max())
-    if not np.any(pos):
-        return np.zeros((0, d))
-    cols = vl[:, pos]
-    real = np.concatenate([cols.real, cols.imag], axis=1)
-    u, s, _ = np.linalg.svd(real, full_matrices=False)
-    k = int(np.sum(pos))
-    return u[:, :k].T
+    with jax.enable_x64(True):
+        _, k, basis = projector_from_left_eig(*left_eig(jnp.asarray(V), "auto"), tol=tol, with_basis=True)
+        return np.asarray(basis)[:, : int(k)].T
 
 
 @jax.jit

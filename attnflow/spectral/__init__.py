@@ -1,4 +1,8 @@
-"""Spectral assumptions of the paper, checked for given weights (SPEC sections 2 and 4)."""
+"""Spectral assumptions of the paper and the prediction table (SPEC sections 2, 3 and 4).
+
+One JAX implementation (:func:`check_batch`, for stacks of weights); the single-triple
+functions (:func:`check_good_triple`, :func:`predict_geometry`, ...) are a batch of one.
+"""
 
 from .assumptions import (
     GoodTripleCheck,
@@ -10,10 +14,12 @@ from .assumptions import (
     leading_eigenpair,
     paranormal_split,
     predict_geometry,
+    spectral_one,
 )
 from .batched import (
     EIG_ROUTES,
     GEOMETRIES,
+    RULES,
     EigenStats,
     SpectralBatch,
     check_batch,
@@ -21,6 +27,9 @@ from .batched import (
     eigen_stats,
     eigvals_sorted,
     geometry_names,
+    left_eig,
+    projector_from_left_eig,
+    unstable_projector,
 )
 
 __all__ = [
@@ -28,6 +37,7 @@ __all__ = [
     "GoodTripleCheck",
     "ParanormalSplit",
     "Prediction",
+    "spectral_one",
     "leading_eigenpair",
     "check_good_triple",
     "paranormal_split",
@@ -35,6 +45,7 @@ __all__ = [
     "predict_geometry",
     "EIG_ROUTES",
     "GEOMETRIES",
+    "RULES",
     "EigenStats",
     "SpectralBatch",
     "check_batch",
@@ -42,4 +53,7 @@ __all__ = [
     "eigen_stats",
     "eigvals_sorted",
     "geometry_names",
+    "left_eig",
+    "projector_from_left_eig",
+    "unstable_projector",
 ]

@@ -1,24 +1,36 @@
-r"""Host-side (NumPy, float64) checks of the spectral hypotheses for one weight triple.
+r"""The spectral hypotheses of the paper for ONE weight triple: each function is
+:func:`attnflow.spectral.check_batch` on a batch of one (the only implementation), with the
+result unpacked into a small host-side record.
 
 * :func:`leading_eigenpair` -- eigenvalue of **largest modulus** :math:`\lambda_1`, its right
   eigenvector :math:`\varphi_1` and the dual (left) :math:`\varphi_1^*` with
   :math:`\varphi_1^*(\varphi_1) = 1`.
 * :func:`check_good_triple` -- Definition 4.1 with margins.
 * :func:`paranormal_split` -- Definition 5.1: :math:`\mathbb R^d = F \oplus G`.
-* :func:`predict_geometry` -- which limit geometry the theorems predict, and why.
+* :func:`is_positive_definite` -- the reading of ":math:`Q^TK > 0`" Thm 3.1 / 5.2 need.
+* :func:`predict_geometry` -- the prediction table (:data:`attnflow.spectral.RULES`).
+
+Inputs may be NumPy or JAX arrays of any float dtype; the checks run in float64 (inside
+``jax.enable_x64``), so they do not depend on the caller's JAX configuration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from ..errors import InputError
+from .batched import GEOMETRIES, RULES, SpectralBatch, check_batch
 
 __all__ = [
     "LeadingEigenpair",
     "GoodTripleCheck",
     "ParanormalSplit",
     "Prediction",
+    "spectral_one",
     "leading_eigenpair",
     "check_good_triple",
     "paranormal_split",
@@ -27,12 +39,44 @@ __all__ = [
 ]
 
 
+def _square(name: str, a) -> np.ndarray:
+    a = np.asarray(a, np.float64)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise InputError(f"{name} must be a square (d, d) matrix, got shape {a.shape}.")
+    if not np.all(np.isfinite(a)):
+        raise InputError(f"{name} must be finite, got non-finite entries.")
+    return a
+
+
+def spectral_one(Q, K, V) -> SpectralBatch:
+    """:func:`check_batch` for one triple (Q, K (m, d); V (d, d)), as NumPy float64 arrays with a
+    leading axis of length 1. Q = K = None means Q = K = I (for V-only questions).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.spectral import spectral_one
+        >>> spectral_one(None, None, np.eye(2)).predicted.tolist()
+        [1]
+    """
+    V = _square("V", V)
+    d = V.shape[0]
+    Q = np.eye(d) if Q is None else np.asarray(Q, np.float64)
+    K = np.eye(d) if K is None else np.asarray(K, np.float64)
+    if Q.ndim != 2 or Q.shape != K.shape or Q.shape[1] != d:
+        raise InputError(f"Q and K must both be (m, {d}) to act on tokens of dimension {d}, got {Q.shape} and "
+                         f"{K.shape}.")
+    with jax.enable_x64(True):
+        r = check_batch(jnp.asarray(Q[None]), jnp.asarray(K[None]), jnp.asarray(V[None]))
+        return jax.tree_util.tree_map(np.asarray, r)
+
+
 @dataclass(frozen=True)
 class LeadingEigenpair:
-    """Eigenvalues sorted by decreasing modulus, and the leading right/left eigenvectors."""
+    """Eigenvalues sorted by decreasing modulus, and the leading right/left eigenvectors
+    (NaN when :math:`\\lambda_1` is not real)."""
 
     eigenvalues: np.ndarray  # (d,) complex, |lambda_1| >= |lambda_2| >= ...
-    phi: np.ndarray  # (d,) right eigenvector of lambda_1 (unit norm, real part if real)
+    phi: np.ndarray  # (d,) right eigenvector of lambda_1 (unit norm, largest entry > 0)
     phi_dual: np.ndarray  # (d,) left eigenvector with phi_dual @ phi = 1
 
     @property
@@ -41,31 +85,18 @@ class LeadingEigenpair:
 
 
 def leading_eigenpair(V) -> LeadingEigenpair:
-    r"""Eigen-decomposition of V ordered by modulus, with :math:`\varphi_1^* V = \lambda_1 \varphi_1^*`.
+    r"""Eigenvalues of V ordered by modulus, with :math:`V\varphi_1 = \lambda_1\varphi_1` and
+    :math:`\varphi_1^* V = \lambda_1 \varphi_1^*`, :math:`\varphi_1^*\varphi_1 = 1`.
 
     Example:
         >>> import numpy as np
         >>> from attnflow.spectral import leading_eigenpair
         >>> e = leading_eigenpair(np.diag([0.5, -2.0, 1.0]))
-        >>> e.lambda1
-        (-2+0j)
+        >>> e.lambda1, e.phi.tolist(), e.phi_dual.tolist()
+        ((-2+0j), [0.0, 1.0, 0.0], [0.0, 1.0, 0.0])
     """
-    V = np.asarray(V, dtype=np.float64)
-    w, vr = np.linalg.eig(V)
-    order = np.lexsort((-w.real, -np.abs(w)))  # by modulus, ties: larger real part first
-    w, vr = w[order], vr[:, order]
-    phi = vr[:, 0]
-    wl, vl = np.linalg.eig(V.T)
-    j = int(np.argmin(np.abs(wl - w[0])))
-    phi_dual = vl[:, j]
-    if abs(w[0].imag) <= 1e-12 * max(1.0, abs(w[0])):
-        phi, phi_dual = phi.real, phi_dual.real
-        phi = phi / np.linalg.norm(phi)
-        # Make the largest-|.| entry of phi positive, for reproducible signs.
-        phi = phi * np.sign(phi[np.argmax(np.abs(phi))])
-    denom = phi_dual @ phi
-    phi_dual = phi_dual / denom if abs(denom) > 0 else phi_dual
-    return LeadingEigenpair(eigenvalues=w, phi=phi, phi_dual=phi_dual)
+    r = spectral_one(None, None, V)
+    return LeadingEigenpair(eigenvalues=r.stats.eigenvalues[0], phi=r.phi[0], phi_dual=r.phi_dual[0])
 
 
 @dataclass(frozen=True)
@@ -76,7 +107,7 @@ class GoodTripleCheck:
     gap: float  # lambda_1 - |lambda_2| (real part of lambda_1 used when complex)
     lambda1: complex
     condition2: bool  # <Q phi_1, K phi_1> > 0
-    qk_value: float  # <Q phi_1, K phi_1> (nan when condition 1 fails with complex lambda_1)
+    qk_value: float  # <Q phi_1, K phi_1> (nan when lambda_1 is complex)
     eig: LeadingEigenpair
 
     @property
@@ -84,9 +115,10 @@ class GoodTripleCheck:
         return self.condition1 and self.condition2
 
 
-def check_good_triple(Q, K, V, tol: float = 1e-10) -> GoodTripleCheck:
+def check_good_triple(Q, K, V) -> GoodTripleCheck:
     r"""Definition 4.1: (1) the eigenvalue of largest modulus is real, positive and
     simple with :math:`\lambda_1 > |\lambda_2|`; (2) :math:`\langle Q\varphi_1, K\varphi_1\rangle > 0`.
+    Decisions at relative tolerance 1e-10 x max(1, |lambda_1|).
 
     Example:
         >>> import numpy as np
@@ -95,38 +127,29 @@ def check_good_triple(Q, K, V, tol: float = 1e-10) -> GoodTripleCheck:
         >>> c.good, round(c.gap, 3)
         (True, 0.5)
     """
-    eig = leading_eigenpair(V)
-    lam = eig.eigenvalues
-    lam1 = lam[0]
-    second = abs(lam[1]) if lam.size > 1 else 0.0
-    scale = max(1.0, abs(lam1))
-    real = abs(lam1.imag) <= tol * scale
-    gap = float(lam1.real - second)
-    cond1 = bool(real and lam1.real > tol * scale and gap > tol * scale)
-    if real:
-        phi = eig.phi
-        qk = float((np.asarray(Q, np.float64) @ phi) @ (np.asarray(K, np.float64) @ phi))
-    else:
-        qk = float("nan")
-    cond2 = bool(real and qk > 0)
-    return GoodTripleCheck(cond1, gap, complex(lam1), cond2, qk, eig)
+    r = spectral_one(Q, K, V)
+    eig = LeadingEigenpair(eigenvalues=r.stats.eigenvalues[0], phi=r.phi[0], phi_dual=r.phi_dual[0])
+    return GoodTripleCheck(bool(r.stats.cond1[0]), float(r.stats.gap[0]), complex(r.stats.lambda1[0]),
+                           bool(r.cond2[0]), float(r.qk[0]), eig)
 
 
-def is_positive_definite(A, tol: float = 0.0) -> tuple[bool, float]:
-    r"""Whether A (e.g. :math:`Q^T K`) is symmetric positive definite; returns (flag, smallest eigenvalue
-    of the symmetric part). A non-symmetric A is reported as not SPD.
+def is_positive_definite(A) -> tuple[bool, float]:
+    r"""Whether A (e.g. :math:`Q^T K`) is **symmetric** positive definite (the reading of
+    ":math:`Q^TK > 0`" that Thm 3.1 and Thm 5.2 need); returns (flag, smallest eigenvalue of the
+    symmetric part). A non-symmetric A (|A - A^T| > 1e-12 max(1, max|A|)) is not SPD, whatever its
+    symmetric part.
 
     Example:
         >>> import numpy as np
         >>> from attnflow.spectral import is_positive_definite
         >>> is_positive_definite(np.diag([2.0, 0.5]))
         (True, 0.5)
+        >>> is_positive_definite(np.array([[1.0, 0.1], [-0.1, 1.0]]))[0]  # symmetric part I, not symmetric
+        False
     """
-    A = np.asarray(A, dtype=np.float64)
-    sym = 0.5 * (A + A.T)
-    lam_min = float(np.linalg.eigvalsh(sym).min())
-    symmetric = np.allclose(A, A.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(A).max()))
-    return bool(symmetric and lam_min > tol), lam_min
+    A = _square("A", A)
+    r = spectral_one(np.eye(A.shape[0]), A, np.eye(A.shape[0]))  # Q^T K = A
+    return bool(r.qk_spd[0]), float(r.qk_min_eig[0])
 
 
 @dataclass(frozen=True)
@@ -141,9 +164,10 @@ class ParanormalSplit:
     reason: str
 
 
-def paranormal_split(V, tol: float = 1e-9) -> ParanormalSplit:
+def paranormal_split(V) -> ParanormalSplit:
     r"""Find :math:`\mathbb R^d = F\oplus G` with F, G V-invariant, :math:`V|_F = \lambda I`
-    (:math:`\lambda > 0`) and :math:`\rho(V|_G) < \lambda`. F and G need not be orthogonal.
+    (:math:`\lambda > 0`) and :math:`\rho(V|_G) < \lambda`. F and G need not be orthogonal
+    (F = ker(V - lambda I), G = range(V - lambda I), complementary when lambda is semisimple).
 
     Example:
         >>> import numpy as np
@@ -152,75 +176,94 @@ def paranormal_split(V, tol: float = 1e-9) -> ParanormalSplit:
         >>> s.paranormal, s.F.shape[1], s.G.shape[1]
         (True, 2, 1)
     """
-    V = np.asarray(V, dtype=np.float64)
-    d = V.shape[0]
-    eig = leading_eigenpair(V)
-    lam1 = eig.lambda1
-    scale = max(1.0, abs(lam1))
-    empty = np.zeros((d, 0))
-    if abs(lam1.imag) > tol * scale or lam1.real <= tol * scale:
-        return ParanormalSplit(False, float(lam1.real), empty, empty, float("nan"),
-                               f"the eigenvalue of largest modulus {lam1:.4g} is not real and positive")
+    r = spectral_one(None, None, V)
+    d = r.phi.shape[1]
+    lam1 = complex(r.stats.lambda1[0])
     lam = float(lam1.real)
-    w = eig.eigenvalues
-    mult = int(np.sum(np.abs(w - lam) <= 1e-6 * scale))
-    others = w[np.abs(w - lam) > 1e-6 * scale]
-    radius = float(np.abs(others).max()) if others.size else 0.0
-    if others.size and np.any(np.abs(np.abs(others) - lam) <= tol * scale):
-        return ParanormalSplit(False, lam, empty, empty, radius,
-                               f"another eigenvalue has modulus {lam:.4g} (e.g. -lambda or a complex pair)")
-    M = V - lam * np.eye(d)
-    u, s, vt = np.linalg.svd(M)
-    rank = int(np.sum(s > 1e-8 * scale))
-    F = vt[rank:].T  # null space of V - lam I
-    if F.shape[1] != mult:
-        return ParanormalSplit(False, lam, F, empty, radius,
-                               f"lambda = {lam:.4g} is defective (algebraic multiplicity {mult}, "
-                               f"eigenspace dimension {F.shape[1]}): V is not lambda*I on any complement")
-    G = u[:, :rank]  # range(V - lam I) is V-invariant and complementary when lam is semisimple
-    return ParanormalSplit(True, lam, F, G, radius,
-                           f"V = {lam:.4g} I on F (dim {F.shape[1]}), spectral radius {radius:.4g} on G (dim {G.shape[1]})")
+    empty = np.zeros((d, 0))
+    w = r.stats.eigenvalues[0]
+    if r.paranormal[0]:
+        f = int(r.para_dim_F[0])
+        F, G = r.para_F[0][:, :f], r.para_G[0][:, : d - f]
+        return ParanormalSplit(True, lam, F, G, float(r.para_radius_G[0]),
+                               f"V = {lam:.4g} I on F (dim {f}), spectral radius {float(r.para_radius_G[0]):.4g} "
+                               f"on G (dim {d - f})")
+    scale = max(1.0, abs(lam1))
+    if abs(lam1.imag) > 1e-9 * scale or lam <= 1e-9 * scale:
+        reason = f"the eigenvalue of largest modulus {lam1:.4g} is not real and positive"
+    elif int(r.para_mult[0]) != int(r.para_dim_F[0]):
+        reason = (f"lambda = {lam:.4g} is defective (algebraic multiplicity {int(r.para_mult[0])}, eigenspace "
+                  f"dimension {int(r.para_dim_F[0])}): V is not lambda*I on any complement")
+    else:
+        reason = f"another eigenvalue has modulus {lam:.4g} (e.g. -lambda or a complex pair): {np.round(w, 4)}"
+    return ParanormalSplit(False, lam, empty, empty, float("nan"), reason)
 
 
 @dataclass(frozen=True)
 class Prediction:
-    geometry: str  # polytope | polytope x subspace | hyperplanes | origin | codim-k | none
-    theorem: str
+    """One row of the prediction table: the limit geometry, its source and status, why, and
+    which reading of "Q^T K > 0" the source needs."""
+
+    geometry: str  # one of GEOMETRIES
+    theorem: str  # Thm 3.1 | Thm 5.2 | Thm 4.2 | Thm 8.5 | Section 12.1 | Conjecture (codim k) | -
     reason: str
     codim: int = 0
+    status: str = "proved"  # proved | observed, not proved | conjecture | (why there is none)
+    rule: int = 0  # index into RULES
+    qk_reading: str = ""
+
+    @property
+    def label(self) -> str:
+        """``geometry (theorem, status)``, e.g. 'polytope (Section 12.1, observed, not proved)'."""
+        return f"{self.geometry} ({self.theorem}, {self.status})"
 
 
 def predict_geometry(Q, K, V) -> Prediction:
-    """Which limit geometry the paper predicts for (Q, K, V), with the reason.
+    """Which limit geometry the paper predicts for (Q, K, V), with the source and the reason
+    (the table of :mod:`attnflow.spectral.batched`).
 
     Example:
         >>> import numpy as np
         >>> from attnflow.spectral import predict_geometry
-        >>> predict_geometry(np.eye(2), np.eye(2), np.eye(2)).geometry
-        'polytope'
+        >>> I = np.eye(2)
+        >>> predict_geometry(I, I, I).label
+        'polytope (Thm 3.1, proved)'
+        >>> predict_geometry(I, I + 1e-3 * np.array([[0.0, 1.0], [-1.0, 0.0]]), I).label
+        'polytope (Section 12.1, observed, not proved)'
     """
-    Q, K, V = (np.asarray(a, np.float64) for a in (Q, K, V))
-    d = V.shape[0]
-    A = Q.T @ K
-    spd, lam_min = is_positive_definite(A)
-    w = np.linalg.eigvals(V)
-    split = paranormal_split(V)
-    if split.paranormal and split.F.shape[1] == d:
-        if spd:
-            return Prediction("polytope", "Thm 3.1", f"V = {split.lam:.4g} I and Q^T K > 0 (min eig {lam_min:.3g})")
-    if split.paranormal and spd:
-        return Prediction("polytope x subspace", "Thm 5.2", f"V paranormal ({split.reason}) and Q^T K > 0")
-    good = check_good_triple(Q, K, V)
-    if good.good:
-        return Prediction("hyperplanes", "Thm 4.2",
-                          f"good triple: lambda_1 = {good.lambda1.real:.4g}, gap {good.gap:.3g}, "
-                          f"<Q phi_1, K phi_1> = {good.qk_value:.3g}")
-    if np.allclose(V, -np.eye(d) * abs(V[0, 0])) and V[0, 0] < 0 and np.allclose(A, np.eye(d) * A[0, 0]) and A[0, 0] > 0:
-        return Prediction("origin", "Thm 8.5", "V = -c I and Q^T K = c' I")
-    k = int(np.sum(w.real > 1e-12))
-    lam1 = good.lambda1
-    if abs(lam1.imag) > 1e-10 * max(1.0, abs(lam1)):
-        return Prediction("none", "-", f"the top-modulus eigenvalue {lam1:.4g} is complex: no clustering expected", k)
-    if k > 0:
-        return Prediction("codim-k", "Conjecture", f"{k} eigenvalue(s) of V with positive real part", k)
-    return Prediction("none", "-", "no theorem or conjecture applies", k)
+    r = spectral_one(Q, K, V)
+    rule = int(r.rule[0])
+    geometry, theorem, status = RULES[rule]
+    assert GEOMETRIES[int(r.predicted[0])] == geometry
+    lam1 = complex(r.stats.lambda1[0])
+    lam_min = float(r.qk_min_eig[0])
+    spd = bool(r.qk_spd[0])
+    qk_text = ("Q^T K symmetric positive definite" if spd else
+               f"Q^T K {'symmetric' if r.qk_symmetric[0] else 'not symmetric'}, symmetric part "
+               f"{'positive definite' if r.qk_sym_part_pd[0] else 'not positive definite'}")
+    qk_text += f" (min eigenvalue of the symmetric part {lam_min:.3g})"
+    k = int(r.stats.num_pos_real_part[0])
+    d = r.phi.shape[1]
+    reading = {0: "symmetric positive definite", 1: "symmetric positive definite",
+               2: "none beyond <Q phi_1, K phi_1> > 0", 3: "Q^T K = c' I, c' > 0",
+               4: "not needed (observed for U[-1,1] entries)", 5: "not needed (observed for U[-1,1] entries)"}
+    if rule == 0:
+        reason = f"V = {lam1.real:.4g} I and {qk_text}"
+    elif rule == 1:
+        reason = f"V paranormal (dim F = {int(r.para_dim_F[0])} of {d}, lambda = {lam1.real:.4g}) and {qk_text}"
+    elif rule == 2:
+        reason = (f"good triple: lambda_1 = {lam1.real:.4g}, gap {float(r.stats.gap[0]):.3g}, "
+                  f"<Q phi_1, K phi_1> = {float(r.qk[0]):.3g}")
+    elif rule == 3:
+        reason = "V = -c I and Q^T K = c' I (c, c' > 0): Thm 8.5 after rescaling time by c and tokens by sqrt(c')"
+    elif rule in (4, 5):
+        what = "V = lambda I" if rule == 4 else f"V paranormal (dim F = {int(r.para_dim_F[0])} of {d})"
+        reason = (f"{what} with {qk_text}: Thm 3.1 / 5.2 do not apply; Section 12.1 observes the same "
+                  "pattern for U[-1, 1] Q^T K")
+    elif rule == 6:
+        reason = f"the top-modulus eigenvalue {lam1:.4g} is complex"
+    elif rule == 7:
+        reason = f"{k} eigenvalue(s) of V with positive real part; not a good triple, no theorem applies"
+    else:
+        reason = "no eigenvalue of V with positive real part and no theorem applies"
+    return Prediction(geometry, theorem, reason, int(r.codim[0]), status, rule, reading.get(rule, "-"))

@@ -1,27 +1,54 @@
-r"""Batched JAX versions of the spectral checks, for stacks of weights (B, d, d).
+r"""The spectral checks and the prediction table, in JAX, for stacks of weights (B, d, d).
 
-Everything here is pure JAX (jit / vmap / shard_map-able) except the choice of where the
-non-symmetric eigenvalue problem runs (the *eig route*):
+This is the only implementation: the single-system functions of
+:mod:`attnflow.spectral.assumptions` call :func:`check_batch` on a batch of one.
+
+Everything here is pure JAX (jit / vmap / grad / shard_map-able) except the choice of where
+the non-symmetric eigenvalue problem runs (the *eig route*):
 
 * ``"device"`` -- ``jax.lax.linalg.eig`` on the default backend. On CPU this is LAPACK; on
-  CUDA GPUs JAX (0.4.36+, incl. 0.10/0.11) lowers it to cuSOLVER ``geev`` when cuSOLVER >= 11.7.1
-  and only eigenvalues / right vectors are requested (we request eigenvalues only), otherwise to
-  LAPACK on the host. TPU has no lowering.
+  CUDA GPUs JAX (0.4.36+) lowers it to cuSOLVER ``geev`` when cuSOLVER >= 11.7.1 and only
+  eigenvalues / right vectors are requested, otherwise to LAPACK on the host. TPU has no lowering.
 * ``"host"`` -- a :func:`jax.pure_callback` into NumPy (``numpy.linalg.eigvals``); works inside
-  ``jit``/``shard_map`` on every backend, except on several (forced) CPU devices, where the
-  callback starves XLA:CPU's thread pool (the sweeps refuse it there,
-  :func:`attnflow.sweep.runner.check_eig_route`).
+  ``jit``/``shard_map`` on every backend (not under ``grad``), except on several (forced) CPU
+  devices, where the callback starves XLA:CPU's thread pool (the sweeps refuse it there).
 * ``"cpu"`` -- the eigenvalues are computed by a jitted call placed on the CPU device and moved
   back (not usable inside an outer ``jit``).
-* ``"auto"`` -- ``"device"`` when the default backend can compile ``eig`` (probed once),
-  ``"host"`` otherwise.
+* ``"auto"`` -- traceable by construction: with traced inputs (under ``jit``, ``vmap``,
+  ``grad``) always ``"device"``, whatever was called before; with concrete inputs ``"device"``
+  when the backend compiles ``eig`` (probed once per backend), else ``"host"``.
 
 Only eigenvalues need ``eig``: the leading eigenvectors :math:`\varphi_1` (right) and
 :math:`\varphi_1^*` (left, :math:`\varphi_1^*(\varphi_1)=1`) of a real simple :math:`\lambda_1`
 are the null vectors of :math:`V-\lambda_1 I`, read off its SVD (supported on every backend).
 
-The decision rules are those of the host functions in :mod:`attnflow.spectral.assumptions`
-(same tolerances), so both agree system by system.
+The prediction table (:data:`RULES`, first rule that applies wins) and the reading of
+":math:`Q^TK > 0`" each theorem needs:
+
+====  ======================  ======================  =============================================
+rule  geometry                source                  condition
+====  ======================  ======================  =============================================
+0     polytope                Thm 3.1 (proved)        V = lambda I, lambda > 0, Q^T K symmetric PD
+1     polytope x subspace     Thm 5.2 (proved)        V paranormal (dim F < d), Q^T K symmetric PD
+2     hyperplanes             Thm 4.2 (proved)        good triple (Def 4.1); no condition on Q^T K
+                                                      beyond <Q phi_1, K phi_1> > 0
+3     origin                  Thm 8.5 (proved)        V = -c I, Q^T K = c' I (c, c' > 0: a time and
+                                                      token rescaling of V = -I, Q^T K = I)
+4     polytope                Section 12.1 (observed) V = lambda I, Q^T K not symmetric PD
+5     polytope x subspace     Section 12.1 (observed) V paranormal, Q^T K not symmetric PD
+6     none                    --                      top-modulus eigenvalue complex: no clustering
+7     codim-k                 Conjecture              k >= 1 eigenvalues with positive real part
+8     none                    --                      nothing applies
+====  ======================  ======================  =============================================
+
+Thm 3.1 and Thm 5.2 need the *symmetric positive definite* reading (their proofs use
+:math:`(Q^TK)^{1/2}`, and a symmetric :math:`Q^TK` makes the scores a Gram form); a
+non-symmetric :math:`Q^TK` with positive definite symmetric part is *not* covered, and
+neither is an indefinite one: there Section 12.1's numerics (U[-1, 1] entries) observe the same
+polytope (x subspace) pattern, so the table predicts it with the label "Section 12.1, observed,
+not proved" rather than falling through to the codimension-k conjecture, whose "at most three
+points" for V = lambda I (k = d) would contradict them. ``qk_sym_part_pd`` reports the weaker
+reading (symmetric part PD) for information.
 """
 
 from __future__ import annotations
@@ -40,6 +67,7 @@ from ..linalg import lapack_needs_loop, loop_over_systems
 __all__ = [
     "EIG_ROUTES",
     "GEOMETRIES",
+    "RULES",
     "SpectralBatch",
     "EigenStats",
     "eig_route",
@@ -48,14 +76,36 @@ __all__ = [
     "eigen_stats",
     "check_batch",
     "geometry_names",
+    "left_eig",
+    "projector_from_left_eig",
+    "unstable_projector",
 ]
 
 EIG_ROUTES = ("auto", "device", "host", "cpu")
-#: Predicted limit geometries, indexed by :attr:`SpectralBatch.predicted`.
-GEOMETRIES = ("polytope", "polytope x subspace", "hyperplanes", "origin", "codim-k", "none")
+#: Limit geometries, predicted (:attr:`SpectralBatch.predicted`) and observed
+#: (:func:`attnflow.observables.classify_geometry`): one tuple, one index.
+GEOMETRIES = ("origin", "polytope", "polytope x subspace", "hyperplanes", "codim-k", "none")
 
-_TOL = 1e-10  # as check_good_triple
-_PARA_TOL = 1e-9  # as paranormal_split
+#: The prediction table: (geometry, source, status) per rule code (see the module docstring).
+RULES = (
+    ("polytope", "Thm 3.1", "proved"),
+    ("polytope x subspace", "Thm 5.2", "proved"),
+    ("hyperplanes", "Thm 4.2", "proved"),
+    ("origin", "Thm 8.5", "proved"),
+    ("polytope", "Section 12.1", "observed, not proved"),
+    ("polytope x subspace", "Section 12.1", "observed, not proved"),
+    ("none", "-", "complex top eigenvalue: no clustering expected"),
+    ("codim-k", "Conjecture (codim k)", "conjecture"),
+    ("none", "-", "no theorem, observation or conjecture applies"),
+)
+_RULE_GEOMETRY = np.array([GEOMETRIES.index(g) for g, _, _ in RULES])
+
+_TOL = 1e-10  # relative tolerance of the eigenvalue decisions (x max(1, |lambda_1|))
+_PARA_TOL = 1e-9  # Def 5.1: lambda_1 real and positive, no other eigenvalue of modulus lambda_1
+_MULT_TOL = 1e-6  # eigenvalues within this (relative) of lambda_1 count as lambda_1 (multiplicity)
+_RANK_TOL = 1e-8  # singular values of V - lambda_1 I below this (relative) span F
+_SYM_TOL = 1e-12  # |A - A^T| <= _SYM_TOL * max(1, max|A|): A = Q^T K counts as symmetric
+_SCALAR_TOL = 1e-10  # |V - v I| <= _SCALAR_TOL * max(1, |v|): V counts as a multiple of I
 
 
 @functools.cache
@@ -71,26 +121,33 @@ def _device_can_eig(backend: str) -> bool:
         return False
 
 
-def eig_route(route: str = "auto", backend: str | None = None) -> str:
+def _traced(*arrays) -> bool:
+    return any(isinstance(a, jax.core.Tracer) for a in arrays if a is not None)
+
+
+def eig_route(route: str = "auto", backend: str | None = None, *, traced: bool = False) -> str:
     """Resolve ``route`` (``"auto"``, ``"device"``, ``"host"``, ``"cpu"``) for ``backend``.
 
-    ``"auto"``: ``"device"`` when the backend compiles ``eig``, else ``"host"``.
+    ``"auto"``: ``"device"`` when ``traced`` (the inputs are JAX tracers: never a host callback
+    under a transformation), else ``"device"`` when the backend compiles ``eig``, else ``"host"``.
 
     Example:
         >>> from attnflow.spectral.batched import eig_route
-        >>> eig_route("auto", "cpu")
-        'device'
+        >>> eig_route("auto", "cpu"), eig_route("auto", traced=True)
+        ('device', 'device')
     """
     if route not in EIG_ROUTES:
         raise InputError(f"eig route must be one of {EIG_ROUTES}, got {route!r}.")
     if route != "auto":
         return route
+    if traced:
+        return "device"
     backend = backend or jax.default_backend()
     return "device" if _device_can_eig(backend) else "host"
 
 
 def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
-    """Sort by decreasing modulus, ties by decreasing real part (as ``leading_eigenpair``).
+    """Sort by decreasing modulus, ties by decreasing real part.
 
     Example:
         >>> import jax.numpy as jnp
@@ -123,7 +180,7 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
     r"""Eigenvalues of V sorted by decreasing modulus (ties: larger real part first).
 
     ``route`` says where ``eig`` runs (module docstring); ``"device"`` and ``"host"`` are
-    traceable (usable under ``jit``, ``vmap``, ``shard_map``), ``"cpu"`` is not.
+    traceable (``jit``, ``vmap``, ``shard_map``; ``grad`` needs ``"device"``), ``"cpu"`` is not.
 
     Example:
         >>> import jax.numpy as jnp
@@ -131,11 +188,11 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
         >>> eigvals_sorted(jnp.diag(jnp.array([0.5, -2.0, 1.0])), route="host").real.tolist()
         [-2.0, 1.0, 0.5]
     """
-    route = eig_route(route)
+    route = eig_route(route, traced=_traced(V))
     if route == "cpu":
-        if isinstance(V, jax.core.Tracer):
+        if _traced(V):
             raise InputError("eig route 'cpu' moves data between devices and cannot run under jit; "
-                             "use route='host' inside traced code.")
+                             "use route='device' (or 'host') inside traced code.")
         cpu = jax.local_devices(backend="cpu")[0]
         home = getattr(V, "sharding", None)
         w = _eigvals_cpu_jit(jax.device_put(V, cpu))
@@ -146,7 +203,7 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
 
 class EigenStats(eqx.Module):
     """Per-system eigenvalue statistics of V (leading axis B). All decisions use tolerance
-    ``1e-10 * max(1, |lambda_1|)`` as :func:`~attnflow.spectral.check_good_triple`."""
+    ``1e-10 * max(1, |lambda_1|)``."""
 
     eigenvalues: Complex[Array, "B d"]  # sorted by decreasing modulus
     lambda1: Complex[Array, " B"]
@@ -194,7 +251,7 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
         >>> s.cond1.tolist(), s.cond1_real_part.tolist(), s.gap.tolist()
         ([True, False], [True, True], [1.0, -3.0])
     """
-    route = eig_route(route)
+    route = eig_route(route, traced=_traced(V))
     if route == "cpu":
         return _stats_jit(eigvals_sorted(V, "cpu"))
     return _eigen_stats_jit(V, route)
@@ -213,10 +270,16 @@ class SpectralBatch(eqx.Module):
             :math:`\lambda_1` is not real).
         qk: :math:`\langle Q\varphi_1, K\varphi_1\rangle` (NaN when :math:`\lambda_1` is complex).
         cond2, good: Definition 4.1(2), and (1) and (2).
-        qk_spd, qk_min_eig: :math:`Q^TK` symmetric positive definite, and the smallest
-            eigenvalue of its symmetric part.
-        paranormal, para_dim_F, para_radius_G: Definition 5.1 (dim F, spectral radius on G).
-        predicted: index into :data:`GEOMETRIES` (same rules as ``predict_geometry``).
+        qk_spd: :math:`Q^TK` symmetric positive definite (the reading Thm 3.1 / 5.2 need);
+        qk_symmetric: :math:`Q^TK` symmetric; qk_sym_part_pd: its symmetric part positive
+            definite (the weaker reading); qk_min_eig: smallest eigenvalue of the symmetric part.
+        paranormal, para_dim_F, para_mult, para_radius_G: Definition 5.1 (dim F, algebraic
+            multiplicity of :math:`\lambda_1`, spectral radius on G).
+        para_F, para_G: (B, d, d) bases: the first ``dim F`` columns of ``para_F`` span F, the
+            first ``d - dim F`` columns of ``para_G`` span G (when paranormal).
+        scalar_V: V = v I (v = V[0, 0]); origin_case: V = -c I and Q^T K = c' I, c, c' > 0.
+        rule: index into :data:`RULES`; predicted: index into :data:`GEOMETRIES`; codim: k for
+            the codim-k rule, else 0.
     """
 
     stats: EigenStats
@@ -226,16 +289,24 @@ class SpectralBatch(eqx.Module):
     cond2: Bool[Array, " B"]
     good: Bool[Array, " B"]
     qk_spd: Bool[Array, " B"]
+    qk_symmetric: Bool[Array, " B"]
+    qk_sym_part_pd: Bool[Array, " B"]
     qk_min_eig: Float[Array, " B"]
     paranormal: Bool[Array, " B"]
     para_dim_F: Int[Array, " B"]
+    para_mult: Int[Array, " B"]
     para_radius_G: Float[Array, " B"]
+    para_F: Float[Array, "B d d"]
+    para_G: Float[Array, "B d d"]
+    scalar_V: Bool[Array, " B"]
+    origin_case: Bool[Array, " B"]
+    rule: Int[Array, " B"]
     predicted: Int[Array, " B"]
     codim: Int[Array, " B"]
 
 
 def _one_system(Q, K, V, w, st: EigenStats):
-    """Eigenvectors, Def 4.1(2), Def 5.1, Q^T K > 0 and the prediction for one triple."""
+    """Eigenvectors, Def 4.1(2), Def 5.1, the readings of Q^T K > 0 and the rule for one triple."""
     d = V.shape[-1]
     eye = jnp.eye(d, dtype=V.dtype)
     lam1 = st.lambda1
@@ -255,59 +326,58 @@ def _one_system(Q, K, V, w, st: EigenStats):
     cond2 = real1 & (qk > 0)
     good = st.cond1 & cond2
 
-    # Q^T K symmetric positive definite (as is_positive_definite).
+    # Q^T K: symmetric?, symmetric part positive definite?
     A = Q.T @ K
     sym = 0.5 * (A + A.T)
     lam_min = jnp.linalg.eigvalsh(sym)[0]
-    atol = 1e-12 * jnp.maximum(1.0, jnp.max(jnp.abs(A)))
-    symmetric = jnp.all(jnp.abs(A - A.T) <= atol + 1e-10 * jnp.abs(A.T))
-    spd = symmetric & (lam_min > 0)
+    symmetric = jnp.max(jnp.abs(A - A.T)) <= _SYM_TOL * jnp.maximum(1.0, jnp.max(jnp.abs(A)))
+    sym_pd = lam_min > 0
+    spd = symmetric & sym_pd
 
-    # Definition 5.1 (as paranormal_split).
-    pscale = scale
-    pos_real = (jnp.abs(lam1.imag) <= _PARA_TOL * pscale) & (lam > _PARA_TOL * pscale)
-    at_lam = jnp.abs(w - lam) <= 1e-6 * pscale
+    # Definition 5.1: V = lam I on F (dim F = algebraic multiplicity), rho(V|G) < lam.
+    pos_real = (jnp.abs(lam1.imag) <= _PARA_TOL * scale) & (lam > _PARA_TOL * scale)
+    at_lam = jnp.abs(w - lam) <= _MULT_TOL * scale
     mult = jnp.sum(at_lam)
     radius = jnp.max(jnp.where(at_lam, 0.0, jnp.abs(w)))
-    tie = jnp.any(~at_lam & (jnp.abs(jnp.abs(w) - lam) <= _PARA_TOL * pscale))
-    rank = jnp.sum(s > 1e-8 * pscale)
+    tie = jnp.any(~at_lam & (jnp.abs(jnp.abs(w) - lam) <= _PARA_TOL * scale))
+    rank = jnp.sum(s > _RANK_TOL * scale)
     dim_F = d - rank
     paranormal = pos_real & ~tie & (dim_F == mult)
 
-    # The prediction (as predict_geometry).
-    def close(a, b):  # numpy.allclose defaults
-        return jnp.all(jnp.abs(a - b) <= 1e-8 + 1e-5 * jnp.abs(b))
+    def scalar(M):  # M = M[0, 0] I
+        return jnp.max(jnp.abs(M - M[0, 0] * eye)) <= _SCALAR_TOL * jnp.maximum(1.0, jnp.abs(M[0, 0]))
 
-    origin = (close(V, -eye * jnp.abs(V[0, 0])) & (V[0, 0] < 0)
-              & close(A, eye * A[0, 0]) & (A[0, 0] > 0))
+    scalar_V = scalar(V)
+    origin = scalar_V & (V[0, 0] < 0) & scalar(A) & (A[0, 0] > 0)
     k = st.num_pos_real_part
-    complex1 = jnp.abs(lam1.imag) > 1e-10 * scale
-    code = jnp.where(
-        paranormal & (dim_F == d) & spd, 0,
-        jnp.where(paranormal & spd, 1,
-                  jnp.where(good, 2,
-                            jnp.where(origin, 3,
-                                      jnp.where(complex1, 5, jnp.where(k > 0, 4, 5))))))
-    return phi, dual, qk, cond2, good, spd, lam_min, paranormal, dim_F, jnp.where(paranormal, radius, jnp.nan), code
+    complex1 = ~real1
+    vlam = paranormal & (dim_F == d)
+    rule = jnp.select(
+        [vlam & spd, paranormal & spd, good, origin, vlam, paranormal, complex1, k > 0],
+        [0, 1, 2, 3, 4, 5, 6, 7], 8)
+    F_basis = jnp.flip(vt, axis=0).T  # first dim F columns: null vectors of V - lam I
+    return (phi, dual, qk, cond2, good, spd, symmetric, sym_pd, lam_min, paranormal, dim_F, mult,
+            jnp.where(paranormal, radius, jnp.nan), F_basis, u, scalar_V, origin, rule)
 
 
 def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Array, "B d d"],
                 route: str = "auto", eigenvalues: Complex[Array, "B d"] | None = None) -> SpectralBatch:
     r"""Definition 4.1 (with margins, :math:`\varphi_1`, :math:`\varphi_1^*`), Definition 5.1,
-    :math:`Q^TK > 0` and the predicted geometry for a stack of triples, in JAX.
+    both readings of :math:`Q^TK > 0` and the prediction table (module docstring) for a stack of
+    triples, in JAX.
 
     ``eigenvalues`` (sorted by :func:`eigvals_sorted`) may be passed when already computed
-    (e.g. on another device); then ``route`` is unused. Traceable for ``route`` in ``("device", "host")`` (resolve ``"auto"`` with
-    :func:`eig_route` outside ``jit``). Compute in float64 for decisions that match the host
-    functions.
+    (e.g. on another device); then ``route`` is unused. Traceable (``jit``, ``vmap``, ``grad``):
+    under a transformation ``"auto"`` is always ``"device"``. Compute in float64 for decisions
+    near the margins.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.spectral.batched import check_batch, geometry_names
+        >>> from attnflow.spectral.batched import check_batch, geometry_names, RULES
         >>> I = jnp.eye(2)[None]
         >>> r = check_batch(I, I, jnp.diag(jnp.array([1.0, 0.5]))[None])
-        >>> r.good.tolist(), r.qk.tolist(), geometry_names(r.predicted)
-        ([True], [1.0], ['polytope x subspace'])
+        >>> r.good.tolist(), r.qk.tolist(), geometry_names(r.predicted), RULES[int(r.rule[0])][1]
+        ([True], [1.0], ['polytope x subspace'], 'Thm 5.2')
     """
     for name, a, rank in (("Q", Q, 3), ("K", K, 3), ("V", V, 3)):
         if jnp.ndim(a) != rank:
@@ -315,7 +385,7 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
     if Q.shape != K.shape or V.shape[-1] != V.shape[-2] or Q.shape[-1] != V.shape[-1] or Q.shape[0] != V.shape[0]:
         raise InputError(f"check_batch needs Q, K (B, m, d) and V (B, d, d) with one B and d, "
                          f"got Q {Q.shape}, K {K.shape}, V {V.shape}.")
-    route = eig_route(route)
+    route = eig_route(route, traced=_traced(Q, K, V, eigenvalues))
     if eigenvalues is None and route == "cpu":
         eigenvalues = eigvals_sorted(V, "cpu")
     return _check_jit(Q, K, V, eigenvalues, route, lapack_needs_loop())
@@ -330,18 +400,89 @@ def _check_jit(Q, K, V, eigenvalues, route, loop):
     w = eigvals_sorted(V, route) if eigenvalues is None else eigenvalues
     st = _stats_from_eigvals(w)
     out = jax.vmap(_one_system)(Q, K, V, st.eigenvalues, st)
-    phi, dual, qk, cond2, good, spd, lam_min, para, dim_F, radius, code = out
+    (phi, dual, qk, cond2, good, spd, symmetric, sym_pd, lam_min, para, dim_F, mult, radius, F_basis, G_basis,
+     scalar_V, origin, rule) = out
+    predicted = jnp.asarray(_RULE_GEOMETRY)[rule]
     return SpectralBatch(stats=st, phi=phi, phi_dual=dual, qk=qk, cond2=cond2, good=good, qk_spd=spd,
-                         qk_min_eig=lam_min, paranormal=para, para_dim_F=dim_F, para_radius_G=radius,
-                         predicted=code, codim=jnp.where(code == 4, st.num_pos_real_part, 0))
+                         qk_symmetric=symmetric, qk_sym_part_pd=sym_pd, qk_min_eig=lam_min, paranormal=para,
+                         para_dim_F=dim_F, para_mult=mult, para_radius_G=radius, para_F=F_basis, para_G=G_basis,
+                         scalar_V=scalar_V, origin_case=origin, rule=rule, predicted=predicted,
+                         codim=jnp.where(rule == 7, st.num_pos_real_part, 0))
 
 
 def geometry_names(codes) -> list[str]:
-    """Names of predicted-geometry codes (see :data:`GEOMETRIES`).
+    """Names of geometry codes (see :data:`GEOMETRIES`).
 
     Example:
         >>> from attnflow.spectral.batched import geometry_names
-        >>> geometry_names([0, 2, 5])
+        >>> geometry_names([1, 3, 5])
         ['polytope', 'hyperplanes', 'none']
     """
     return [GEOMETRIES[int(c)] for c in np.asarray(codes).ravel()]
+
+
+def left_eig(V: Float[Array, "d d"], route: str = "device"):
+    r"""Eigenvalues w (d,) and left eigenvectors of V (the columns of vl, :math:`v^T V = w\,v^T`),
+    as the right eigenvectors of :math:`V^T`; ``route`` as :func:`eig_route` (``"cpu"`` is not
+    traceable and is read as ``"host"``; ``"auto"`` under a transformation is ``"device"``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.spectral.batched import left_eig
+        >>> V = jnp.array([[2.0, 1.0], [0.0, -1.0]])
+        >>> w, vl = left_eig(V)
+        >>> bool(jnp.allclose(vl[:, 0] @ V, w[0] * vl[:, 0]))
+        True
+    """
+    route = eig_route(route, traced=_traced(V)) if route == "auto" else ("host" if route == "cpu" else route)
+    if route == "device":
+        w, vr = jax.lax.linalg.eig(V.T, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
+        return w, vr
+    cdtype = jnp.result_type(V.dtype, jnp.complex64)
+    spec = (jax.ShapeDtypeStruct(V.shape[:-1], cdtype), jax.ShapeDtypeStruct(V.shape, cdtype))
+
+    def host(a):
+        w, v = np.linalg.eig(np.swapaxes(np.asarray(a), -1, -2))
+        return w.astype(cdtype), v.astype(cdtype)
+
+    return jax.pure_callback(host, spec, V, vmap_method="expand_dims")
+
+
+def projector_from_left_eig(w: Complex[Array, " d"], vl: Complex[Array, "d d"], tol: float = 1e-12,
+                            *, with_basis: bool = False):
+    r"""The orthogonal projector onto the real span of the left eigenvectors ``vl`` whose
+    eigenvalues ``w`` have positive real part, and their number k (with ``with_basis``, also a
+    (d, d) orthonormal matrix whose first k columns span that subspace).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.spectral.batched import left_eig, projector_from_left_eig
+        >>> P, k = projector_from_left_eig(*left_eig(jnp.diag(jnp.array([2.0, -1.0]))))
+        >>> P.tolist(), int(k)
+        ([[1.0, 0.0], [0.0, 0.0]], 1)
+    """
+    rdtype = jnp.finfo(vl.dtype).dtype
+    pos = w.real > tol * jnp.maximum(1.0, jnp.max(jnp.abs(w)))
+    cols = jnp.where(pos[None, :], vl, 0.0)
+    real = jnp.concatenate([cols.real, cols.imag], axis=1).astype(rdtype)
+    u, s, _ = jnp.linalg.svd(real, full_matrices=False)
+    k = jnp.sum(pos)
+    keep = (jnp.arange(u.shape[1]) < k).astype(rdtype)
+    P = (u * keep) @ u.T
+    return (P, k, u[:, : w.shape[0]]) if with_basis else (P, k)
+
+
+def unstable_projector(V: Float[Array, "d d"], route: str = "device", tol: float = 1e-12):
+    r"""Orthogonal projector :math:`\Pi` onto the left invariant subspace of V for its k
+    eigenvalues with positive real part, and k (:math:`|\Pi z_i - \Pi z_j| = |Wz_i - Wz_j|` for
+    an orthonormal basis W of that subspace).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.spectral.batched import unstable_projector
+        >>> P, k = unstable_projector(jnp.diag(jnp.array([2.0, -1.0])))
+        >>> P.tolist(), int(k)
+        ([[1.0, 0.0], [0.0, 0.0]], 1)
+    """
+    P, k = projector_from_left_eig(*left_eig(V, route), tol=tol)
+    return P.astype(V.dtype), k
