@@ -23,6 +23,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="run only this case (repeatable); see --list")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.epilog = "Exit status: 0 when every graded check passes, 1 when a check or a case failed (the report is " \
+               "written either way), 2 on bad input."
     p.set_defaults(func=_main)
     return p
 
@@ -44,6 +46,8 @@ def _main(args) -> int:
               + (f"  FAILED: {'; '.join(failed)}" if failed else ""))
         for h in case["hypotheses"]:
             print(f"    {'ok  ' if h['holds'] else 'FAIL'} {h['text']}")
+        if case.get("error"):
+            print(f"    CASE FAILED: {case['error']}")
     print(f"{summary['num_passed']} of {summary['num_graded']} checks pass "
           f"({summary['num_checks'] - summary['num_graded']} measurements); report: {args.out}/report.md")
-    return 0
+    return 0 if summary["all_passed"] else 1

@@ -12,10 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
-from ..simulation import simulate
+import equinox as eqx
 
-__all__ = ["Check", "CaseResult", "Context", "Run", "run_case_sim", "fmt", "CASES", "register"]
+from ..dynamics import AttentionFlow, DiscreteRescaledFlow, RescaledFlow
+from ..integrate import raise_if_failed, solve_euler, solve_ode
+from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
+from .reference import growth_rate, trajectory_defect
+
+__all__ = ["Check", "CaseResult", "Context", "Run", "run_case_sim", "library_field", "defect_check", "fmt",
+           "CASES", "register"]
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -61,6 +66,9 @@ class Check:
 
 @dataclass
 class CaseResult:
+    """What one case produced; built by the runner from the case's :func:`register` entry (the
+    name is stated once). ``error`` holds the reason when the case could not finish."""
+
     name: str
     title: str
     theorem: str
@@ -71,6 +79,7 @@ class CaseResult:
     settings: dict = field(default_factory=dict)
     seconds: float = 0.0
     systems: list[dict] = field(default_factory=list)  # one row per simulated system (tidy table)
+    error: str | None = None  # why the case stopped (exception type and message), None when it finished
 
     def record(self, run: "Run") -> None:
         """Add one row per simulated system of ``run`` to the tidy table ``systems.csv``."""
@@ -96,15 +105,38 @@ class CaseResult:
                                  None if passed is None else bool(passed), float(margin), note))
 
 
+def library_field(Q, K, V, *, picture: str, method: str, dt: float | None, num_layers: int):
+    """The vector field attnflow integrates for a picture and method (the default
+    ``Context.field_factory``): :class:`~attnflow.AttentionFlow` (raw), :class:`~attnflow.RescaledFlow`
+    (rescaled) or :class:`~attnflow.DiscreteRescaledFlow` (rescaled Euler layers).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.report.base import library_field
+        >>> I = jnp.eye(2)
+        >>> type(library_field(I, I, I, picture="rescaled", method="tsit5", dt=None, num_layers=1)).__name__
+        'RescaledFlow'
+    """
+    if picture == "raw":
+        return AttentionFlow(Q, K, V)
+    if method == "euler":
+        return DiscreteRescaledFlow(Q, K, V, dt=float(dt), max_layers=int(num_layers))
+    return RescaledFlow(Q, K, V)
+
+
 @dataclass
 class Context:
-    """Everything a case needs: its resolved settings, an rng, the figure folder."""
+    """Everything a case needs: its resolved settings, the seed, the figure folder, and the
+    vector field to integrate (``field_factory``, default :func:`library_field`; the mutation
+    tests pass a wrong one). ``figures=False`` skips drawing."""
 
     name: str
     settings: dict  # global settings overlaid with the case's table
     out: Path
     quick: bool
     seed: int
+    field_factory: Callable = library_field
+    figures: bool = True
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
@@ -122,6 +154,13 @@ class Run:
     clusters: np.ndarray
     boolean: np.ndarray
     rank: np.ndarray
+    picture: str = "rescaled"
+    method: str = "tsit5"
+    dt: float | None = None
+    Q: np.ndarray | None = None
+    K: np.ndarray | None = None
+    V: np.ndarray | None = None
+    dtype: str = "float64"
 
 
 @jax.jit
@@ -136,29 +175,83 @@ def _diagnostics(z, P, rel_tol, rank_tol):
     return jax.vmap(member)(z, P)
 
 
+@eqx.filter_jit
+def _solve(dyn, x0, ts, *, method, dt, num_layers, rtol, atol, max_steps):
+    if method == "euler":
+        one = lambda y0: solve_euler(dyn, y0, dt=dt, num_steps=num_layers)
+    else:
+        one = lambda y0: solve_ode(dyn, y0, t0=0.0, t1=ts[-1], ts=ts, rtol=rtol, atol=atol, max_steps=max_steps)
+    traj = jax.vmap(one)(x0)
+    tok = jax.vmap(jax.vmap(dyn.tokens))(traj.ts, traj.ys)
+    P = jax.vmap(jax.vmap(dyn.attention))(traj.ts, traj.ys)
+    return traj, tok, P
+
+
+_TOL = {"float32": (1e-5, 1e-6), "float64": (1e-9, 1e-11)}  # rtol, atol of the adaptive solves
+
+
 def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescaled", method: str = "tsit5",
                  dt: float | None = None, num_saves: int | None = None) -> Run:
-    """Simulate the batch (B, n, d) with shared weights, return arrays and diagnostics."""
-    kw: dict = dict(t1=float(t1), picture=picture, method=method, dtype=ctx["dtype"], return_attention=True,
-                    max_steps=int(ctx["max_steps"]))
-    if method == "euler":
-        kw["dt"] = float(dt)
-    else:
-        kw["num_saves"] = int(num_saves or ctx["num_saves"])
-    sim = simulate(np.asarray(x0), np.asarray(Q), np.asarray(K), np.asarray(V), **kw)
-    ts = np.asarray(sim.ts)
-    ts = ts[0] if ts.ndim == 2 else ts
-    z, x, P = (np.asarray(a, np.float64) for a in (sim.states, sim.tokens, sim.attention))
+    """Integrate ``ctx.field_factory``'s field for the batch x0 (B, n, d) with shared weights
+    (Tsit5 with saves on a uniform grid, or Euler layers saving every layer). The raw tokens and
+    P at every save come from the same field object (its ``tokens`` and ``attention``), so the
+    diagnostics see the dynamics that produced the trajectory. A failed solve raises
+    :class:`~attnflow.SolverError` / :class:`~attnflow.NonFiniteError` with the time."""
+    dtype = jnp.float64 if ctx["dtype"] == "float64" else jnp.float32
+    num_layers = int(round(float(t1) / float(dt))) if method == "euler" else 1
+    Qj, Kj, Vj = (jnp.asarray(np.asarray(a), dtype) for a in (Q, K, V))
+    dyn = ctx.field_factory(Qj, Kj, Vj, picture=picture, method=method, dt=dt, num_layers=num_layers)
+    T = int(num_saves or ctx["num_saves"])
+    ts = jnp.linspace(0.0, float(t1), T, dtype=dtype)
+    rtol, atol = _TOL[ctx["dtype"]]
+    traj, tok, P = _solve(dyn, jnp.asarray(np.asarray(x0), dtype), ts, method=method,
+                          dt=None if dt is None else float(dt), num_layers=num_layers, rtol=rtol, atol=atol,
+                          max_steps=int(ctx["max_steps"]))
+    raise_if_failed(traj, what=f"the {picture} {method} solve of case {ctx.name}")
+    ts = np.asarray(traj.ts)[0]
+    z, x, P = (np.asarray(a, np.float64) for a in (traj.ys, tok, P))
     ncl, bd, rk = (np.asarray(a) for a in _diagnostics(jnp.asarray(z), jnp.asarray(P),
                                                          float(ctx["rel_tol"]), float(ctx["rank_tol"])))
-    return Run(ts, z, x, P, ncl, bd, rk)
+    return Run(ts, z, x, P, ncl, bd, rk, picture=picture, method=method, dt=dt, Q=np.asarray(Q, np.float64),
+               K=np.asarray(K, np.float64), V=np.asarray(V, np.float64), dtype=ctx["dtype"])
 
 
-CASES: dict[str, tuple[str, str, Callable[[Context], CaseResult]]] = {}
+def defect_tolerance(dtype: str) -> float:
+    """Relative tolerance of :func:`defect_check`: 1e-6 in float64 (the solves run at rtol 1e-9;
+    their dense output and the re-integration at rtol 1e-10 add ~1e-8 per saved interval; measured
+    values in docs/report.md), 1e-3 in float32 (solves at rtol 1e-5, states rounded at 6e-8)."""
+    return 1e-6 if dtype == "float64" else 1e-3
+
+
+def defect_check(res: "CaseResult", run: Run, *, intervals: int = 12) -> None:
+    """The universal check: the saved trajectory solves the paper's equation (SPEC section 1), with
+    the field written out independently (:mod:`attnflow.report.reference`). Tolerance: relative to
+    the initial size max_i|y_i(0)| times the rate at which the state may grow,
+    e^{rate t} (:func:`~attnflow.report.reference.growth_rate`)."""
+    defect, t_at = trajectory_defect(run.ts, run.z, run.Q, run.K, run.V, picture=run.picture, method=run.method,
+                                     dt=run.dt, intervals=intervals)
+    size0 = np.max(np.linalg.norm(run.z[:, 0], axis=-1), axis=-1)  # (B,)
+    rate = growth_rate(run.V, run.picture)
+    rel = defect / (size0[:, None] * np.exp(rate * t_at)[None, :])
+    rel = np.where(np.isfinite(rel), rel, np.inf)
+    tol = defect_tolerance(run.dtype)
+    worst = float(rel.max())
+    where = float(t_at[np.unravel_index(np.argmax(rel), rel.shape)[1]])
+    step = "layer" if run.method == "euler" else f"interval (of {rel.shape[1]} checked)"
+    res.check("solves the paper's equation", f"each {step} re-computed from the saved state with SPEC 1's field "
+              f"(written independently) lands on the next saved state within {tol:g} x max|y(0)| e^({rate:.3g} t)",
+              f"worst relative defect {fmt(worst)} (at t = {fmt(where)})", worst <= tol,
+              float(np.log10(tol) - np.log10(max(worst, 1e-300))),
+              note="margin in decades; e^(rate t): the fastest growth the linear part allows "
+                   "(raw: Re lambda_1; rescaled: -min Re mu)")
+
+
+CASES: dict[str, tuple[str, str, Callable[[Context, CaseResult], None]]] = {}
 
 
 def register(name: str, title: str, theorem: str):
-    """Decorator adding a case function to :data:`CASES` (in report order)."""
+    """Decorator adding a case function ``fn(ctx, res)`` to :data:`CASES` (in report order). The
+    runner builds ``res = CaseResult(name, title, theorem)``; the case fills it in."""
 
     def wrap(fn):
         CASES[name] = (title, theorem, fn)

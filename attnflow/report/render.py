@@ -27,6 +27,8 @@ def render_markdown(results: list[CaseResult], provenance: dict, config: dict, q
         "margin (positive = passing by that much).",
         "",
         f"**{npass} of {len(graded)} checks pass** ({len(checks) - len(graded)} measurements without a threshold)."
+        + (f" **{sum(bool(r.error) for r in results)} case(s) did not finish.**" if any(r.error for r in results)
+           else "")
         + (" QUICK smoke run (tiny n, short horizon): not a reproduction." if quick else ""),
         "",
         f"Run: {provenance.get('time_utc')}, git {provenance.get('git_commit')}, seed {provenance.get('seed')}, "
@@ -58,13 +60,16 @@ def render_markdown(results: list[CaseResult], provenance: dict, config: dict, q
     lines.append("")
     for r in results:
         lines += [f"<a id=\"{r.name}\"></a>", f"## {r.title}  (`{r.name}`, {r.theorem})", ""]
+        if r.error:
+            lines += [f"**This case did not finish:** {_cell(r.error)}", ""]
         lines.append("Hypotheses:")
         for h in r.hypotheses:
             val = "" if h["value"] is None else f" (value: {fmt(h['value'])})"
             lines.append(f"* {'✔' if h['holds'] else '✘'} {h['text']}{val}")
         pg = r.settings.get("predicted_geometry")
         if pg:
-            lines.append(f"* `predict_geometry`: **{pg['geometry']}** ({pg['theorem']}: {pg['reason']})")
+            lines.append(f"* `predict_geometry`: **{pg['geometry']}** ({pg['theorem']}, {pg.get('status', '')}: "
+                         f"{pg['reason']}; reading of Q^T K > 0 needed: {pg.get('qk_reading', '-')})")
         lines.append("")
         for c in r.checks:
             note = f" — {c.note}" if c.note else ""

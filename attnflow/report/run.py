@@ -13,6 +13,8 @@ import shutil
 import time
 from pathlib import Path
 
+import jax
+
 from ..errors import InputError
 from ..runio import (
     MARKER,
@@ -76,9 +78,17 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
 
 
 def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
-              quick: bool = False, cases: list[str] | None = None, progress: bool = True) -> dict:
+              quick: bool = False, cases: list[str] | None = None, progress: bool = True,
+              field_factory=None, figures: bool = True, overrides: dict | None = None) -> dict:
     """Run the selected cases (default: the config's ``cases``, or all) and write the report
     folder ``out`` (report.md, summary.json, checks.csv, systems.csv, figures, config, provenance).
+
+    A case that raises (e.g. a solve that overflows) is recorded as failed with the reason and
+    its time; the other cases still run and the report is written (``summary["all_passed"]`` is
+    then False). ``field_factory`` replaces the integrated vector field (see
+    :class:`~attnflow.report.base.Context`; the mutation tests pass wrong ones); ``figures=False``
+    skips drawing; ``overrides`` ({key: value} or {case: {key: value}}) is overlaid on the
+    config (same validation as a --config file). Runs inside ``jax.enable_x64(True)``.
 
     Returns the summary dict (also written to ``summary.json``).
 
@@ -91,6 +101,10 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         ['clusters of z', 'rank of lim P', 'raw |x_1 - x_2| non-decreasing']
     """
     cfg = load_config(config, "reproduce.toml")
+    if overrides:
+        from ..runio import merge_config
+
+        cfg = merge_config(cfg, overrides)
     _validate_global(cfg)
     known = case_names()
     selected = list(cases) if cases else (list(cfg["cases"]) or known)
@@ -108,7 +122,9 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        summary = _run(tmp, cfg, settings, selected, quick, progress)
+        context = {"figures": figures} | ({"field_factory": field_factory} if field_factory else {})
+        with jax.enable_x64(True):
+            summary = _run(tmp, cfg, settings, selected, quick, progress, context)
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,7 +143,8 @@ def _swap(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _run(folder: Path, cfg: dict, settings: dict, selected: list[str], quick: bool, progress: bool) -> dict:
+def _run(folder: Path, cfg: dict, settings: dict, selected: list[str], quick: bool, progress: bool,
+         context: dict | None = None) -> dict:
     from tqdm.auto import tqdm
 
     start = time.time()
@@ -142,7 +159,14 @@ def _run(folder: Path, cfg: dict, settings: dict, selected: list[str], quick: bo
         bar.set_postfix_str(name)
         t = time.time()
         title, theorem, fn = CASES[name]
-        res = fn(Context(name, settings[name], folder, quick, seed))
+        res = CaseResult(name, title, theorem)
+        try:
+            fn(Context(name, settings[name], folder, quick, seed, **(context or {})), res)
+        except Exception as exc:  # a failing case never loses the report: record it, run the others
+            res.error = f"{type(exc).__name__}: {exc}".strip()
+            res.check("case ran to the end", "the case's simulation and checks finish",
+                      f"stopped after {time.time() - t:.1f} s: {res.error}", False, -1.0,
+                      note="the checks recorded before the failure are kept")
         res.seconds = time.time() - t
         res.settings.setdefault("resolved", settings[name])
         results.append(res)
@@ -156,10 +180,12 @@ def _run(folder: Path, cfg: dict, settings: dict, selected: list[str], quick: bo
         "num_checks": len(checks),
         "num_graded": len(graded),
         "num_passed": sum(bool(c["passed"]) for c in graded),
-        "all_passed": all(c["passed"] for c in graded),
+        "all_passed": all(c["passed"] for c in graded) and not any(r.error for r in results),
+        "failed_cases": {r.name: r.error for r in results if r.error},
         "checks": checks,
         "cases": {r.name: {"title": r.title, "theorem": r.theorem, "hypotheses": r.hypotheses,
                            "figures": [f for f, _ in r.figures], "notes": r.notes, "seconds": r.seconds,
+                           "error": r.error,
                            "predicted_geometry": r.settings.get("predicted_geometry"),
                            "settings": r.settings.get("resolved")} for r in results},
         "seed": seed,

@@ -1,0 +1,135 @@
+r"""Deliberately wrong vector fields, for testing that the report's verdicts discriminate.
+
+:class:`MutatedFlow` is an :class:`attnflow.dynamics.AbstractDynamics` that computes the
+attention flow of SPEC section 1 with ONE error, named by ``mutation``:
+
+==================  =======================================================================
+mutation            what is wrong
+==================  =======================================================================
+scores_from_z       rescaled picture: scores from z instead of x = e^{tV} z (R^k z)
+softmax_axis        P normalised over i (columns) instead of j (rows)
+V_transposed        the drift uses V^T instead of V
+V_sign              the drift uses -V
+no_QK               scores <x_i, x_j> (Q^T K replaced by I)
+QK_transposed       scores <K x_i, Q x_j> (Q^T K replaced by K^T Q)
+uniform             P = 1/n (no attention)
+no_self_term        rescaled picture: sum_j P_ij V z_j (the -z_i term dropped)
+no_P                drift not weighted by P: sum_j V (z_j - z_i) (raw: sum_j V x_j)
+transport_sign      rescaled picture: scores from e^{-tV} z (R^{-k} z) instead of e^{tV} z
+==================  =======================================================================
+
+:func:`mutated_field_factory` returns a factory with the signature of
+:func:`attnflow.report.base.library_field`, to be passed as ``Context.field_factory`` so that
+the report's cases run on the wrong field with everything else unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ..dynamics.base import AbstractDynamics
+from ..linalg import euler_transfer_matrix, expm_tV, matrix_power
+
+__all__ = ["MUTATIONS", "MutatedFlow", "mutated_field_factory"]
+
+MUTATIONS = ("scores_from_z", "softmax_axis", "V_transposed", "V_sign", "no_QK", "QK_transposed", "uniform",
+             "no_self_term", "no_P", "transport_sign")
+
+
+class MutatedFlow(AbstractDynamics):
+    """The attention flow in ``picture`` ("raw" or "rescaled"; with ``dt`` set, the exact
+    discrete rescaling of Euler layers of that step) with the error ``mutation``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.report.mutations import MutatedFlow
+        >>> f = MutatedFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="rescaled", mutation="uniform")
+        >>> f(0.0, jnp.array([[1.0, 0.0], [-1.0, 0.0]])).tolist()
+        [[-1.0, 0.0], [1.0, 0.0]]
+    """
+
+    Q: jnp.ndarray
+    K: jnp.ndarray
+    V: jnp.ndarray
+    picture: str = eqx.field(static=True, default="rescaled")
+    mutation: str = eqx.field(static=True, default="uniform")
+    dt: float | None = eqx.field(static=True, default=None)
+    max_layers: int = eqx.field(static=True, default=1)
+
+    def _transport(self, t, sign=1.0):
+        if self.picture == "raw":
+            return None
+        if self.dt is None:
+            return expm_tV(self.V, sign * t)
+        R = euler_transfer_matrix(self.V, self.dt)
+        if sign < 0:
+            R = jnp.linalg.inv(R)
+        k = jnp.round(t / self.dt).astype(jnp.int32)
+        return matrix_power(R, k, max(1, math.ceil(math.log2(self.max_layers + 1))))
+
+    def tokens(self, t, y):
+        M = self._transport(t)
+        return y if M is None else y @ M.T
+
+    def attention(self, t, y):
+        n = y.shape[0]
+        if self.mutation == "uniform":
+            return jnp.full((n, n), 1.0 / n, y.dtype)
+        if self.mutation == "scores_from_z":
+            x = y
+        elif self.mutation == "transport_sign" and self.picture != "raw":
+            x = y @ self._transport(t, -1.0).T
+        else:
+            x = self.tokens(t, y)
+        A = self.Q.T @ self.K
+        if self.mutation == "no_QK":
+            A = jnp.eye(A.shape[0], dtype=A.dtype)
+        elif self.mutation == "QK_transposed":
+            A = A.T
+        s = x @ A @ x.T
+        axis = 0 if self.mutation == "softmax_axis" else 1
+        s = s - jnp.max(s, axis=axis, keepdims=True)
+        e = jnp.exp(s)
+        return e / jnp.sum(e, axis=axis, keepdims=True)
+
+    def vector_field(self, t, y, args=None):
+        V = self.V
+        if self.mutation == "V_transposed":
+            V = V.T
+        elif self.mutation == "V_sign":
+            V = -V
+        W = V if (self.picture == "raw" or self.dt is None) else jnp.linalg.solve(
+            euler_transfer_matrix(self.V, self.dt), V)
+        P = self.attention(t, y)
+        if self.mutation == "no_P":
+            P = jnp.ones_like(P)
+        mixed = P @ y
+        if self.picture != "raw" and self.mutation != "no_self_term":
+            mixed = mixed - jnp.sum(P, axis=1, keepdims=True) * y
+        return mixed @ W.T
+
+
+def mutated_field_factory(mutation: str):
+    """A ``Context.field_factory`` building :class:`MutatedFlow` with ``mutation``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.report.mutations import mutated_field_factory
+        >>> f = mutated_field_factory("V_sign")(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="raw", method="tsit5",
+        ...                                     dt=None, num_layers=1)
+        >>> type(f).__name__, f.mutation
+        ('MutatedFlow', 'V_sign')
+    """
+    if mutation not in MUTATIONS:
+        from ..errors import InputError
+
+        raise InputError(f"mutation must be one of {MUTATIONS}, got {mutation!r}.")
+
+    def factory(Q, K, V, *, picture, method, dt, num_layers):
+        return MutatedFlow(Q, K, V, picture=picture, mutation=mutation,
+                           dt=float(dt) if method == "euler" else None, max_layers=int(num_layers))
+
+    return factory
