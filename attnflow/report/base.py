@@ -120,7 +120,7 @@ def library_field(Q, K, V, *, picture: str, method: str, dt: float | None, num_l
     if picture == "raw":
         return AttentionFlow(Q, K, V)
     if method == "euler":
-        return DiscreteRescaledFlow(Q, K, V, dt=float(dt), max_layers=int(num_layers))
+        return DiscreteRescaledFlow(Q, K, V)  # the layer grid (dt, layers) is bound by the stepper
     return RescaledFlow(Q, K, V)
 
 
@@ -178,6 +178,7 @@ def _diagnostics(z, P, rel_tol, rank_tol):
 @eqx.filter_jit
 def _solve(dyn, x0, ts, *, method, dt, num_layers, rtol, atol, max_steps):
     if method == "euler":
+        dyn = dyn.on_grid(dt, 0.0, num_layers)  # tokens / attention below need the grid too
         one = lambda y0: solve_euler(dyn, y0, dt=dt, num_steps=num_layers)
     else:
         one = lambda y0: solve_ode(dyn, y0, t0=0.0, t1=ts[-1], ts=ts, rtol=rtol, atol=atol, max_steps=max_steps)

@@ -84,6 +84,15 @@ def negative_controls(ctx: Context, res: CaseResult) -> None:
               "bound (it collapses to one point, which every other Thm 3.1 check accepts)",
               f"failed: {', '.join(failed) or '-'}; final spread {fmt(spread)}", must <= set(failed),
               1.0 if must <= set(failed) else -1.0, note="expected failure of the checks: PASS means rejected")
+    if ctx.figures:
+        from . import figures
+
+        res.figures.append((figures.trajectories(ctx.out / "negative_controls_complex.png", run.ts, run.z[0],
+                            title="Control: complex lambda_1 = 0.2 +- i, rescaled tokens (run 0)"),
+                            "No clustering when the top eigenvalue is complex."))
+        res.figures.append((figures.trajectories(ctx.out / "negative_controls_collapsed.png", bad.ts, bad.z[0],
+                            title="Control: Thm 3.1 system under uniform attention (wrong field, run 0)",
+                            overlay="hull"), "A wrong field collapses every token to one point."))
     res.notes.append("Every row is an expected failure: a noise cloud, a system that should not cluster, "
                      "or a wrong vector field. PASS means the classifier or the checks rejected it.")
     res.systems.extend(_rows(res, run) + _rows(res, bad, "collapsed"))

@@ -96,9 +96,9 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         >>> from attnflow.report import reproduce
         >>> import tempfile, os
         >>> d = tempfile.mkdtemp()
-        >>> s = reproduce(os.path.join(d, "r"), quick=True, cases=["remark7_9"], progress=False)
+        >>> s = reproduce(os.path.join(d, "r"), quick=True, cases=["remark7_9"], progress=False, figures=False)
         >>> [c["name"] for c in s["checks"]]
-        ['clusters of z', 'rank of lim P', 'raw |x_1 - x_2| non-decreasing']
+        ["solves the paper's equation", 'clusters of z', 'rank of lim P', 'raw |x_1 - x_2| non-decreasing']
     """
     cfg = load_config(config, "reproduce.toml")
     if overrides:

@@ -1,0 +1,84 @@
+"""The wrong-dynamics table of docs/report.md: which checks catch which wrong vector field.
+
+Runs the whole report (default config, figures off) once with the right field and once per
+mutation of :mod:`attnflow.report.mutations`, and prints two Markdown tables:
+
+1. per case and mutation: the number of failed graded checks ("-": the mutation does not change
+   the field for that case, e.g. V transposed when V = I, and the case passes; "0!": it changes
+   the field and nothing failed, a miss);
+2. per check (over all cases): the mutations it catches.
+
+    PYTHONPATH=. python benchmarks/wrong_dynamics.py [--batch 2] [--json out.json]
+
+Not a test (about 10-15 minutes on a 2-core CPU); tests/test_mutation.py runs a tiny subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+
+def main() -> None:
+    from attnflow.report import case_names, reproduce
+    from attnflow.report.base import library_field
+    from attnflow.report.mutations import MUTATIONS, mutated_field_factory
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=2, help="initial configurations per case (default 2)")
+    p.add_argument("--json", default=None, help="also write the raw results here")
+    args = p.parse_args()
+    cases = [c for c in case_names() if c != "negative_controls"]
+    tmp = Path(tempfile.mkdtemp())
+    over = {"batch": args.batch, "gif_frames": 0}
+    results = {"right": reproduce(tmp / "right", cases=cases, progress=False, figures=False, overrides=over)}
+    active: dict[str, dict[str, bool]] = {}
+    for m in MUTATIONS:
+        wrong = mutated_field_factory(m)
+        seen: list[bool] = []
+
+        def factory(Q, K, V, *, picture, method, dt, num_layers, wrong=wrong, seen=seen):
+            f = wrong(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
+            g = library_field(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
+            y = jax.random.normal(jax.random.key(0), (5, V.shape[0]), V.dtype)
+            t = jnp.asarray(1.0, V.dtype)
+            seen.append(float(jnp.max(jnp.abs(f.vector_field(t, y, None) - g.vector_field(t, y, None)))) > 1e-9)
+            return f
+
+        results[m] = reproduce(tmp / m, cases=cases, progress=False, figures=False, overrides=over,
+                               field_factory=factory)
+        active[m] = dict(zip(cases, seen))
+        print(f"{m}: {results[m]['num_graded'] - results[m]['num_passed']} failed checks", flush=True)
+
+    def failed(summary, case):
+        return [c["name"] for c in summary["checks"] if c["case"] == case and c["passed"] is False]
+
+    print("\n| case | right field | " + " | ".join(MUTATIONS) + " |")
+    print("|---|---|" + "---|" * len(MUTATIONS))
+    for case in cases:
+        row = [str(len(failed(results["right"], case)))]
+        for m in MUTATIONS:
+            k = len(failed(results[m], case))
+            row.append(("0!" if k == 0 else str(k)) if active[m].get(case, True) else ("-" if k == 0 else f"{k}?"))
+        print(f"| {case} | " + " | ".join(row) + " |")
+    caught: dict[str, set] = {}
+    for m in MUTATIONS:
+        for c in results[m]["checks"]:
+            if c["passed"] is False:
+                caught.setdefault(c["name"], set()).add(m)
+    print("\n| check | catches |")
+    print("|---|---|")
+    for name, ms in sorted(caught.items(), key=lambda kv: -len(kv[1])):
+        print(f"| {name} | {', '.join(m for m in MUTATIONS if m in ms)} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"active": active, "results": results}, default=str))
+
+
+if __name__ == "__main__":
+    with jax.enable_x64(True):
+        main()
