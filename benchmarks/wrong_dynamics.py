@@ -8,7 +8,7 @@ mutation of :mod:`attnflow.report.mutations`, and prints two Markdown tables:
    the field and nothing failed, a miss);
 2. per check (over all cases): the mutations it catches.
 
-    PYTHONPATH=. python benchmarks/wrong_dynamics.py [--batch 2] [--json out.json]
+    PYTHONPATH=. python benchmarks/wrong_dynamics.py [--batch 1] [--saves 61] [--json out.json]
 
 Not a test (about 10-15 minutes on a 2-core CPU); tests/test_mutation.py runs a tiny subset.
 """
@@ -30,12 +30,13 @@ def main() -> None:
     from attnflow.report.mutations import MUTATIONS, mutated_field_factory
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=2, help="initial configurations per case (default 2)")
+    p.add_argument("--batch", type=int, default=1, help="initial configurations per case (default 1)")
+    p.add_argument("--saves", type=int, default=61, help="save times of the adaptive solves (default 61)")
     p.add_argument("--json", default=None, help="also write the raw results here")
     args = p.parse_args()
     cases = [c for c in case_names() if c != "negative_controls"]
     tmp = Path(tempfile.mkdtemp())
-    over = {"batch": args.batch, "gif_frames": 0}
+    over = {"batch": args.batch, "gif_frames": 0, "num_saves": args.saves}
     results = {"right": reproduce(tmp / "right", cases=cases, progress=False, figures=False, overrides=over)}
     active: dict[str, dict[str, bool]] = {}
     for m in MUTATIONS:
