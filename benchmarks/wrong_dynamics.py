@@ -32,11 +32,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1, help="initial configurations per case (default 1)")
     p.add_argument("--saves", type=int, default=61, help="save times of the adaptive solves (default 61)")
+    p.add_argument("--max-steps", type=int, default=4096, help="solver step budget (a wrong field that needs more "
+                   "fails its case, which is recorded; default 4096)")
+    p.add_argument("--cases", nargs="+", default=None, help="cases (default: all but the negative controls)")
     p.add_argument("--json", default=None, help="also write the raw results here")
     args = p.parse_args()
-    cases = [c for c in case_names() if c != "negative_controls"]
+    cases = args.cases or [c for c in case_names() if c != "negative_controls"]
     tmp = Path(tempfile.mkdtemp())
-    over = {"batch": args.batch, "gif_frames": 0, "num_saves": args.saves}
+    over = {"batch": args.batch, "gif_frames": 0, "num_saves": args.saves, "max_steps": args.max_steps}
     results = {"right": reproduce(tmp / "right", cases=cases, progress=False, figures=False, overrides=over)}
     active: dict[str, dict[str, bool]] = {}
     for m in MUTATIONS:

@@ -314,7 +314,7 @@ def test_observables_as_save_fn_in_a_batched_solve():
         return {"clusters": num_clusters(z, 0.02, 5.0).astype(z.dtype), "max": jnp.max(s), "min": jnp.min(s)}
 
     Q = np.array([[1.0, 0.2], [0.0, 1.0]])
-    sim = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64",
+    sim = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64", batch="x0",
                             save_fn=save_fn)
     out = sim.states
     assert out["clusters"].shape == (3, 21) and sim.tokens is None
@@ -322,6 +322,42 @@ def test_observables_as_save_fn_in_a_batched_solve():
     assert np.all(np.diff(np.asarray(out["max"]), axis=1) <= 1e-9)
     assert np.all(np.diff(np.asarray(out["min"]), axis=1) >= -1e-9)
     assert np.all(np.asarray(out["clusters"])[:, -1] <= 3)
-    full = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64")
+    full = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64", batch="x0")
     again = jax.vmap(jax.vmap(lambda z: num_clusters(z, 0.02, 5.0)))(full.states)
     assert np.array_equal(np.asarray(again), np.asarray(out["clusters"]).astype(int))
+
+
+def test_classifier_refuses_noise_at_every_n():
+    """Fixed tolerance (2% of the initial size) + compact clusters: uniform noise is not clustered at any
+    n (the old 2%-of-own-diameter single linkage gave 1 level for 1024 points on a line and 253 <= 512
+    clusters in the square)."""
+    from attnflow.observables import classify_geometry
+
+    rng = np.random.default_rng(11)
+    for n in (8, 64, 1024):
+        sq = rng.uniform(size=(n, 2))
+        o = classify_geometry(sq, np.eye(2), scale=1.0)
+        assert not o.supports("polytope") and o.label == "none", (n, o)
+        line = np.c_[rng.uniform(size=n), np.zeros(n)]
+        o = classify_geometry(line, np.diag([1.0, -0.5]), scale=1.0)
+        assert not o.supports("hyperplanes") and not o.supports("polytope"), (n, o)
+    # the same tokens pulled onto three points are clustered at every n
+    for n in (8, 1024):
+        z = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.8]])[rng.integers(0, 3, n)] + 1e-4 * rng.normal(size=(n, 2))
+        o = classify_geometry(z, np.eye(2), scale=1.0)
+        assert o.label == "polytope" and o.num_clusters == 3
+
+
+def test_classifier_is_one_jax_function_under_vmap():
+    from attnflow.observables import GEOMETRY_LABELS, classify_configuration
+    from attnflow.spectral import check_batch, unstable_projector
+
+    V = jnp.diag(jnp.array([1.0, -0.5]))
+    sb = check_batch(jnp.eye(2)[None], jnp.eye(2)[None], V[None])
+    P, k = unstable_projector(V)
+    rng = np.random.default_rng(3)
+    z = jnp.asarray(np.stack([np.c_[rng.choice([-1.0, 2.0], 12), rng.normal(size=12)], rng.normal(size=(12, 2))]))
+    o = jax.jit(jax.vmap(lambda zz: classify_configuration(zz, zz, 3.0, sb.phi_dual[0], sb.stats.lambda1[0],
+                                                           sb.paranormal[0], sb.para_dim_F[0], P, k)))(z)
+    assert [GEOMETRY_LABELS[int(i)] for i in o.label] == ["polytope x subspace", "none"]
+    assert o.num_levels.tolist()[0] == 2
