@@ -432,8 +432,8 @@ def _hyperplane_case(ctx: Context, res: CaseResult, V, *, method="tsit5", dt=Non
     res.hyp("hyperplane regime: every transverse eigenvalue has Re < 0 (z's transverse parts diverge)",
             max(transverse) < 0, [round(t, 4) for t in transverse])
     pd, lam_min = is_positive_definite(Q.T @ K)
-    res.hyp(f"Q^T K is {'' if pd else 'not '}symmetric positive definite (Thm 4.2 does not need it)",
-            True, lam_min)
+    res.notes.append(f"Q^T K is {'' if pd else 'not '}symmetric positive definite (smallest eigenvalue of its "
+                     f"symmetric part {lam_min:.3g}); Thm 4.2 does not need it.")
     euler_hyp(res, V, method, dt)
     geometry_hyp(res, Q, K, V)
     res.settings["weights"] = {"Q": Q, "K": K, "V": V}
@@ -483,7 +483,8 @@ def codim_k(ctx: Context, res: CaseResult) -> None:
             {"lambda1": str(np.round(g.lambda1, 4)), "gap": g.gap})
     res.hyp(f"k = #eigenvalues of V with positive real part = {k} >= 1", k >= 1,
             [str(np.round(e, 4)) for e in np.linalg.eigvals(V)])
-    res.hyp("no hypothesis on Q, K (Gaussian); Q^T K SPD?", True, {"Q^T K SPD": is_positive_definite(Q.T @ K)[0]})
+    res.notes.append(f"No hypothesis on Q, K (Gaussian); Q^T K symmetric positive definite: "
+                     f"{is_positive_definite(Q.T @ K)[0]}.")
     geometry_hyp(res, Q, K, V)
     run = run_case_sim(ctx, initial(ctx, n, d), Q, K, V, t1=t1)
     res.record(run)
@@ -514,7 +515,7 @@ def _paranormal_case(ctx: Context, res: CaseResult, Q, K, V, *, section12: bool)
     spd, lam_min = is_positive_definite(Q.T @ K)
     res.hyp(f"V paranormal: {split.reason}", split.paranormal)
     cosine = float(np.max(np.abs(np.linalg.qr(split.F)[0].T @ np.linalg.qr(split.G)[0])))
-    res.hyp("F and G not orthogonal (largest cosine between them)", True, cosine)
+    res.hyp("F and G not orthogonal (largest cosine between them; the general direct sum)", cosine > 1e-6, cosine)
     if section12:
         res.hyp("Q^T K with i.i.d. U[-1,1] entries, not SPD (min eigenvalue of its symmetric part)", not spd, lam_min)
     else:
@@ -616,7 +617,8 @@ def remark7_9(ctx: Context, res: CaseResult) -> None:
     I = np.eye(2)
     x0 = np.array([[[1.0, eps], [1.0, -eps]]])
     res.hyp("d = n = 2, Q = K = V = I", x0.shape[1:] == (2, 2))
-    res.hyp(f"x(0) = (1, +-eps), eps = {eps:g}", True, x0[0].tolist())
+    res.hyp(f"x(0) = (1, +-eps), eps = {eps:g}: distinct tokens", bool(np.linalg.norm(x0[0, 0] - x0[0, 1]) > 0),
+            x0[0].tolist())
     run = run_case_sim(ctx, x0, I, I, I, t1=t1)
     res.record(run)
     defect_check(res, run)

@@ -38,7 +38,6 @@ def negative_controls(ctx: Context, res: CaseResult) -> None:
 
     rel = float(ctx["rel_tol"])
     rng = stream(ctx, "noise")
-    res.hyp("controls are built to violate the predicted structure (nothing to hold)", True)
     Vs = {2: {"V = I": np.eye(2), "good V (1.348, -0.068)": hyperplane_V(ctx, 2)},
           3: {"V = I": np.eye(3), "paranormal (1, 1, -1/2)": np.diag([1.0, 1.0, -0.5]),
               "codim-2 V (-1.2, 1, 0.9)": similar(stream(ctx, "codim_k_neg"), np.diag([-1.2, 1.0, 0.9]))}}
