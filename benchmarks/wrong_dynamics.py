@@ -36,7 +36,11 @@ def main() -> None:
                    "fails its case, which is recorded; default 4096)")
     p.add_argument("--cases", nargs="+", default=None, help="cases (default: all but the negative controls)")
     p.add_argument("--json", default=None, help="also write the raw results here")
+    p.add_argument("--from-json", default=None, help="only print the tables of a previous --json file")
     args = p.parse_args()
+    if args.from_json:
+        raw = json.loads(Path(args.from_json).read_text())
+        return tables(raw["results"], raw["active"], list(raw["active"][MUTATIONS[0]]), MUTATIONS)
     cases = args.cases or [c for c in case_names() if c != "negative_controls"]
     tmp = Path(tempfile.mkdtemp())
     over = {"batch": args.batch, "gif_frames": 0, "num_saves": args.saves, "max_steps": args.max_steps}
@@ -59,8 +63,15 @@ def main() -> None:
         active[m] = dict(zip(cases, seen))
         print(f"{m}: {results[m]['num_graded'] - results[m]['num_passed']} failed checks", flush=True)
 
+    if args.json:
+        Path(args.json).write_text(json.dumps({"active": active, "results": results}, default=str))
+    tables(results, active, cases, MUTATIONS)
+
+
+def tables(results, active, cases, MUTATIONS) -> None:
     def failed(summary, case):
-        return [c["name"] for c in summary["checks"] if c["case"] == case and c["passed"] is False]
+        return [c["name"] for c in summary["checks"] if c["case"] == case and c["passed"] is False] + (
+            ["(case stopped)"] if summary["failed_cases"].get(case) else [])
 
     print("\n| case | right field | " + " | ".join(MUTATIONS) + " |")
     print("|---|---|" + "---|" * len(MUTATIONS))
@@ -79,8 +90,6 @@ def main() -> None:
     print("|---|---|")
     for name, ms in sorted(caught.items(), key=lambda kv: -len(kv[1])):
         print(f"| {name} | {', '.join(m for m in MUTATIONS if m in ms)} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"active": active, "results": results}, default=str))
 
 
 if __name__ == "__main__":
