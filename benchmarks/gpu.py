@@ -53,7 +53,9 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    import attnflow  # noqa: F401  (x64)
+    import attnflow  # noqa: F401
+
+    jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.attention import select_impl
     from benchmarks.common import (
         atomic_write_json,

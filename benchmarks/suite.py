@@ -31,10 +31,13 @@ import numpy as np
 if __package__ in (None, ""):  # allow `python benchmarks/suite.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import attnflow  # noqa: E402  (enables x64)
+import attnflow  # noqa: E402,F401
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+
+# the benchmark script (an application, not the library) runs float64 rows next to float32 ones
+jax.config.update("jax_enable_x64", True)
 
 from attnflow import AttentionFlow  # noqa: E402
 from attnflow.attention import select_impl  # noqa: E402
