@@ -6,14 +6,14 @@ failed or interrupted run never leaves a half-overwritten report.
 
 from __future__ import annotations
 
+from .._x64 import in_float64
+
 import csv
 import io
 import os
 import shutil
 import time
 from pathlib import Path
-
-import jax
 
 from ..errors import InputError
 from ..runio import (
@@ -77,6 +77,7 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
     return s
 
 
+@in_float64
 def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
               quick: bool = False, cases: list[str] | None = None, progress: bool = True,
               field_factory=None, figures: bool = True, overrides: dict | None = None) -> dict:
@@ -88,7 +89,7 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
     then False). ``field_factory`` replaces the integrated vector field (see
     :class:`~attnflow.report.base.Context`; the mutation tests pass wrong ones); ``figures=False``
     skips drawing; ``overrides`` ({key: value} or {case: {key: value}}) is overlaid on the
-    config (same validation as a --config file). Runs inside ``jax.enable_x64(True)``.
+    config (same validation as a --config file). Runs in float64 scope (``attnflow._x64``).
 
     Returns the summary dict (also written to ``summary.json``).
 
@@ -123,8 +124,7 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
     tmp.mkdir(parents=True)
     try:
         context = {"figures": figures} | ({"field_factory": field_factory} if field_factory else {})
-        with jax.enable_x64(True):
-            summary = _run(tmp, cfg, settings, selected, quick, progress, context)
+        summary = _run(tmp, cfg, settings, selected, quick, progress, context)
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

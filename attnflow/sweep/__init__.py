@@ -48,11 +48,7 @@ def load_sweep_config(path):
 
 
 def run_sweep(config: dict, out, **kwargs):
-    """Run the sweep ``config["kind"]`` describes into ``out``; returns its summary. Runs inside
-    ``jax.enable_x64(True)`` (the spectral checks are float64; ``dtype`` picks the solves' dtype)."""
-    import jax
-
-    with jax.enable_x64(True):
-        if config["kind"] == "spectral":
-            return run_spectral_sweep(config, out, **kwargs)
-        return run_dynamics_sweep(config, out, **kwargs)
+    """Run the sweep ``config["kind"]`` describes into ``out``; returns its summary."""
+    if config["kind"] == "spectral":
+        return run_spectral_sweep(config, out, **kwargs)
+    return run_dynamics_sweep(config, out, **kwargs)
