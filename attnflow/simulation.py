@@ -328,6 +328,11 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
             raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
         beta = 1.0 if beta is None else beta
         B = _validate_inputs(x0, weights, Q, K, V, beta, names)
+        if weights is not None and picture == "rescaled" and "head" in weights.axes:
+            members = [weights] if "weights" not in names else [jax.tree_util.tree_map(lambda a: a[i], weights)
+                                                                 for i in range(B)]
+            for w in members:  # several heads rescale only with a common V (dynamics/multihead.py)
+                rescaling_generator(w, "simulate(picture='rescaled')")
     v.check_time_span(t0, t1)
     if method_name == "euler" and dt is None:
         raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
