@@ -388,3 +388,26 @@ def test_simulate_dynamics_hook(rng):
         af.simulate(x0, dynamics=f, t1=1.0, batch=("x0", "V"))
     with pytest.raises(InputError, match="shift= applies to the Euler"):
         af.simulate(x0[0], dynamics=f, t1=1.0, shift="sphere")
+
+
+# ----------------------------------------------------------------------------------------------
+# the report job
+def test_extensions_job_writes_a_report(tmp_path):
+    from attnflow.cli.main import main
+
+    out = tmp_path / "ext"
+    assert main(["extensions", "--out", str(out), "--quick", "--study", "albert", "--no-progress"]) == 0
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    checks = summary["studies"]["albert"]["checks"]
+    identity = [c for c in checks if c["name"] == "epsilon = 0 reproduces shared weights"][0]
+    assert identity["passed"] is True
+    assert (out / "report.md").read_text().startswith("# attnflow extensions")
+    assert (out / "albert_agreement.png").stat().st_size > 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[albert]\nepsilons = [-0.5]\n")
+    with pytest.raises(InputError, match="albert.epsilons"):
+        from attnflow.report.extensions import run_extensions
+
+        run_extensions(tmp_path / "ext2", config=bad, studies=["albert"], progress=False)
