@@ -303,6 +303,11 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
             raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
         if any(a is not None for a in (Q, K, V, beta)):
             raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
+        if mask is not None or attention_impl != "auto":
+            raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
+        if return_attention and not hasattr(dynamics, "attention"):
+            raise InputError(f"return_attention=True needs a field with an attention matrix; "
+                             f"{type(dynamics).__name__} has none.")
         if picture != "raw":
             raise InputError("with dynamics= the field defines its own picture (its tokens() gives x); "
                              "leave picture='raw'.")
@@ -367,7 +372,8 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
                 f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
             )
         if picture == "rescaled":
-            check_invertible_transfer(V if weights is None else rescaling_generator(weights), dt)
+            check_invertible_transfer(V if weights is None else
+                                      weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, dt)
         if weights is not None and num_layers > weights.num_layers > 1:
             raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
                              f"{weights.num_layers} (one set per layer).")

@@ -388,6 +388,10 @@ def test_simulate_dynamics_hook(rng):
         af.simulate(x0, dynamics=f, t1=1.0, batch=("x0", "V"))
     with pytest.raises(InputError, match="shift= applies to the Euler"):
         af.simulate(x0[0], dynamics=f, t1=1.0, shift="sphere")
+    with pytest.raises(InputError, match="set mask and attention_impl on the field"):
+        af.simulate(x0[0], dynamics=f, t1=1.0, mask="causal")
+    with pytest.raises(InputError, match="needs a field with an attention matrix"):
+        af.simulate(x0[0], dynamics=FeedForward(np.ones((3, 2)), np.ones((2, 3))), t1=1.0, return_attention=True)
 
 
 # ----------------------------------------------------------------------------------------------
