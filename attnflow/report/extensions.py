@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..dynamics import AttentionFlow, LayeredFlow, normalise, perturbed_layers, section12_2_flow, sphere_flow
+from .._x64 import float64_scope
 from ..errors import InputError
 from ..integrate import EulerStepper, sphere_shift
 from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
@@ -498,7 +499,7 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     results = []
     from tqdm.auto import tqdm
 
-    with jax.enable_x64(True):
+    with float64_scope():
         for name in tqdm(selected, desc="extensions", disable=not progress):
             start = time.perf_counter()
             rng = np.random.default_rng([cfg["seed"], list(STUDIES).index(name)])
