@@ -32,7 +32,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..attention import IMPLS
 from ..errors import InputError
 from ..weights import AttentionWeights
-from .attention_flows import AttentionFlow
+from .attention_flows import AttentionFlow, _check_mask
 from .base import AbstractAttentionDynamics, grid_layer
 
 __all__ = ["LayeredFlow", "TimeVaryingFlow", "LayerInterpolation", "perturbed_layers"]
@@ -88,9 +88,7 @@ class _PerTimeAttention(AbstractAttentionDynamics):
     def _options(self, attention_impl, mask, normalisation):
         if attention_impl not in IMPLS:
             raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
-        if isinstance(mask, str) and mask != "causal":
-            raise InputError(f"mask must be None, 'causal' or a boolean (n, n) array, got {mask!r}.")
-        self.mask = mask if mask is None or isinstance(mask, str) else jnp.asarray(mask, bool)
+        self.mask = _check_mask(mask)
         self.attention_impl, self.normalisation = attention_impl, normalisation
 
     def weights_at(self, t) -> AttentionWeights:
