@@ -109,8 +109,11 @@ def test_a_stack_of_weights_is_never_silently_a_batch(rng):
     assert sim.states.shape == (2,) + x0.shape  # one system with three heads
     single = af.simulate(x0, Q, K, 3 * V, t1=1.0, num_saves=2, dtype="float64")
     np.testing.assert_allclose(np.asarray(sim.states), np.asarray(single.states), rtol=1e-7)  # 3 equal heads
-    with pytest.raises(InputError, match="'layer' axis"):
-        af.simulate(x0, af.AttentionWeights.stack([heads.head(0)] * 2, axis="layer"), t1=1.0)
+    layers = af.AttentionWeights.stack([heads.head(0)] * 2, axis="layer")
+    with pytest.raises(InputError, match="'layer' axis"):  # per-layer weights: raw picture only
+        af.simulate(x0, layers, t1=1.0, picture="rescaled")
+    # a layer stack is one system with per-layer weights (issue 13), never a batch
+    assert af.simulate(x0, layers, t1=1.0, num_saves=2).states.shape == (2,) + x0.shape
 
 
 # --- a good JAX citizen -------------------------------------------------------------------------
