@@ -56,3 +56,9 @@ from .heads import (  # noqa: E402
 
 __all__ += ["HeadAssumptions", "head_assumptions", "head_factors", "assumption_table", "format_table", "ginibre_baseline", "head_weights",
             "multihead_attention"]
+from .tokenize import Tokenized, load_tokenizer, tokenize  # noqa: E402
+
+__all__ += ["Tokenized", "load_tokenizer", "tokenize"]
+from .report import read_texts, track  # noqa: E402
+
+__all__ += ["read_texts", "track"]

@@ -1,0 +1,201 @@
+r"""Tokens of a real model tracked layer by layer, next to the idealised dynamics of its heads.
+
+Per sentence (all jnp, jit/vmap-able observables of :mod:`attnflow.observables`):
+
+* the real forward pass: hidden states :math:`x^{(l)}` (L+1, n, d), attention matrices
+  :math:`P^{l,h}` (L, H, n, n);
+* per state: the number of clusters of the **normalised** tokens :math:`u_i = x_i/|x_i|` with
+  a FIXED tolerance (two tokens are linked when :math:`|u_i - u_j| \le` ``cluster_tol``, default
+  0.2, i.e. cosine :math:`\ge 0.98`; clusters are the connected components), and the mean
+  pairwise cosine similarity :math:`\frac{2}{n(n-1)}\sum_{i<j}\langle u_i, u_j\rangle`;
+* per attention matrix: numerical rank (singular values above ``rank_tol`` = 1e-3 times the
+  largest, which is >= 1 for a row-stochastic P), Booleanness (max-norm distance to the nearest
+  Boolean row-stochastic matrix, :math:`\max_i(1 - \max_j P_{ij})`), mean off-leader mass, and
+  the leader tokens (columns that receive more than half of some row);
+* the idealised dynamics of :mod:`attnflow.models.idealised` for EVERY head, started from the
+  embedding output, for L layers, with the same observables.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ..observables import boolean_distance, directions, leaders, num_clusters, numerical_rank, off_leader_mass
+from ..weights import AttentionWeights
+from .encoder import TransformerModel, forward
+from .heads import HeadAssumptions
+from .idealised import idealised_run
+
+__all__ = ["TRACK_DEFAULTS", "token_stats", "attention_stats", "analyse_sentence", "select_head", "forward_padded"]
+
+TRACK_DEFAULTS = {
+    "cluster_tol": 0.2,  # chord distance between normalised tokens (cosine >= 1 - 0.2^2/2 = 0.98)
+    "rank_tol": 1e-3,  # singular values above 1e-3 * sigma_1 count
+    "leader_threshold": 0.5,
+    "pad_multiple": 16,  # sentences are padded (and masked) to a multiple of this: fewer compilations
+}
+
+
+def mean_pairwise_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
+    r"""Mean of :math:`\langle x_i/|x_i|, x_j/|x_j|\rangle` over pairs i < j (1 for n = 1).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.models.track import mean_pairwise_cosine
+        >>> float(mean_pairwise_cosine(jnp.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])))
+        0.3333333432674408
+    """
+    u = directions(x)
+    n = x.shape[0]
+    total = jnp.sum(u @ u.T) - jnp.sum(u * u)
+    return jnp.where(n > 1, total / max(n * (n - 1), 1), 1.0)
+
+
+@jax.jit
+def token_stats(xs: Float[Array, "*T n d"], cluster_tol: float) -> tuple[Array, Array]:
+    """(clusters, mean pairwise cosine) of the normalised tokens of every state in ``xs``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.models.track import token_stats
+        >>> x = jnp.array([[[1.0, 0.0], [2.0, 0.01], [0.0, 1.0]]])
+        >>> c, m = token_stats(x, 0.2)
+        >>> c.tolist()
+        [2]
+    """
+    lead = xs.shape[:-2]
+    flat = xs.reshape((-1,) + xs.shape[-2:])
+    one = lambda x: (num_clusters(directions(x), cluster_tol, 1.0), mean_pairwise_cosine(x))
+    c, m = jax.vmap(one)(flat)
+    return c.reshape(lead), m.reshape(lead)
+
+
+@jax.jit
+def attention_stats(Ps: Float[Array, "*T n n"], rank_tol: float, threshold: float):
+    """(rank, Booleanness, mean off-leader mass, leader mask (..., n)) of every P in ``Ps``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.models.track import attention_stats
+        >>> r, b, m, lead = attention_stats(jnp.array([[[0.9, 0.1], [0.8, 0.2]]]), 1e-3, 0.5)
+        >>> r.tolist(), lead.tolist()
+        ([2], [[True, False]])
+    """
+    lead = Ps.shape[:-2]
+    flat = Ps.reshape((-1,) + Ps.shape[-2:])
+    one = lambda P: (numerical_rank(P, rank_tol), boolean_distance(P), jnp.mean(off_leader_mass(P)),
+                     leaders(P, threshold))
+    r, b, m, ld = jax.vmap(one)(flat)
+    return r.reshape(lead), b.reshape(lead), m.reshape(lead), ld.reshape(lead + (Ps.shape[-1],))
+
+
+def forward_padded(model: TransformerModel, input_ids: np.ndarray, multiple: int = 16):
+    """:func:`~attnflow.models.forward` on ids padded with the pad token to a multiple of
+    ``multiple`` (padding masked out as keys, padded rows dropped): one compilation per
+    length bucket. Same numbers as the unpadded pass (masked keys get weight exactly 0).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.models import load_model
+        >>> from attnflow.models.track import forward_padded
+        >>> out = forward_padded(load_model(), np.array([101, 7592, 102]))
+        >>> out.hidden_states.shape, out.attentions.shape
+        ((7, 3, 384), (6, 12, 3, 3))
+    """
+    n = len(input_ids)
+    size = min(-(-n // multiple) * multiple, model.config.max_position)
+    ids = np.full(size, model.config.pad_token_id, np.int32)
+    ids[:n] = input_ids
+    mask = np.arange(size) < n
+    out = forward(model, ids, attention_mask=mask)
+    return type(out)(out.hidden_states[:, :n], out.attentions[:, :, :n, :n])
+
+
+def _idealised_all_heads_impl(weights: AttentionWeights, x0, layers_and_tol):
+    """Idealised runs of every head (S, H) from x0; observables of every state/attention."""
+    num_layers, cluster_tol, rank_tol, threshold = layers_and_tol
+
+    def one(Q, K, V, beta, qb, kb, vb):
+        return idealised_run(AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb), x0, num_layers)
+
+    f = jax.vmap(jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0)), in_axes=(0, 0, 0, None, 0, 0, 0))
+    w = weights
+    xs, Ps = f(w.Q, w.K, w.V, w.beta, w.q_bias, w.k_bias, w.v_bias)
+    clusters, cos = token_stats(xs, cluster_tol)
+    rank, boolean, offl, _ = attention_stats(Ps, rank_tol, threshold)
+    finite = jnp.all(jnp.isfinite(xs), axis=(-3, -2, -1))
+    return xs, Ps, dict(clusters=clusters, mean_cos=cos, rank=rank, boolean=boolean, off_leader=offl, finite=finite)
+
+
+_idealised_all_heads = jax.jit(_idealised_all_heads_impl, static_argnums=2)
+
+
+def analyse_sentence(model: TransformerModel, weights64: AttentionWeights, input_ids: np.ndarray,
+                     selected: tuple[int, int], cfg: dict) -> dict[str, np.ndarray]:
+    """Everything ``attnflow track`` records for one sentence, as NumPy arrays.
+
+    ``weights64``: :func:`~attnflow.models.head_weights` in float64 (call inside
+    ``jax.enable_x64(True)``); ``selected`` = (parameter layer, head) whose idealised run is
+    kept in full (tokens and attention matrices) for the side-by-side figure.
+    """
+    L = model.config.num_layers
+    out = forward_padded(model, np.asarray(input_ids), cfg["pad_multiple"])
+    hs, att = out.hidden_states, out.attentions
+    clusters, cos = token_stats(hs.astype(jnp.float64), cfg["cluster_tol"])
+    rank, boolean, offl, lead = attention_stats(att.astype(jnp.float64), cfg["rank_tol"], cfg["leader_threshold"])
+    x0 = hs[0].astype(jnp.float64)
+    xs, Ps, ideal = _idealised_all_heads(weights64, x0, (L, cfg["cluster_tol"], cfg["rank_tol"],
+                                                         cfg["leader_threshold"]))
+    s, h = selected
+    rec = {
+        "input_ids": np.asarray(input_ids, np.int32),
+        "hidden_states": np.asarray(hs, np.float32),
+        "attentions": np.asarray(att, np.float32),
+        "clusters": np.asarray(clusters),
+        "mean_cos": np.asarray(cos),
+        "rank": np.asarray(rank),
+        "boolean": np.asarray(boolean),
+        "off_leader": np.asarray(offl),
+        "leaders": np.asarray(lead),
+        "ideal_selected_tokens": np.asarray(xs[s, h]),
+        "ideal_selected_attentions": np.asarray(Ps[s, h]),
+    }
+    rec.update({f"ideal_{k}": np.asarray(v) for k, v in ideal.items()})
+    return rec
+
+
+def select_head(rows: list[HeadAssumptions], choice: str = "auto") -> tuple[int, int]:
+    """The head whose idealised dynamics is shown in full: ``"L:H"`` (parameter layer, head,
+    from 0), or ``"auto"``: the good triple with the largest gap, else the Def 4.1(1) head with
+    the largest gap, else the head with the largest Re lambda_1.
+
+    Example:
+        >>> from attnflow.models.heads import HeadAssumptions
+        >>> from attnflow.models.track import select_head
+        >>> mk = lambda l, h, lam, c1, good, gap: HeadAssumptions(l, h, lam, 0.0, 0.1, gap, c1, 0.1, good,
+        ...     good, False, -1.0, 1.0, False)
+        >>> select_head([mk(0, 0, 2.0, True, False, 1.0), mk(0, 1, 1.0, True, True, 0.5)])
+        (0, 1)
+    """
+    from ..errors import InputError
+
+    if choice != "auto":
+        try:
+            s, h = (int(p) for p in choice.split(":"))
+        except ValueError:
+            raise InputError(f"--head must be 'auto' or 'LAYER:HEAD' (counted from 0), got {choice!r}.") from None
+        if not any(r.layer == s and r.head == h for r in rows):
+            layers = max(r.layer for r in rows) + 1
+            heads = max(r.head for r in rows) + 1
+            raise InputError(f"--head {choice} is outside this model's {layers} parameter layer(s) x {heads} heads.")
+        return s, h
+    for key in (lambda r: r.good, lambda r: r.cond1):
+        cands = [r for r in rows if key(r)]
+        if cands:
+            best = max(cands, key=lambda r: r.gap)
+            return best.layer, best.head
+    best = max(rows, key=lambda r: r.lambda1_re)
+    return best.layer, best.head
