@@ -26,7 +26,7 @@ from attnflow.models import (
     tokenize,
 )
 from attnflow.models.idealised import HeadFlow, idealised_run
-from attnflow.models.track import forward_padded
+from attnflow.models.layerwise import forward_padded
 from attnflow.spectral import check_good_triple
 from attnflow.weights import AttentionWeights
 from model_fixtures import ALBERT_CONFIG, ALBERT_HEADS, reference_forward, write_albert

@@ -11,7 +11,9 @@ Along the data's path:
 * :mod:`.heads` -- :func:`head_weights` (``AttentionWeights`` with axes ("layer", "head") and
   biases, SPEC section 5), :func:`multihead_attention`, :func:`assumption_table`.
 * :mod:`.tokenize` -- ``tokenizer.json`` through ``tokenizers``.
-* :mod:`.track` -- the ``attnflow track`` job.
+* :mod:`.idealised` -- one real head shared across layers (the paper's dynamics, with biases).
+* :mod:`.layerwise` -- observables of every layer and head (clusters, cosine, rank, Booleanness).
+* :mod:`.report` -- the ``attnflow track`` job: run folder, figures (:mod:`.figures`), report.
 """
 
 from .checkpoint import (

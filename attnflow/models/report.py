@@ -80,7 +80,7 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
           progress: bool = True, **options) -> dict:
     """Run the ``attnflow track`` job and write the report folder ``out``; returns the summary.
 
-    ``options`` override :data:`attnflow.models.track.TRACK_DEFAULTS` (``cluster_tol``,
+    ``options`` override :data:`attnflow.models.layerwise.TRACK_DEFAULTS` (``cluster_tol``,
     ``rank_tol``, ``leader_threshold``, ``pad_multiple``).
 
     Example:
@@ -99,7 +99,7 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
     from .encoder import load_model
     from .heads import assumption_table, ginibre_baseline, head_factors, head_weights, table_records
     from .tokenize import load_tokenizer, tokenize
-    from .track import TRACK_DEFAULTS, analyse_sentence, select_head
+    from .layerwise import TRACK_DEFAULTS, analyse_sentence, select_head
 
     unknown = set(options) - set(TRACK_DEFAULTS)
     if unknown:

@@ -44,7 +44,7 @@ def mean_pairwise_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.models.track import mean_pairwise_cosine
+        >>> from attnflow.models.layerwise import mean_pairwise_cosine
         >>> float(mean_pairwise_cosine(jnp.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])))
         0.3333333432674408
     """
@@ -60,7 +60,7 @@ def token_stats(xs: Float[Array, "*T n d"], cluster_tol: float) -> tuple[Array, 
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.models.track import token_stats
+        >>> from attnflow.models.layerwise import token_stats
         >>> x = jnp.array([[[1.0, 0.0], [2.0, 0.01], [0.0, 1.0]]])
         >>> c, m = token_stats(x, 0.2)
         >>> c.tolist()
@@ -79,7 +79,7 @@ def attention_stats(Ps: Float[Array, "*T n n"], rank_tol: float, threshold: floa
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.models.track import attention_stats
+        >>> from attnflow.models.layerwise import attention_stats
         >>> r, b, m, lead = attention_stats(jnp.array([[[0.9, 0.1], [0.8, 0.2]]]), 1e-3, 0.5)
         >>> r.tolist(), lead.tolist()
         ([2], [[True, False]])
@@ -100,7 +100,7 @@ def forward_padded(model: TransformerModel, input_ids: np.ndarray, multiple: int
     Example:
         >>> import numpy as np
         >>> from attnflow.models import load_model
-        >>> from attnflow.models.track import forward_padded
+        >>> from attnflow.models.layerwise import forward_padded
         >>> out = forward_padded(load_model(), np.array([101, 7592, 102]))
         >>> out.hidden_states.shape, out.attentions.shape
         ((7, 3, 384), (6, 12, 3, 3))
@@ -174,7 +174,7 @@ def select_head(rows: list[HeadAssumptions], choice: str = "auto") -> tuple[int,
 
     Example:
         >>> from attnflow.models.heads import HeadAssumptions
-        >>> from attnflow.models.track import select_head
+        >>> from attnflow.models.layerwise import select_head
         >>> mk = lambda l, h, lam, c1, good, gap: HeadAssumptions(l, h, lam, 0.0, 0.1, gap, c1, 0.1, good,
         ...     good, False, -1.0, 1.0, False)
         >>> select_head([mk(0, 0, 2.0, True, False, 1.0), mk(0, 1, 1.0, True, True, 0.5)])
