@@ -346,6 +346,11 @@ def run_suite(args) -> dict:
         "headline": headline(records),
         "elapsed_s": elapsed,
     }
+    if args.models:  # the real-model forward pass against PyTorch eager (benchmarks/bench_models.py)
+        from benchmarks import bench_models
+
+        summary["models"] = bench_models.run(32 if args.quick else 128, 3 if args.quick else 20, args.torch)
+        print(bench_models.format_result(summary["models"]))
     atomic_write_json(run_dir / "summary.json", summary)
     write_tables(run_dir, records)
     plot(run_dir, records)
@@ -491,6 +496,7 @@ def main(argv=None) -> dict:
     p.add_argument("--no-tiny", dest="tiny", action="store_false", help="skip the small size of the Python-loop row")
     p.add_argument("--loop-max-n", type=int, default=64, help="largest n of the per-token Python loop")
     p.add_argument("--no-torch", dest="torch", action="store_false")
+    p.add_argument("--no-models", dest="models", action="store_false", help="skip the MiniLM forward-pass rows")
     p.add_argument("--matmul-n", type=int, default=2048)
     p.add_argument("--memory-gib", type=float, default=24.0)
     p.add_argument("--seed", type=int, default=0)
