@@ -25,10 +25,10 @@ from attnflow.models import (
     self_attention,
     tokenize,
 )
-from attnflow.models.idealised import HeadFlow, idealised_run
+from attnflow.models.idealised import idealised_runs
 from attnflow.models.layerwise import forward_padded
 from attnflow.spectral import check_good_triple
-from attnflow.weights import AttentionWeights
+from attnflow import AttentionWeights
 from model_fixtures import ALBERT_CONFIG, ALBERT_HEADS, reference_forward, write_albert
 
 SENTENCE = "Clusters emerge in self-attention dynamics."
@@ -136,7 +136,7 @@ def test_head_weights_paper_convention(minilm64):
     Wo, Wv = np.asarray(m.out_w[:, r]), np.asarray(m.value_w[r])
     np.testing.assert_allclose(np.asarray(w.V[2, h]), Wo @ Wv, rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(w.v_bias[2, h]), Wo @ np.asarray(m.value_b[r]), rtol=0, atol=1e-14)
-    assert float(w.beta) == 1.0 / math.sqrt(dk)
+    assert w.axes == ("layer", "head") and np.all(np.asarray(w.beta) == 1.0 / math.sqrt(dk))
     assert np.linalg.matrix_rank(np.asarray(w.V[2, h])) == dk
 
 
@@ -168,7 +168,7 @@ def test_minilm_layer0_assumption_table(minilm64):
     assert len(others) == 7 and all(r.lambda1_im != 0 or r.lambda1_re <= 0 for r in others)
     w = head_weights(minilm64)
     for h in (0, 1):
-        c = check_good_triple(float(w.beta) * np.asarray(w.Q[0, h]), np.asarray(w.K[0, h]), np.asarray(w.V[0, h]))
+        c = check_good_triple(float(w.beta[0, h]) * np.asarray(w.Q[0, h]), np.asarray(w.K[0, h]), np.asarray(w.V[0, h]))
         r = rows[h]
         assert abs(c.lambda1 - complex(r.lambda1_re, r.lambda1_im)) < 1e-10
         assert c.condition1 == r.cond1 and c.condition2 == r.cond2
@@ -200,32 +200,35 @@ def test_albert_assumption_table_finds_the_constructed_heads(albert_dir):
         lam = np.linalg.eigvals(V)
         lam1 = lam[np.argmax(np.abs(lam))]
         assert abs(abs(lam1) - abs(complex(r.lambda1_re, r.lambda1_im))) < 1e-9
-        c = check_good_triple(float(w.beta) * np.asarray(w.Q[0, r.head]), np.asarray(w.K[0, r.head]), V)
+        c = check_good_triple(float(w.beta[0, r.head]) * np.asarray(w.Q[0, r.head]), np.asarray(w.K[0, r.head]), V)
         assert (c.condition1, c.good) == (r.cond1, r.good)
         if r.cond1:
             assert abs(c.qk_value - r.qk_value) < 1e-9
 
 
-def test_idealised_run_matches_numpy_euler():
-    """The weight-shared one-head Euler stepper with biases against a plain NumPy loop."""
+def test_idealised_runs_match_numpy_euler():
+    """Every head of a (layer, head) stack run alone with its weights shared across layers
+    (Euler, dt = 1, biases) against a plain NumPy loop, to rounding."""
     rng = np.random.default_rng(3)
-    d, m, n, L = 6, 3, 5, 4
-    Q, K = rng.normal(size=(2, m, d)) * 0.5
-    V = rng.normal(size=(d, d)) / math.sqrt(d)
-    qb, kb, vb = rng.normal(size=m), rng.normal(size=m), rng.normal(size=d)
+    S, H, d, m, n, L = 2, 3, 6, 3, 5, 4
+    Q, K = rng.normal(size=(2, S, H, m, d)) * 0.5
+    V = rng.normal(size=(S, H, d, d)) / math.sqrt(d)
+    qb, kb, vb = rng.normal(size=(S, H, m)), rng.normal(size=(S, H, m)), rng.normal(size=(S, H, d))
+    beta = rng.uniform(0.5, 1.0, size=(S, H))
     x0 = rng.normal(size=(n, d))
-    w = AttentionWeights(*(jnp.asarray(a) for a in (Q, K, V)), 0.7, q_bias=jnp.asarray(qb), k_bias=jnp.asarray(kb),
-                         v_bias=jnp.asarray(vb))
-    xs, Ps = idealised_run(w, jnp.asarray(x0), L)
-    x = x0.copy()
-    for k in range(L):
-        s = 0.7 * (x @ Q.T + qb) @ (x @ K.T + kb).T
-        P = np.exp(s - s.max(1, keepdims=True))
-        P /= P.sum(1, keepdims=True)
-        np.testing.assert_allclose(np.asarray(Ps[k]), P, rtol=0, atol=1e-13)
-        x = x + P @ (x @ V.T + vb)
-        np.testing.assert_allclose(np.asarray(xs[k + 1]), x, rtol=1e-12, atol=1e-12)
-    assert HeadFlow(w).vector_field(0.0, jnp.asarray(x0), None).shape == (n, d)
+    w = AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb, axes=("layer", "head"))
+    xs, Ps, ok = idealised_runs(w, jnp.asarray(x0), L)
+    assert xs.shape == (S, H, L + 1, n, d) and Ps.shape == (S, H, L, n, n) and bool(np.all(ok))
+    for s_ in range(S):
+        for h in range(H):
+            x = x0.copy()
+            for k in range(L):
+                sc = beta[s_, h] * (x @ Q[s_, h].T + qb[s_, h]) @ (x @ K[s_, h].T + kb[s_, h]).T
+                P = np.exp(sc - sc.max(1, keepdims=True))
+                P /= P.sum(1, keepdims=True)
+                np.testing.assert_allclose(np.asarray(Ps[s_, h, k]), P, rtol=0, atol=1e-13)
+                x = x + P @ (x @ V[s_, h].T + vb[s_, h])
+                np.testing.assert_allclose(np.asarray(xs[s_, h, k + 1]), x, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------- bad input

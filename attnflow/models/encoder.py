@@ -102,7 +102,8 @@ class ForwardOutput(eqx.Module):
 
 
 def load_model(model=None, *, dtype=jnp.float32) -> TransformerModel:
-    """Load a BERT/MiniLM/ALBERT folder (default: the built-in all-MiniLM-L6-v2) as JAX arrays.
+    """Load a BERT/MiniLM/ALBERT folder (default: the built-in all-MiniLM-L6-v2) as JAX arrays
+    of ``dtype`` (float32 by default; float64 inside ``jax.enable_x64(True)``).
 
     Example:
         >>> from attnflow.models import load_model
@@ -110,6 +111,9 @@ def load_model(model=None, *, dtype=jnp.float32) -> TransformerModel:
         >>> m.config.family, m.layers.query_w.shape
         ('bert', (6, 384, 384))
     """
+    if jnp.zeros((), dtype).dtype != jnp.dtype(dtype):
+        raise InputError(f"load_model(dtype={jnp.dtype(dtype).name}) needs JAX's float64 mode: call it inside "
+                         "`with jax.enable_x64(True):`.")
     ckpt = model if isinstance(model, Checkpoint) else read_checkpoint(model)
     t = {k: jnp.asarray(v, dtype) for k, v in ckpt.tensors.items()}
     cfg = ckpt.config

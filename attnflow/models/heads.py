@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..attention import attend
+from ..dynamics import AttentionFlow
 from ..spectral import check_good_triple, paranormal_split
 from ..weights import AttentionWeights
 from .encoder import TransformerModel
@@ -57,7 +57,7 @@ def head_weights(model: TransformerModel, dtype=None) -> AttentionWeights:
     Example:
         >>> from attnflow.models import load_model, head_weights
         >>> w = head_weights(load_model())
-        >>> w.axes, w.Q.shape, w.V.shape, w.v_bias.shape, round(float(w.beta), 6)
+        >>> w.axes, w.Q.shape, w.V.shape, w.v_bias.shape, round(float(w.beta[0, 0]), 6)
         (('layer', 'head'), (6, 12, 32, 384), (6, 12, 384, 384), (6, 12, 384), 0.176777)
     """
     cfg = model.config
@@ -76,7 +76,7 @@ def head_weights(model: TransformerModel, dtype=None) -> AttentionWeights:
 
 def multihead_attention(weights: AttentionWeights, x: Float[Array, "n d"], out_bias=None) -> Float[Array, "n d"]:
     r"""The multi-head attention field :math:`\sum_h \sum_j P^h_{ij}(V_h x_j + b_{v,h}) (+ b_O)` of a
-    stack of heads (axes ("head",)), computed head by head with :func:`attnflow.attend`.
+    stack of heads (axes ("head",)): the vector field of :class:`attnflow.AttentionFlow` plus b_O.
 
     With the per-head weights of a layer and its ``out_b`` this is that layer's self-attention
     output (see the module docstring).
@@ -91,21 +91,8 @@ def multihead_attention(weights: AttentionWeights, x: Float[Array, "n d"], out_b
         >>> bool(jnp.allclose(a, b, atol=1e-4))
         True
     """
-    w = weights
-
-    def one(Q, K, V, qb, kb, vb):
-        q = w.beta * (x @ Q.T + (0 if qb is None else qb))
-        k = x @ K.T + (0 if kb is None else kb)
-        v = x @ V.T + (0 if vb is None else vb)
-        return attend(q, k, v, impl="dense")
-
-    out = jax.vmap(one, in_axes=(0, 0, 0, _ax(w.q_bias), _ax(w.k_bias), _ax(w.v_bias)))(
-        w.Q, w.K, w.V, w.q_bias, w.k_bias, w.v_bias).sum(axis=0)
+    out = AttentionFlow(weights, attention_impl="dense").vector_field(0.0, x, None)
     return out if out_bias is None else out + out_bias
-
-
-def _ax(a):
-    return None if a is None else 0
 
 
 @dataclass(frozen=True)

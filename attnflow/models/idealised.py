@@ -8,72 +8,64 @@ transformer, as ALBERT shares its layer):
           P_{ij}[k] = \mathrm{softmax}_j\,\beta\langle Q_h x_i[k] + b_q, K_h x_j[k] + b_k\rangle,
 
 started from the model's own embedding output :math:`x[0]`. Unlike the real model it has no
-feed-forward block, no LayerNorm, no other heads and no output bias :math:`b_O`.
+feed-forward block, no LayerNorm, no other heads and no output bias :math:`b_O`. Every head
+of every parameter layer is run as one batch of independent systems by
+:func:`attnflow.simulate` (``batch="weights"``).
 """
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..attention import attend, softmax
-from ..dynamics import AbstractDynamics
-from ..integrate import solve_euler
+from ..simulation import simulate
 from ..weights import AttentionWeights
 
-__all__ = ["HeadFlow", "idealised_run"]
+__all__ = ["idealised_runs", "as_system_batch"]
 
 
-class HeadFlow(AbstractDynamics):
-    r"""One head with biases as a vector field:
-    :math:`f(x)_i = \sum_j P_{ij}(V x_j + b_v)`, :math:`P = \mathrm{softmax}(\beta (xQ^T + b_q)(xK^T + b_k)^T)`.
+def as_system_batch(weights: AttentionWeights) -> AttentionWeights:
+    """Flatten the named ("layer", "head") axes of per-head weights into a leading axis of
+    independent systems (S*H), one head each, for ``simulate(..., batch="weights")``.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.weights import AttentionWeights
-        >>> from attnflow.models.idealised import HeadFlow
-        >>> I = jnp.eye(2)
-        >>> f = HeadFlow(AttentionWeights(I, I, I, v_bias=jnp.array([1.0, 0.0])))
-        >>> f.vector_field(0.0, jnp.zeros((3, 2)), None).tolist()
-        [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+        >>> from attnflow import AttentionWeights
+        >>> from attnflow.models.idealised import as_system_batch
+        >>> w = AttentionWeights(jnp.ones((2, 3, 1, 4)), jnp.ones((2, 3, 1, 4)), jnp.ones((2, 3, 4, 4)),
+        ...                      axes=("layer", "head"))
+        >>> b = as_system_batch(w)
+        >>> b.axes, b.V.shape, b.beta.shape
+        ((), (6, 4, 4), (6,))
     """
-
-    weights: AttentionWeights
-
-    def _qkv(self, y):
-        w = self.weights
-        add = lambda u, b: u if b is None else u + b
-        return w.beta * add(y @ w.Q.T, w.q_bias), add(y @ w.K.T, w.k_bias), add(y @ w.V.T, w.v_bias)
-
-    def vector_field(self, t, y, args=None):
-        q, k, v = self._qkv(y)
-        return attend(q, k, v)
-
-    def attention(self, t, y):
-        q, k, _ = self._qkv(y)
-        return softmax(q @ k.T, axis=-1)
+    lead = len(weights.axes)
+    flat = lambda a: None if a is None else a.reshape((-1,) + a.shape[lead:])
+    make = lambda Q, K, V, beta, qb, kb, vb: AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb)
+    w = weights
+    return jax.vmap(make)(*(flat(a) for a in (w.Q, w.K, w.V, w.beta, w.q_bias, w.k_bias, w.v_bias)))
 
 
-@eqx.filter_jit
-def idealised_run(
-    weights: AttentionWeights, x0: Float[Array, "n d"], num_layers: int
-) -> tuple[Float[Array, "L1 n d"], Float[Array, "L n n"]]:
-    r"""Tokens :math:`x[0..L]` (L+1, n, d) and attention matrices :math:`P[0..L-1]` (L, n, n) of the
-    weight-shared Euler stepper with one head (``weights`` with no leading axes; vmap over a
-    stack of heads for many).
+def idealised_runs(
+    weights: AttentionWeights, x0: Float[Array, "n d"], num_layers: int, dtype: str = "float64"
+) -> tuple[Float[Array, "*lead L1 n d"], Float[Array, "*lead L n n"], Array]:
+    r"""Tokens :math:`x[0..L]` (``*lead``, L+1, n, d) and attention matrices :math:`P[0..L-1]`
+    (``*lead``, L, n, n) of the weight-shared Euler stepper (dt = 1) for every head of
+    ``weights`` (leading axes ``*lead`` named by ``weights.axes``, e.g. ("layer", "head")), each
+    head alone, all from the same x0; and a (``*lead``) flag, True where the run stayed finite
+    (a run that overflows is reported, not raised: ``simulate(throw=False)``).
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from attnflow.weights import AttentionWeights
-        >>> from attnflow.models.idealised import idealised_run
-        >>> I = jnp.eye(2)
-        >>> xs, Ps = idealised_run(AttentionWeights(I, I, I), jnp.array([[1.0, 0.0], [0.0, 1.0]]), 3)
-        >>> xs.shape, Ps.shape
-        ((4, 2, 2), (3, 2, 2))
+        >>> import jax.numpy as jnp
+        >>> from attnflow import AttentionWeights
+        >>> from attnflow.models.idealised import idealised_runs
+        >>> I = jnp.eye(2)[None]
+        >>> xs, Ps, ok = idealised_runs(AttentionWeights(I, I, I, axes=("head",)), jnp.eye(2), 3)
+        >>> xs.shape, Ps.shape, ok.tolist()
+        ((1, 4, 2, 2), (1, 3, 2, 2), [True])
     """
-    flow = HeadFlow(weights)
-    traj = solve_euler(flow, x0, dt=1.0, num_steps=num_layers)
-    Ps = jax.vmap(flow.attention)(traj.ts[:-1], traj.ys[:-1])
-    return traj.ys, Ps
+    lead = tuple(weights.Q.shape[: len(weights.axes)])
+    sim = simulate(x0, as_system_batch(weights), t1=float(num_layers), method="euler", dt=1.0,
+                   return_attention=True, dtype=dtype, batch="weights", throw=False)
+    xs = sim.tokens.reshape(lead + sim.tokens.shape[1:])
+    Ps = sim.attention[:, :-1].reshape(lead + (num_layers,) + sim.attention.shape[2:])
+    return xs, Ps, (sim.result == 0).reshape(lead)

@@ -27,7 +27,7 @@ from ..observables import boolean_distance, directions, leaders, num_clusters, n
 from ..weights import AttentionWeights
 from .encoder import TransformerModel, forward
 from .heads import HeadAssumptions
-from .idealised import idealised_run
+from .idealised import idealised_runs
 
 __all__ = ["TRACK_DEFAULTS", "token_stats", "attention_stats", "analyse_sentence", "select_head", "forward_padded"]
 
@@ -114,23 +114,11 @@ def forward_padded(model: TransformerModel, input_ids: np.ndarray, multiple: int
     return type(out)(out.hidden_states[:, :n], out.attentions[:, :, :n, :n])
 
 
-def _idealised_all_heads_impl(weights: AttentionWeights, x0, layers_and_tol):
-    """Idealised runs of every head (S, H) from x0; observables of every state/attention."""
-    num_layers, cluster_tol, rank_tol, threshold = layers_and_tol
-
-    def one(Q, K, V, beta, qb, kb, vb):
-        return idealised_run(AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb), x0, num_layers)
-
-    f = jax.vmap(jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0)), in_axes=(0, 0, 0, None, 0, 0, 0))
-    w = weights
-    xs, Ps = f(w.Q, w.K, w.V, w.beta, w.q_bias, w.k_bias, w.v_bias)
+@jax.jit
+def _run_stats(xs, Ps, cluster_tol, rank_tol, threshold):
     clusters, cos = token_stats(xs, cluster_tol)
     rank, boolean, offl, _ = attention_stats(Ps, rank_tol, threshold)
-    finite = jnp.all(jnp.isfinite(xs), axis=(-3, -2, -1))
-    return xs, Ps, dict(clusters=clusters, mean_cos=cos, rank=rank, boolean=boolean, off_leader=offl, finite=finite)
-
-
-_idealised_all_heads = jax.jit(_idealised_all_heads_impl, static_argnums=2)
+    return dict(clusters=clusters, mean_cos=cos, rank=rank, boolean=boolean, off_leader=offl)
 
 
 def analyse_sentence(model: TransformerModel, weights64: AttentionWeights, input_ids: np.ndarray,
@@ -147,8 +135,9 @@ def analyse_sentence(model: TransformerModel, weights64: AttentionWeights, input
     clusters, cos = token_stats(hs.astype(jnp.float64), cfg["cluster_tol"])
     rank, boolean, offl, lead = attention_stats(att.astype(jnp.float64), cfg["rank_tol"], cfg["leader_threshold"])
     x0 = hs[0].astype(jnp.float64)
-    xs, Ps, ideal = _idealised_all_heads(weights64, x0, (L, cfg["cluster_tol"], cfg["rank_tol"],
-                                                         cfg["leader_threshold"]))
+    xs, Ps, ok = idealised_runs(weights64, x0, L)
+    ideal = _run_stats(xs, Ps, cfg["cluster_tol"], cfg["rank_tol"], cfg["leader_threshold"])
+    ideal["finite"] = ok
     s, h = selected
     rec = {
         "input_ids": np.asarray(input_ids, np.int32),
