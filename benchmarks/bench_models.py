@@ -16,7 +16,6 @@ Usage: ``python benchmarks/bench_models.py [--tokens 128] [--repeats 20] [--out 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time

@@ -5,7 +5,6 @@ head spectra are known by construction)."""
 import json
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,7 +15,6 @@ from attnflow.models import (
     assumption_table,
     default_model_path,
     forward,
-    head_factors,
     head_weights,
     load_model,
     load_tokenizer,

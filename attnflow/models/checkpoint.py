@@ -178,7 +178,14 @@ def _layer_names(cfg: ModelConfig, i: int) -> dict[str, str]:
 
 
 def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Our parameter path -> (checkpoint tensor name without prefix, expected shape)."""
+    """Our parameter path -> (checkpoint tensor name without prefix, expected shape).
+
+    Example:
+        >>> from attnflow.models import read_config, default_model_path
+        >>> from attnflow.models.checkpoint import expected_tensors
+        >>> expected_tensors(read_config(default_model_path()))["layers.0.ffn_in_w"]
+        ('encoder.layer.0.intermediate.dense.weight', (1536, 384))
+    """
     d, E, I = cfg.hidden_size, cfg.embedding_size, cfg.intermediate_size
     out = {
         "embeddings.word": ("embeddings.word_embeddings.weight", (cfg.vocab_size, E)),
@@ -243,7 +250,13 @@ def resolve_model_path(model: str | Path | None) -> Path:
 
 def default_model_path() -> Path:
     """Folder of the built-in default model, all-MiniLM-L6-v2, found through its PyPI package
-    (never downloaded at run time)."""
+    (never downloaded at run time).
+
+    Example:
+        >>> from attnflow.models import default_model_path
+        >>> sorted(p.name for p in default_model_path().glob("*.json"))[:2]
+        ['config.json', 'config_sentence_transformers.json']
+    """
     spec = importlib.util.find_spec(_DEFAULT_MODULE)
     folder = None if spec is None or spec.origin is None else Path(spec.origin).parent / "model"
     if folder is None or not (folder / "model.safetensors").is_file():

@@ -89,7 +89,13 @@ class TransformerModel(eqx.Module):
         return self.layers.query_w.dtype
 
     def layer(self, i: int) -> LayerParams:
-        """The parameters of parameter set ``i`` (unstacked)."""
+        """The parameters of parameter set ``i`` (unstacked).
+
+        Example:
+            >>> from attnflow.models import load_model
+            >>> load_model().layer(5).ffn_in_w.shape
+            (1536, 384)
+        """
         return jax.tree_util.tree_map(lambda a: a[i], self.layers)
 
 
@@ -151,7 +157,15 @@ def _activation(name: str):
 
 
 def embed(model: TransformerModel, input_ids: Int[Array, " n"], token_type_ids=None) -> Float[Array, "n d"]:
-    """The embedding output x^(0) (after LayerNorm, and ALBERT's projection)."""
+    """The embedding output x^(0): word + position + token-type embeddings, LayerNorm, then (ALBERT)
+    the projection to d_model.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.models import load_model, embed
+        >>> embed(load_model(), jnp.array([101, 102])).shape
+        (2, 384)
+    """
     e = model.embeddings
     n = input_ids.shape[0]
     types = jnp.zeros((n,), jnp.int32) if token_type_ids is None else token_type_ids
@@ -169,6 +183,13 @@ def self_attention(
     (before the residual and LayerNorm) and the attention matrices :math:`P^h` (H, n, n).
 
     ``key_mask`` (n,): True for real tokens, False for padding (never attended to).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.models import load_model, self_attention
+        >>> a, P = self_attention(load_model().layer(0), jax.random.normal(jax.random.key(0), (4, 384)), 12)
+        >>> a.shape, P.shape, bool(jnp.allclose(P.sum(-1), 1.0, atol=1e-6))
+        ((4, 384), (12, 4, 4), True)
     """
     n, d = x.shape
     dk = d // num_heads
@@ -184,8 +205,8 @@ def self_attention(
     return ctx @ p.out_w.T + p.out_b, P
 
 
-def encoder_layer(p: LayerParams, x, cfg: ModelConfig, key_mask=None):
-    """One post-LN encoder layer; returns (output, attention matrices (H, n, n))."""
+def _encoder_layer(p: LayerParams, x, cfg: ModelConfig, key_mask=None):
+    """One post-LN encoder layer (module docstring); returns (output, attention matrices (H, n, n))."""
     a, P = self_attention(p, x, cfg.num_heads, key_mask)
     y = layer_norm(x + a, p.attn_ln_weight, p.attn_ln_bias, cfg.layer_norm_eps)
     h = _activation(cfg.hidden_act)(y @ p.ffn_in_w.T + p.ffn_in_b) @ p.ffn_out_w.T + p.ffn_out_b
@@ -199,7 +220,7 @@ def _forward(model: TransformerModel, input_ids, token_type_ids, key_mask):
 
     def step(x, group):
         p = jax.tree_util.tree_map(lambda a: a[group], model.layers)
-        x, P = encoder_layer(p, x, cfg, key_mask)
+        x, P = _encoder_layer(p, x, cfg, key_mask)
         return x, (x, P)
 
     _, (xs, Ps) = jax.lax.scan(step, x0, jnp.asarray(cfg.layer_groups, jnp.int32))

@@ -40,7 +40,14 @@ __all__ = ["head_factors", "head_weights", "head_assumptions", "symmetric_part_s
 
 def head_factors(model: TransformerModel, dtype=None):
     r"""Per-head factors :math:`W_O[:, r_h]` (S, H, d, d_k) and :math:`W_V[r_h]` (S, H, d_k, d), with
-    :math:`V_h = W_O[:, r_h] W_V[r_h]`."""
+    :math:`V_h = W_O[:, r_h] W_V[r_h]`.
+
+    Example:
+        >>> from attnflow.models import load_model, head_factors
+        >>> wo, wv = head_factors(load_model())
+        >>> wo.shape, wv.shape
+        ((6, 12, 384, 32), (6, 12, 32, 384))
+    """
     cfg = model.config
     S, H, dk, d = cfg.num_param_layers, cfg.num_heads, cfg.head_dim, cfg.hidden_size
     p = model.layers if dtype is None else jax.tree_util.tree_map(lambda a: a.astype(dtype), model.layers)
@@ -269,5 +276,12 @@ def format_table(rows: list[HeadAssumptions]) -> str:
 
 
 def table_records(rows: list[HeadAssumptions]) -> list[dict]:
-    """Rows as plain dicts (for JSON/CSV), with the status."""
+    """Rows as plain dicts (for JSON/CSV), with the status.
+
+    Example:
+        >>> from attnflow.models.heads import HeadAssumptions, table_records
+        >>> r = HeadAssumptions(0, 1, 1.5, 0.0, 0.5, 1.0, True, -0.2, False, False, True, -1.0, 2.0, False)
+        >>> table_records([r])[0]["status"]
+        'cond1'
+    """
     return [{**asdict(r), "status": r.status} for r in rows]

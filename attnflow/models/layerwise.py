@@ -128,6 +128,17 @@ def analyse_sentence(model: TransformerModel, weights64: AttentionWeights, input
     ``weights64``: :func:`~attnflow.models.head_weights` in float64 (call inside
     ``jax.enable_x64(True)``); ``selected`` = (parameter layer, head) whose idealised run is
     kept in full (tokens and attention matrices) for the side-by-side figure.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> from attnflow.models import load_model, head_weights
+        >>> from attnflow.models.layerwise import TRACK_DEFAULTS, analyse_sentence
+        >>> m = load_model()
+        >>> with jax.enable_x64(True):
+        ...     rec = analyse_sentence(m, head_weights(m, jnp.float64), np.array([101, 7592, 102]), (3, 9),
+        ...                            TRACK_DEFAULTS)
+        >>> rec["attentions"].shape, rec["ideal_clusters"].shape, rec["ideal_selected_tokens"].shape
+        ((6, 12, 3, 3), (6, 12, 7), (7, 3, 384))
     """
     L = model.config.num_layers
     out = forward_padded(model, np.asarray(input_ids), cfg["pad_multiple"])

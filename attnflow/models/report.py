@@ -233,10 +233,6 @@ def _figures(out: Path, rows, spectra, selected, items, records, summary) -> lis
     ]
 
 
-def _fmt(x, nd=3):
-    return f"{x:.{nd}g}" if isinstance(x, float) else str(x)
-
-
 def _markdown(summary, rows, items, records) -> str:
     from .heads import format_table
 
