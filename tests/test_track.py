@@ -94,3 +94,28 @@ def test_heads_command_and_bad_input(albert, tmp_path, capsys):
         track("Tokens .", tmp_path / "d", model=albert, progress=False, tolerance=0.1)
     with pytest.raises(InputError, match="cluster_tol"):
         track("Tokens .", tmp_path / "e", model=albert, progress=False, cluster_tol=5.0)
+
+
+def test_padded_analysis_equals_unpadded(albert):
+    """One compilation per length bucket: the sentence padded to 16 with masks gives the same
+    observables as the unpadded run (float64 model: integers exactly, floats to 1e-9, i.e. rounding
+    amplified by a few layers; the stored float32 arrays to float32 rounding)."""
+    import jax
+
+    from attnflow.models import head_weights
+    from attnflow.models.layerwise import TRACK_DEFAULTS, analyse_sentence
+
+    ids = np.array([2, 9, 10, 11, 12, 3])
+    with jax.enable_x64(True):
+        model = load_model(albert, dtype=jnp.float64)  # float64 forward: padding changes only rounding
+        w = head_weights(model, jnp.float64)
+        a = analyse_sentence(model, w, ids, (0, 0), {**TRACK_DEFAULTS, "pad_multiple": 1})
+        b = analyse_sentence(model, w, ids, (0, 0), {**TRACK_DEFAULTS, "pad_multiple": 16})
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].shape == b[k].shape, k
+        if a[k].dtype.kind in "biu":
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        else:
+            tol = 1e-6 if a[k].dtype == np.float32 else 1e-9
+            np.testing.assert_allclose(a[k], b[k], rtol=0, atol=tol, err_msg=k)

@@ -46,12 +46,13 @@ def as_system_batch(weights: AttentionWeights) -> AttentionWeights:
 
 
 def idealised_runs(
-    weights: AttentionWeights, x0: Float[Array, "n d"], num_layers: int, dtype: str = "float64"
+    weights: AttentionWeights, x0: Float[Array, "n d"], num_layers: int, dtype: str = "float64", mask=None
 ) -> tuple[Float[Array, "*lead L1 n d"], Float[Array, "*lead L n n"], Array]:
     r"""Tokens :math:`x[0..L]` (``*lead``, L+1, n, d) and attention matrices :math:`P[0..L-1]`
     (``*lead``, L, n, n) of the weight-shared Euler stepper (dt = 1) for every head of
     ``weights`` (leading axes ``*lead`` named by ``weights.axes``, e.g. ("layer", "head")), each
-    head alone, all from the same x0; and a (``*lead``) flag, True where the run stayed finite
+    head alone, all from the same x0 (``mask``: None or a boolean (n, n) attention mask, e.g. to
+    exclude padding as keys); and a (``*lead``) flag, True where the run stayed finite
     (a run that overflows is reported, not raised: ``simulate(throw=False)``).
 
     Example:
@@ -65,7 +66,7 @@ def idealised_runs(
     """
     lead = tuple(weights.Q.shape[: len(weights.axes)])
     sim = simulate(x0, as_system_batch(weights), t1=float(num_layers), method="euler", dt=1.0,
-                   return_attention=True, dtype=dtype, batch="weights", throw=False)
+                   return_attention=True, dtype=dtype, batch="weights", throw=False, mask=mask)
     xs = sim.tokens.reshape(lead + sim.tokens.shape[1:])
     Ps = sim.attention[:, :-1].reshape(lead + (num_layers,) + sim.attention.shape[2:])
     return xs, Ps, (sim.result == 0).reshape(lead)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ..observables import boolean_distance, directions, leaders, num_clusters, numerical_rank, off_leader_mass
 from ..weights import AttentionWeights
@@ -39,8 +39,9 @@ TRACK_DEFAULTS = {
 }
 
 
-def mean_pairwise_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
-    r"""Mean of :math:`\langle x_i/|x_i|, x_j/|x_j|\rangle` over pairs i < j (1 for n = 1).
+def mean_pairwise_cosine(x: Float[Array, "n d"], valid: Bool[Array, " n"] | None = None) -> Float[Array, ""]:
+    r"""Mean of :math:`\langle x_i/|x_i|, x_j/|x_j|\rangle` over pairs i < j of valid tokens
+    (``valid`` (n,): False marks padding; 1 when fewer than two tokens are valid).
 
     Example:
         >>> import jax.numpy as jnp
@@ -48,34 +49,45 @@ def mean_pairwise_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
         >>> round(float(mean_pairwise_cosine(jnp.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]]))), 6)
         0.333333
     """
-    u = directions(x)
-    n = x.shape[0]
+    valid = jnp.ones(x.shape[0], bool) if valid is None else valid
+    u = jnp.where(valid[:, None], directions(x), 0.0)
+    nv = jnp.sum(valid)
     total = jnp.sum(u @ u.T) - jnp.sum(u * u)
-    return jnp.where(n > 1, total / max(n * (n - 1), 1), 1.0)
+    return jnp.where(nv > 1, total / jnp.maximum(nv * (nv - 1), 1), 1.0)
 
 
 @jax.jit
-def token_stats(xs: Float[Array, "*T n d"], cluster_tol: float) -> tuple[Array, Array]:
-    """(clusters, mean pairwise cosine) of the normalised tokens of every state in ``xs``.
+def token_stats(xs: Float[Array, "*T n d"], cluster_tol: float, valid: Bool[Array, " n"] | None = None):
+    """(clusters, mean pairwise cosine) of the normalised tokens of every state in ``xs``,
+    counting only ``valid`` tokens (padded rows are replaced by copies of token 0, which join
+    its cluster at distance 0; token 0 must be valid).
 
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.models.layerwise import token_stats
-        >>> x = jnp.array([[[1.0, 0.0], [2.0, 0.01], [0.0, 1.0]]])
+        >>> x = jnp.array([[[1.0, 0.0], [2.0, 0.01], [0.0, 1.0], [-1.0, 0.0]]])
         >>> c, m = token_stats(x, 0.2)
-        >>> c.tolist()
-        [2]
+        >>> c.tolist(), token_stats(x, 0.2, jnp.array([True, True, True, False]))[0].tolist()
+        ([3], [2])
     """
+    valid = jnp.ones(xs.shape[-2], bool) if valid is None else valid
     lead = xs.shape[:-2]
     flat = xs.reshape((-1,) + xs.shape[-2:])
-    one = lambda x: (num_clusters(directions(x), cluster_tol, 1.0), mean_pairwise_cosine(x))
+
+    def one(x):
+        u = directions(x)
+        u = jnp.where(valid[:, None], u, u[0])
+        return num_clusters(u, cluster_tol, 1.0), mean_pairwise_cosine(x, valid)
+
     c, m = jax.vmap(one)(flat)
     return c.reshape(lead), m.reshape(lead)
 
 
 @jax.jit
-def attention_stats(Ps: Float[Array, "*T n n"], rank_tol: float, threshold: float):
-    """(rank, Booleanness, mean off-leader mass, leader mask (..., n)) of every P in ``Ps``.
+def attention_stats(Ps: Float[Array, "*T n n"], rank_tol: float, threshold: float,
+                    valid: Bool[Array, " n"] | None = None):
+    """(rank, Booleanness, mean off-leader mass, leader mask (..., n)) of every P in ``Ps``,
+    restricted to the ``valid`` rows and columns (padded keys must carry no weight).
 
     Example:
         >>> import jax.numpy as jnp
@@ -84,12 +96,36 @@ def attention_stats(Ps: Float[Array, "*T n n"], rank_tol: float, threshold: floa
         >>> r.tolist(), lead.tolist()
         ([2], [[True, False]])
     """
+    valid = jnp.ones(Ps.shape[-1], bool) if valid is None else valid
+    keep = valid[:, None] & valid[None, :]
     lead = Ps.shape[:-2]
-    flat = Ps.reshape((-1,) + Ps.shape[-2:])
-    one = lambda P: (numerical_rank(P, rank_tol), boolean_distance(P), jnp.mean(off_leader_mass(P)),
-                     leaders(P, threshold))
+    flat = jnp.where(keep, Ps.reshape((-1,) + Ps.shape[-2:]), 0.0)  # zero rows/columns add no rank
+
+    def one(P):
+        off = jnp.where(valid, off_leader_mass(P), 0.0)
+        return (numerical_rank(P, rank_tol), jnp.max(off), jnp.sum(off) / jnp.sum(valid),
+                leaders(P, threshold))
+
     r, b, m, ld = jax.vmap(one)(flat)
     return r.reshape(lead), b.reshape(lead), m.reshape(lead), ld.reshape(lead + (Ps.shape[-1],))
+
+
+def pad_ids(input_ids: np.ndarray, multiple: int, max_length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Ids padded with ``pad_id`` to a multiple of ``multiple`` (at most ``max_length``), and the
+    valid-token mask.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.models.layerwise import pad_ids
+        >>> ids, valid = pad_ids(np.array([101, 7, 102]), 4, 512)
+        >>> ids.tolist(), valid.tolist()
+        ([101, 7, 102, 0], [True, True, True, False])
+    """
+    n = len(input_ids)
+    size = max(n, min(-(-n // multiple) * multiple, max_length))
+    ids = np.full(size, pad_id, np.int32)
+    ids[:n] = input_ids
+    return ids, np.arange(size) < n
 
 
 def forward_padded(model: TransformerModel, input_ids: np.ndarray, multiple: int = 16):
@@ -106,18 +142,15 @@ def forward_padded(model: TransformerModel, input_ids: np.ndarray, multiple: int
         ((7, 3, 384), (6, 12, 3, 3))
     """
     n = len(input_ids)
-    size = min(-(-n // multiple) * multiple, model.config.max_position)
-    ids = np.full(size, model.config.pad_token_id, np.int32)
-    ids[:n] = input_ids
-    mask = np.arange(size) < n
-    out = forward(model, ids, attention_mask=mask)
+    ids, valid = pad_ids(input_ids, multiple, model.config.max_position, model.config.pad_token_id)
+    out = forward(model, ids, attention_mask=valid)
     return type(out)(out.hidden_states[:, :n], out.attentions[:, :, :n, :n])
 
 
 @jax.jit
-def _run_stats(xs, Ps, cluster_tol, rank_tol, threshold):
-    clusters, cos = token_stats(xs, cluster_tol)
-    rank, boolean, offl, _ = attention_stats(Ps, rank_tol, threshold)
+def _run_stats(xs, Ps, cluster_tol, rank_tol, threshold, valid):
+    clusters, cos = token_stats(xs, cluster_tol, valid)
+    rank, boolean, offl, _ = attention_stats(Ps, rank_tol, threshold, valid)
     return dict(clusters=clusters, mean_cos=cos, rank=rank, boolean=boolean, off_leader=offl)
 
 
@@ -141,28 +174,28 @@ def analyse_sentence(model: TransformerModel, weights64: AttentionWeights, input
         ((6, 12, 3, 3), (6, 12, 7), (7, 3, 384))
     """
     L = model.config.num_layers
-    out = forward_padded(model, np.asarray(input_ids), cfg["pad_multiple"])
-    hs, att = out.hidden_states, out.attentions
-    clusters, cos = token_stats(hs.astype(jnp.float64), cfg["cluster_tol"])
-    rank, boolean, offl, lead = attention_stats(att.astype(jnp.float64), cfg["rank_tol"], cfg["leader_threshold"])
-    x0 = hs[0].astype(jnp.float64)
-    xs, Ps, ok = idealised_runs(weights64, x0, L)
-    ideal = _run_stats(xs, Ps, cfg["cluster_tol"], cfg["rank_tol"], cfg["leader_threshold"])
+    n = len(input_ids)
+    # everything runs at the padded length (one compilation per length bucket), padding masked
+    ids, valid = pad_ids(np.asarray(input_ids), cfg["pad_multiple"], model.config.max_position,
+                         model.config.pad_token_id)
+    out = forward(model, ids, attention_mask=valid)
+    valid = jnp.asarray(valid)
+    hs, att = out.hidden_states.astype(jnp.float64), out.attentions.astype(jnp.float64)
+    real = _run_stats(hs, att, cfg["cluster_tol"], cfg["rank_tol"], cfg["leader_threshold"], valid)
+    *_, lead = attention_stats(att, cfg["rank_tol"], cfg["leader_threshold"], valid)
+    xs, Ps, ok = idealised_runs(weights64, hs[0], L, mask=valid[None, :] & jnp.ones((len(ids), 1), bool))
+    ideal = _run_stats(xs, Ps, cfg["cluster_tol"], cfg["rank_tol"], cfg["leader_threshold"], valid)
     ideal["finite"] = ok
     s, h = selected
     rec = {
         "input_ids": np.asarray(input_ids, np.int32),
-        "hidden_states": np.asarray(hs, np.float32),
-        "attentions": np.asarray(att, np.float32),
-        "clusters": np.asarray(clusters),
-        "mean_cos": np.asarray(cos),
-        "rank": np.asarray(rank),
-        "boolean": np.asarray(boolean),
-        "off_leader": np.asarray(offl),
-        "leaders": np.asarray(lead),
-        "ideal_selected_tokens": np.asarray(xs[s, h]),
-        "ideal_selected_attentions": np.asarray(Ps[s, h]),
+        "hidden_states": np.asarray(out.hidden_states[:, :n], np.float32),
+        "attentions": np.asarray(out.attentions[:, :, :n, :n], np.float32),
+        "leaders": np.asarray(lead[..., :n]),
+        "ideal_selected_tokens": np.asarray(xs[s, h, :, :n]),
+        "ideal_selected_attentions": np.asarray(Ps[s, h, :, :n, :n]),
     }
+    rec.update({k: np.asarray(v) for k, v in real.items()})
     rec.update({f"ideal_{k}": np.asarray(v) for k, v in ideal.items()})
     return rec
 

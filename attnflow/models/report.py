@@ -108,6 +108,7 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
     _validate(cfg)
     texts = read_texts(text_or_file)
     folder = resolve_model_path(model)
+    out, existed = claim_output_dir(out, KIND)  # before any long work: never writes into a foreign folder
     t_start = time.time()
     with jax.enable_x64(True):
         net = load_model(folder)
@@ -118,7 +119,6 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
         resolved = {"model": str(folder), "head": f"{selected[0]}:{selected[1]}", **cfg,
                     "texts_sha": config_fingerprint({"texts": texts})}
         fp = config_fingerprint(resolved)
-        out, existed = claim_output_dir(out, KIND)
         if existed:
             import json
 
