@@ -88,6 +88,8 @@ def test_heads_command_and_bad_input(albert, tmp_path, capsys):
         track("Tokens are particles .", tmp_path / "a", model=albert, head="five", progress=False)
     with pytest.raises(InputError, match="outside this model"):
         track("Tokens are particles .", tmp_path / "b", model=albert, head="0:7", progress=False)
+    with pytest.raises(InputError, match="does not exist"):
+        track("sentencs.txt", tmp_path / "f", model=albert, progress=False)
     with pytest.raises(InputError, match="empty"):
         track("  ", tmp_path / "c", model=albert, progress=False)
     with pytest.raises(InputError, match="unknown track option"):

@@ -30,6 +30,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ..dynamics import AttentionFlow
+from ..errors import InputError
 from ..spectral import check_good_triple, paranormal_split
 from ..weights import AttentionWeights
 from .encoder import TransformerModel
@@ -223,7 +224,9 @@ def assumption_table(model: TransformerModel, layers=None) -> list[HeadAssumptio
     w = head_weights(model)
     Q, K = np.asarray(w.Q, np.float64), np.asarray(w.K, np.float64)
     beta = 1.0 / math.sqrt(cfg.head_dim)
-    layers = range(cfg.num_param_layers) if layers is None else layers
+    layers = range(cfg.num_param_layers) if layers is None else list(layers)
+    if any(not (isinstance(s, int) and 0 <= s < cfg.num_param_layers) for s in layers):
+        raise InputError(f"layers must be parameter-layer indices in [0, {cfg.num_param_layers}), got {layers}.")
     return [head_assumptions(Q[s, h], K[s, h], wo[s, h], wv[s, h], beta, s, h)
             for s in layers for h in range(cfg.num_heads)]
 

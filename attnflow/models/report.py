@@ -48,6 +48,9 @@ def read_texts(text_or_file: str) -> list[str]:
         is_file = path.is_file()
     except OSError:  # a long sentence is not a valid path
         is_file = False
+    if not is_file and " " not in text_or_file.strip() and path.suffix.lower() in (".txt", ".text", ".lst"):
+        raise InputError(f"the text file {path} does not exist (give an existing file with one sentence a line, "
+                         "or the sentence itself).")
     if is_file:
         lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
         lines = [ln for ln in lines if ln]
