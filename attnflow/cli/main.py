@@ -9,6 +9,7 @@ import sys
 COMMANDS = [
     ("attnflow.cli.reproduce", "add_parser"),
     ("attnflow.cli.sweep", "add_parser"),
+    ("attnflow.cli.probe", "add_parser"),
 ]
 
 
