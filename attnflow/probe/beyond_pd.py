@@ -96,6 +96,8 @@ def run_beyond_pd(config: dict, out, progress: bool = True, interrupt_after: int
         "best_soft_count": float(counts[best]), "soft_counts": counts.tolist(), "lambda_min_rel": lams.tolist(),
         "horizons": [{k: v for k, v in h.items() if k != "tokens"} for h in horizons],
         "counterexample_candidate": candidate,
+        "optimizer_steps": res.steps, "resumed_from_step": res.resumed_from,
+        "final_losses": res.losses[-1].tolist() if len(res.losses) else [],
     }
     figs = [atomic_save_figure(_figure(np.asarray(x0), horizons, A_best), out / "beyond_pd_best.png", dpi=110)]
     return summary, _markdown(summary, config, figs), figs
