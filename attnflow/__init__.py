@@ -6,31 +6,31 @@ Tokens are particles, layers are time, attention is the interaction:
 
 Public pieces, along the data's path:
 
-* weights & tokens -> :mod:`attnflow.linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
+* weights & tokens -> :class:`AttentionWeights`, :mod:`attnflow.linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
 * vector fields    -> :mod:`attnflow.dynamics` (AttentionFlow, RescaledFlow, DiscreteRescaledFlow)
 * integrators      -> :mod:`attnflow.integrate` (diffrax ``solve_ode``, Euler ``solve_euler``)
 * one call         -> :func:`attnflow.simulate`
 
-float64 is enabled at import (``jax_enable_x64``) so that it is available on request;
-every attnflow function keeps the dtype it is given (float32 by default in ``simulate``).
+Importing attnflow changes no JAX configuration. ``simulate(dtype="float64")`` and the
+report/sweep jobs run in a scoped float64 mode (``jax.enable_x64(True)``); elsewhere every
+function keeps the dtype it is given.
 """
-
-import jax as _jax
-
-_jax.config.update("jax_enable_x64", True)
 
 from .attention import attend, attention_matrix, scores, softmax  # noqa: E402
 from .dynamics import (  # noqa: E402
+    AbstractAttentionDynamics,
     AbstractDynamics,
     AttentionFlow,
     DiscreteRescaledFlow,
     FoldedBatch,
     RescaledFlow,
+    SumOfFields,
 )
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
-from .integrate import Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
+from .integrate import EulerStepper, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
 from .linalg import expm_tV  # noqa: E402
 from .simulation import Simulation, make_dynamics, simulate  # noqa: E402
+from .weights import AttentionWeights  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -39,7 +39,11 @@ __all__ = [
     "scores",
     "attention_matrix",
     "attend",
+    "AttentionWeights",
     "AbstractDynamics",
+    "AbstractAttentionDynamics",
+    "SumOfFields",
+    "EulerStepper",
     "AttentionFlow",
     "RescaledFlow",
     "DiscreteRescaledFlow",

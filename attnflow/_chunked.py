@@ -19,6 +19,10 @@ memory): with :math:`P_{ij} = e^{s_{ij} - L_i}`, :math:`D_i = g_i\cdot o_i`,
            \bar s_{ij} = P_{ij}(g_i\cdot v_j - D_i),\quad
            \bar q_i = \sum_j \bar s_{ij} k_j,\quad \bar k_j = \sum_i \bar s_{ij} q_i.
 
+Masks: ``mask=None`` (every key), ``"causal"`` (query i sees keys j <= i; the tile's mask
+is computed from indices, so memory stays O(n d) at any n), or a boolean array
+(n, n') (True = may attend). A row with no admissible key returns 0.
+
 Forward-mode (``jax.jvp``) is not available through this path (a JAX limitation of
 ``custom_vjp``); use ``impl="dense"`` for forward-mode derivatives.
 """
@@ -58,23 +62,57 @@ def _key_mask(nk: int, kc: int) -> Array:
     return (jnp.arange(nb * kc) < nk).reshape(nb, kc)
 
 
-def _forward(q, k, v, qc, kc):
+def _index_blocks(n: int, c: int) -> Array:
+    nb = -(-n // c)
+    return jnp.arange(nb * c).reshape(nb, c)
+
+
+def _mask_blocks(mask: Array | None, nq: int, nk: int, qc: int, kc: int) -> Array | None:
+    """A boolean (nq, nk) mask cut into tiles (nbq, nbk, qc, kc) (padding is False)."""
+    if mask is None:
+        return None
+    nbq, nbk = -(-nq // qc), -(-nk // kc)
+    full = jnp.pad(mask, ((0, nbq * qc - nq), (0, nbk * kc - nk)))
+    return full.reshape(nbq, qc, nbk, kc).transpose(0, 2, 1, 3)
+
+
+def _tile_valid(kind, valid, qi_idx, kj_idx, mask_tile):
+    """Admissible (query, key) pairs of one tile: real keys, and the mask."""
+    ok = valid[None, :]
+    if kind == "causal":
+        ok = ok & (kj_idx[None, :] <= qi_idx[:, None])
+    elif kind == "array":
+        ok = ok & mask_tile
+    return ok
+
+
+def _safe_lse(m, l):
+    """log-sum-exp per row; rows with no admissible key get +inf (their P is 0)."""
+    return jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), jnp.inf)
+
+
+def _forward(q, k, v, qc, kc, kind, mask):
     """Blocked online-softmax forward: returns (out (n, e), lse (n,))."""
     nq, nk = q.shape[0], k.shape[0]
     dtype = q.dtype
-    qb = _blocks(q, qc)
+    qb, qidx = _blocks(q, qc), _index_blocks(nq, qc)
     kb, vb = _blocks(k, kc), _blocks(v, kc)
-    mask = _key_mask(nk, kc)
+    valid_keys, kidx = _key_mask(nk, kc), _index_blocks(nk, kc)
+    mb = _mask_blocks(mask, nq, nk, qc, kc) if kind == "array" else jnp.zeros((qb.shape[0], kb.shape[0], 1, 1), bool)
     neg_inf = jnp.asarray(-jnp.inf, dtype)
 
-    def per_query_block(qi):
+    def per_query_block(args):
+        qi, qi_idx, mrow = args
+
         def body(carry, tile):
             m, l, acc = carry
-            kj, vj, valid = tile
-            s = jnp.where(valid[None, :], qi @ kj.T, neg_inf)
+            kj, vj, valid, kj_idx, mtile = tile
+            ok = _tile_valid(kind, valid, qi_idx, kj_idx, mtile)
+            s = jnp.where(ok, qi @ kj.T, neg_inf)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            scale = jnp.exp(m - m_new)
-            p = jnp.exp(s - m_new[:, None])
+            m_ref = jnp.where(jnp.isfinite(m_new), m_new, 0)
+            scale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_ref), 0)
+            p = jnp.where(ok, jnp.exp(s - m_ref[:, None]), 0)
             l = l * scale + jnp.sum(p, axis=-1)
             acc = acc * scale[:, None] + p @ vj
             return (m_new, l, acc), None
@@ -84,75 +122,76 @@ def _forward(q, k, v, qc, kc):
             jnp.zeros((qc,), dtype),
             jnp.zeros((qc, v.shape[1]), dtype),
         )
-        (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, mask))
-        return acc / l[:, None], m + jnp.log(l)
+        (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, valid_keys, kidx, mrow))
+        return acc / jnp.where(l > 0, l, 1)[:, None], _safe_lse(m, l)
 
-    out, lse = jax.lax.map(per_query_block, qb)
+    out, lse = jax.lax.map(per_query_block, (qb, qidx, mb))
     out = out.reshape(-1, v.shape[1])[:nq]
     lse = lse.reshape(-1)[:nq]
     return out, lse
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _attend(q, k, v, qc, kc):
-    return _forward(q, k, v, qc, kc)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _attend(q, k, v, qc, kc, kind, mask):
+    return _forward(q, k, v, qc, kc, kind, mask)[0]
 
 
-def _attend_fwd(q, k, v, qc, kc):
-    out, lse = _forward(q, k, v, qc, kc)
-    return out, (q, k, v, out, lse)
+def _attend_fwd(q, k, v, qc, kc, kind, mask):
+    out, lse = _forward(q, k, v, qc, kc, kind, mask)
+    return out, (q, k, v, out, lse, mask)
 
 
-def _attend_bwd(qc, kc, res, g):
-    q, k, v, out, lse = res
+def _attend_bwd(qc, kc, kind, res, g):
+    q, k, v, out, lse, mask = res
     nq, nk = q.shape[0], k.shape[0]
     dtype = q.dtype
     D = jnp.sum(g * out, axis=-1)
-    qb, gb = _blocks(q, qc), _blocks(g, qc)
+    qb, gb, qidx = _blocks(q, qc), _blocks(g, qc), _index_blocks(nq, qc)
     # padded query rows carry g = 0 and D = 0, hence contribute nothing below
     lseb = _blocks(lse[:, None], qc)[..., 0]
     Db = _blocks(D[:, None], qc)[..., 0]
-    kb, vb = _blocks(k, kc), _blocks(v, kc)
-    mask = _key_mask(nk, kc)
+    kb, vb, kidx = _blocks(k, kc), _blocks(v, kc), _index_blocks(nk, kc)
+    valid_keys = _key_mask(nk, kc)
+    mb = _mask_blocks(mask, nq, nk, qc, kc) if kind == "array" else jnp.zeros((qb.shape[0], kb.shape[0], 1, 1), bool)
 
-    def probs(qi, lse_i, kj, valid):
-        p = jnp.exp(qi @ kj.T - lse_i[:, None])
-        return jnp.where(valid[None, :], p, jnp.zeros((), dtype))
+    def probs(qi, qi_idx, lse_i, kj, valid, kj_idx, mtile):
+        ok = _tile_valid(kind, valid, qi_idx, kj_idx, mtile)
+        return jnp.where(ok, jnp.exp(qi @ kj.T - lse_i[:, None]), jnp.zeros((), dtype))
 
     def per_key_block(args):  # dk, dv of one key block: scan over query blocks
-        kj, vj, valid = args
+        kj, vj, valid, kj_idx, mcol = args
 
         def body(carry, tile):
             dk, dv = carry
-            qi, gi, lse_i, D_i = tile
-            p = probs(qi, lse_i, kj, valid)
+            qi, gi, lse_i, D_i, qi_idx, mtile = tile
+            p = probs(qi, qi_idx, lse_i, kj, valid, kj_idx, mtile)
             dv = dv + p.T @ gi
             ds = p * (gi @ vj.T - D_i[:, None])
             dk = dk + ds.T @ qi
             return (dk, dv), None
 
         init = (jnp.zeros_like(kj), jnp.zeros_like(vj))
-        (dk, dv), _ = jax.lax.scan(body, init, (qb, gb, lseb, Db))
+        (dk, dv), _ = jax.lax.scan(body, init, (qb, gb, lseb, Db, qidx, mcol))
         return dk, dv
 
     def per_query_block(args):  # dq of one query block: scan over key blocks
-        qi, gi, lse_i, D_i = args
+        qi, gi, lse_i, D_i, qi_idx, mrow = args
 
         def body(dq, tile):
-            kj, vj, valid = tile
-            p = probs(qi, lse_i, kj, valid)
+            kj, vj, valid, kj_idx, mtile = tile
+            p = probs(qi, qi_idx, lse_i, kj, valid, kj_idx, mtile)
             ds = p * (gi @ vj.T - D_i[:, None])
             return dq + ds @ kj, None
 
-        dq, _ = jax.lax.scan(body, jnp.zeros_like(qi), (kb, vb, mask))
+        dq, _ = jax.lax.scan(body, jnp.zeros_like(qi), (kb, vb, valid_keys, kidx, mrow))
         return dq
 
-    dk, dv = jax.lax.map(per_key_block, (kb, vb, mask))
-    dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db))
+    dk, dv = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)))
+    dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db, qidx, mb))
     dq = dq.reshape(-1, q.shape[1])[:nq]
     dk = dk.reshape(-1, k.shape[1])[:nk]
     dv = dv.reshape(-1, v.shape[1])[:nk]
-    return dq, dk, dv
+    return dq, dk, dv, None
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -164,6 +203,7 @@ def chunked_attend(
     v: Float[Array, "n2 e"],
     *,
     chunk_size: int | tuple[int, int] = DEFAULT_CHUNK,
+    mask: str | Array | None = None,
 ) -> Float[Array, "n e"]:
     r"""Exact :math:`\mathrm{softmax}(q k^T)\, v` in O(n (r + e) + c^2) memory (online softmax).
 
@@ -185,4 +225,7 @@ def chunked_attend(
 
         raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     qc, kc = _tile(q.shape[0], qc), _tile(k.shape[0], kc)
-    return _attend(q, k, v, int(qc), int(kc))
+    if mask is None or isinstance(mask, str):
+        return _attend(q, k, v, int(qc), int(kc), "causal" if mask == "causal" else "none", None)
+    mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], k.shape[0]))
+    return _attend(q, k, v, int(qc), int(kc), "array", mask)

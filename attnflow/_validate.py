@@ -21,6 +21,8 @@ def is_concrete(a: Any) -> bool:
 
 
 def shape_of(name: str, a: Any) -> tuple[int, ...]:
+    if hasattr(a, "shape") and not callable(a.shape):
+        return tuple(a.shape)
     try:
         return tuple(np.shape(a))
     except Exception as exc:  # pragma: no cover - exotic objects
@@ -91,3 +93,19 @@ def check_weights(Q: Any, K: Any, V: Any, d: int | None = None) -> None:
         )
     for name, a in (("Q", Q), ("K", K), ("V", V)):
         check_finite(name, a)
+
+
+def check_array(name: str, a: Any, meaning: str, min_rank: int = 0) -> tuple[int, ...]:
+    """Check that ``a`` is an array (not a string or an object) of rank >= min_rank, finite if concrete."""
+    if isinstance(a, (str, bytes)) or a is None:
+        raise InputError(f"{name} must be an array ({meaning}), got {type(a).__name__}.")
+    shape = shape_of(name, a)
+    if len(shape) < min_rank:
+        raise InputError(f"{name} must be an array ({meaning}), got shape {shape}.")
+    check_finite(name, a)
+    return shape
+
+
+def is_traced(*trees: Any) -> bool:
+    """True when any leaf of the pytrees is a JAX tracer (we are inside jit/vmap/grad)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(trees))

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD"]
 
 
-def softmax(s: Float[Array, "... n"], axis: int = -1) -> Float[Array, "... n"]:
+def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"] | None = None) -> Float[Array, "... n"]:
     r"""Max-subtracted softmax along ``axis``: :math:`e^{s_j - \max s} / \sum_l e^{s_l - \max s}`.
 
     Finite for any finite input (scores of size 1e4 and beyond) and invariant to
-    adding a constant to a row.
+    adding a constant to a row. ``where`` (boolean, broadcastable to ``s``) restricts the
+    sum to the admissible entries (a mask); the others get probability 0, and a row with no
+    admissible entry is all zeros (never NaN).
 
     Example:
         >>> import jax.numpy as jnp
@@ -35,9 +37,16 @@ def softmax(s: Float[Array, "... n"], axis: int = -1) -> Float[Array, "... n"]:
         >>> bool(jnp.isclose(p.sum(), 1.0))
         True
     """
-    s_max = jax.lax.stop_gradient(jnp.max(s, axis=axis, keepdims=True))
-    e = jnp.exp(s - s_max)
-    return e / jnp.sum(e, axis=axis, keepdims=True)
+    if where is None:
+        s_max = jax.lax.stop_gradient(jnp.max(s, axis=axis, keepdims=True))
+        e = jnp.exp(s - s_max)
+        return e / jnp.sum(e, axis=axis, keepdims=True)
+    where = jnp.broadcast_to(where, s.shape)
+    s_max = jax.lax.stop_gradient(jnp.max(jnp.where(where, s, -jnp.inf), axis=axis, keepdims=True))
+    s_max = jnp.where(jnp.isfinite(s_max), s_max, 0)
+    e = jnp.where(where, jnp.exp(jnp.where(where, s - s_max, 0)), 0)
+    total = jnp.sum(e, axis=axis, keepdims=True)
+    return e / jnp.where(total > 0, total, 1)
 
 
 def scores(
@@ -63,20 +72,27 @@ def project_qk(
     Q: Float[Array, "m d"],
     K: Float[Array, "m d"],
     beta: float | Float[Array, ""] = 1.0,
+    q_bias: Float[Array, " m"] | None = None,
+    k_bias: Float[Array, " m"] | None = None,
 ) -> tuple[Float[Array, "n r"], Float[Array, "n r"]]:
-    r"""Queries and keys with :math:`q_i \cdot k_j = \beta \langle Q x_i, K x_j\rangle`.
+    r"""Queries and keys with :math:`q_i \cdot k_j = \beta \langle Q x_i + b_q, K x_j + b_k\rangle`.
 
-    Scores depend on (Q, K) only through :math:`A = Q^T K` (d x d). Whichever route
-    costs fewer flops for these static shapes is taken: through A
+    Without biases the scores depend on (Q, K) only through :math:`A = Q^T K` (d x d), and
+    whichever route costs fewer flops for these static shapes is taken: through A
     (:math:`q_i = \beta A^T x_i`, :math:`k_j = x_j`; m d^2 + n d^2 + n^2 d) or through
     the projections (:math:`q_i = \beta Q x_i`, :math:`k_j = K x_j`; 2 n m d + n^2 m).
     """
     m, d = Q.shape
     n = x.shape[0]
-    if m * d * d + n * d * d + n * n * d < 2 * n * m * d + n * n * m:
+    if q_bias is None and k_bias is None and m * d * d + n * d * d + n * n * d < 2 * n * m * d + n * n * m:
         A = Q.T @ K
         return beta * (x @ A), x
-    return beta * (x @ Q.T), x @ K.T
+    q, k = x @ Q.T, x @ K.T
+    if q_bias is not None:
+        q = q + q_bias
+    if k_bias is not None:
+        k = k + k_bias
+    return beta * q, k
 
 
 def attention_matrix(
@@ -111,15 +127,42 @@ IMPLS = ("auto", "dense", "chunked", "fused")
 _FUSED_DTYPES = ("float16", "bfloat16")  # what cuDNN flash attention computes exactly
 
 
-def _dense_attend(q, k, v):
-    return softmax(q @ k.T, axis=-1) @ v
+def causal_mask(n_q: int, n_k: int) -> Bool[Array, "n_q n_k"]:
+    """Boolean mask of causal attention: query i may attend to keys j <= i.
+
+    Example:
+        >>> from attnflow.attention import causal_mask
+        >>> causal_mask(3, 3).astype(int).tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    return jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None]
 
 
-def _fused_attend(q, k, v, implementation=None):
+def mask_array(mask, n_q: int, n_k: int) -> Bool[Array, "n_q n_k"] | None:
+    """A mask argument (None, ``"causal"`` or a boolean array) as a boolean (n_q, n_k) array."""
+    if mask is None:
+        return None
+    if isinstance(mask, str):
+        if mask != "causal":
+            from .errors import InputError
+
+            raise InputError(f"mask must be None, 'causal' or a boolean array (n_q, n_k), got {mask!r}.")
+        return causal_mask(n_q, n_k)
+    return jnp.broadcast_to(jnp.asarray(mask, bool), (n_q, n_k))
+
+
+def _dense_attend(q, k, v, mask=None):
+    return softmax(q @ k.T, axis=-1, where=mask_array(mask, q.shape[0], k.shape[0])) @ v
+
+
+def _fused_attend(q, k, v, implementation=None, mask=None):
     """``jax.nn.dot_product_attention`` with scale 1 (zero-padding heads to one width)."""
     h = max(q.shape[-1], v.shape[-1])
     pad = lambda a: jnp.pad(a, ((0, 0), (0, h - a.shape[-1])))[:, None, :]  # (T, 1, H)
-    out = jax.nn.dot_product_attention(pad(q), pad(k), pad(v), scale=1.0, implementation=implementation)
+    causal = isinstance(mask, str) and mask == "causal"
+    dense_mask = None if (mask is None or causal) else mask_array(mask, q.shape[0], k.shape[0])[None]
+    out = jax.nn.dot_product_attention(pad(q), pad(k), pad(v), scale=1.0, implementation=implementation,
+                                       is_causal=causal, mask=dense_mask)
     return out[:, 0, : v.shape[-1]]
 
 
@@ -158,8 +201,14 @@ def attend(
     *,
     impl: str = "auto",
     chunk_size: int | tuple[int, int] | None = None,
+    mask: str | Bool[Array, "n n2"] | None = None,
 ) -> Float[Array, "n e"]:
     r"""Attention output :math:`\sum_j \mathrm{softmax}_j(q_i \cdot k_j)\, v_j` (scale 1).
+
+    ``mask``: None (all keys), ``"causal"`` (query i attends to keys j <= i; the tiled path
+    builds each tile's mask from indices, so memory stays O(n d)) or a boolean array
+    broadcastable to (n, n2), True where query i may attend to key j; the softmax runs over
+    the admissible keys only, and a row with none gives 0.
 
     ``impl`` (static, chosen from shapes only, so jit/vmap/grad see one branch):
 
@@ -179,6 +228,8 @@ def attend(
         [[1.0], [1.0]]
         >>> attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), impl="chunked").tolist()
         [[1.0], [1.0]]
+        >>> attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), mask="causal").tolist()
+        [[0.0], [1.0]]
     """
     if impl not in IMPLS:
         from .errors import InputError
@@ -186,12 +237,14 @@ def attend(
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
     if impl == "auto":
         impl = select_impl(q.shape[0], k.shape[0], q, k, v)
+    if isinstance(mask, str):
+        mask_array(mask, 1, 1)  # validates the name
     if impl == "dense":
-        return _dense_attend(q, k, v)
+        return _dense_attend(q, k, v, mask)
     if impl == "fused":
-        return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None)
+        return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
     from ._chunked import DEFAULT_CHUNK, chunked_attend
 
     if chunk_size is None:
         chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else DEFAULT_CHUNK
-    return chunked_attend(q, k, v, chunk_size=chunk_size)
+    return chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask)

@@ -1,36 +1,46 @@
-r"""One call for the common case: :func:`simulate` a (batch of) token cloud(s).
+r"""One call for the common case: :func:`simulate` a token cloud, or an explicit batch of them.
 
 It validates every input on the host (one clear sentence per problem, before any
-compilation), builds the dynamics of the requested picture, and runs one jitted,
-vmapped solve:
+compilation), builds the dynamics of the requested picture, and runs one jitted solve:
 
 * ``method="euler"``: the layer stepper (``dt`` required); in the rescaled picture
   this is the exact discrete rescaling of Remark 3.4, so ``x[k] = (I + dt V)^k z[k]``.
 * any other method: a diffrax solver (``"tsit5"`` default), adaptive PID control, or
   constant steps when ``dt`` is given.
+
+Batching is explicit (``batch=``, or ``jax.vmap`` around ``simulate``); an array with an
+axis more than expected is an error, never a guess. ``simulate`` is traceable: ``jit``,
+``vmap`` and ``grad`` over it work with the default settings, and failures are reported
+inside jit (``Simulation.result``; ``throw=True`` raises).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Sequence
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, Float, Int, PyTree
 
 from . import _validate as v
+from ._batching import lapack_needs_loop, map_over_batch
 from .attention import IMPLS
 from .dynamics import AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .errors import InputError
-from .integrate import make_solver, raise_if_failed, solve_euler, solve_ode
-from .linalg import check_invertible_transfer, lapack_needs_loop, map_over_batch
+from .integrate import EulerStepper, make_solver, raise_if_failed, solve_ode
+from .integrate.solution import checked
+from .linalg import check_invertible_transfer
+from .weights import AttentionWeights, check_shapes
 
-__all__ = ["simulate", "Simulation", "make_dynamics"]
+__all__ = ["simulate", "Simulation", "make_dynamics", "BATCHABLE"]
 
 PICTURES = ("raw", "rescaled")
+#: names that ``simulate(batch=...)`` accepts
+BATCHABLE = ("x0", "Q", "K", "V", "beta", "weights")
 _DEFAULT_TOL = {"float32": (1e-5, 1e-6), "float64": (1e-9, 1e-11)}
 
 
@@ -43,8 +53,12 @@ class Simulation(eqx.Module):
             ``"rescaled"``), or the pytree returned by ``save_fn``.
         tokens: (T, n, d) raw tokens x (equal to ``states`` in the raw picture;
             ``None`` when ``save_fn`` was used).
-        attention: (T, n, n) attention matrices P when ``return_attention=True``.
+        attention: (T, n, n) attention matrices P when ``return_attention=True``
+            ((T, H, n, n) with H heads).
         num_steps: steps (layers) taken.
+        result: 0 on success, else a code of :mod:`attnflow.integrate.solution`
+            (1: solver stopped before t1, 2: non-finite state).
+        t_nonfinite: first time the state was non-finite (inf if never).
         picture, method: what was run.
     """
 
@@ -53,13 +67,24 @@ class Simulation(eqx.Module):
     tokens: Float[Array, "*B T n d"] | None
     attention: Float[Array, "*B T n n"] | None
     num_steps: Array
+    result: Int[Array, "*B"]
+    t_nonfinite: Float[Array, "*B"]
     picture: str = eqx.field(static=True)
     method: str = eqx.field(static=True)
 
+    @property
+    def succeeded(self):
+        """True (per member) when the run reached t1 with finite states."""
+        return self.result == 0
 
-def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, t0=0.0, num_layers=1,
-                  attention_impl="auto"):
+
+def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
+                  attention_impl="auto", mask=None):
     """The dynamics object :func:`simulate` integrates for a picture and method.
+
+    ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
+    ``method="euler"`` in the rescaled picture this is :class:`DiscreteRescaledFlow`, which
+    takes dt from the stepper.
 
     Example:
         >>> import jax.numpy as jnp
@@ -67,66 +92,90 @@ def make_dynamics(Q, K, V, *, beta=1.0, picture="raw", method="tsit5", dt=None, 
         >>> type(make_dynamics(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="rescaled")).__name__
         'RescaledFlow'
     """
-    if picture == "raw":
-        return AttentionFlow(Q, K, V, beta, attention_impl=attention_impl)
-    if method == "euler":
-        return DiscreteRescaledFlow(Q, K, V, beta, dt=float(dt), max_layers=int(num_layers), t0=float(t0),
-                                    attention_impl=attention_impl)
-    return RescaledFlow(Q, K, V, beta, attention_impl=attention_impl)
-
-
-def _batch_axis(a: Any, base_rank: int) -> int | None:
-    """0 when ``a`` carries a leading batch axis on top of its base rank, else None."""
-    return 0 if np.ndim(a) == base_rank + 1 else None
-
-
-def _validate(x0, Q, K, V, beta, t0, t1, dt, picture, method, dtype, batch_mode) -> tuple[int | None, ...]:
     if picture not in PICTURES:
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
-    if dtype not in ("float32", "float64"):
-        raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
-    if batch_mode not in ("vmap", "fold"):
-        raise InputError(f"batch_mode must be 'vmap' or 'fold', got {batch_mode!r}.")
-    xs = v.check_rank("x0", x0, (2, 3), "tokens (n, d), or a batch (B, n, d)")
-    if xs[-2] < 1 or xs[-1] < 1:
-        raise InputError(f"x0 must hold at least one token of dimension >= 1, got shape {xs}.")
-    v.check_weights(Q, K, V, d=xs[-1])
-    b_rank = np.ndim(beta)
-    if b_rank > 1:
-        raise InputError(f"beta must be a scalar or a (B,) vector, got shape {np.shape(beta)}.")
-    axes = (
-        _batch_axis(x0, 2),
-        _batch_axis(Q, 2),
-        _batch_axis(K, 2),
-        _batch_axis(V, 2),
-        0 if b_rank == 1 else None,
-    )
-    sizes = {
-        name: np.shape(a)[0]
-        for name, a, ax in zip(("x0", "Q", "K", "V", "beta"), (x0, Q, K, V, beta), axes)
-        if ax is not None
-    }
+    args = (weights,) if K is None and V is None else (weights, K, V, beta)
+    kw = dict(attention_impl=attention_impl, mask=mask)
+    if picture == "raw":
+        return AttentionFlow(*args, **kw)
+    if method == "euler":
+        return DiscreteRescaledFlow(*args, **kw)
+    return RescaledFlow(*args, t0=t0, **kw)
+
+
+def _batch_names(batch, has_weights: bool) -> tuple[str, ...]:
+    if batch is None:
+        return ()
+    names = (batch,) if isinstance(batch, str) else tuple(batch)
+    if "all" in names:  # every array input; beta only when named too
+        weights = ("weights",) if has_weights else ("Q", "K", "V")
+        names = ("x0",) + weights + (("beta",) if "beta" in names else ())
+    bad = [b for b in names if b not in BATCHABLE]
+    if bad:
+        raise InputError(f"batch must name inputs among {BATCHABLE} (or 'all'), got {bad}.")
+    return names
+
+
+def _validate_inputs(x0, weights: AttentionWeights | None, Q, K, V, beta, batch: tuple[str, ...]) -> int | None:
+    """Check ranks against the named batch axes; return the batch size B (None if unbatched)."""
+    sizes = {}
+    base = {"x0": 2, "Q": 2, "K": 2, "V": 2, "beta": 0}
+    arrays = {"x0": x0, "beta": beta}
+    if weights is None:
+        arrays.update(Q=Q, K=K, V=V)
+    for name, a in arrays.items():
+        shape = v.check_array(name, a, "an array")
+        want = base[name] + (1 if name in batch else 0)
+        if len(shape) != want:
+            hint = ""
+            if len(shape) == want + 1 and name not in batch:
+                hint = (f"; if the leading axis of {name} is a batch of independent systems, pass "
+                        f"batch=({name!r}, ...), and for several heads or layers use AttentionWeights(..., axes=...)")
+            what = {"x0": "tokens (n, d)", "Q": "an (m, d) matrix", "K": "an (m, d) matrix",
+                    "V": "a (d, d) matrix", "beta": "a scalar"}[name]
+            raise InputError(
+                f"{name} must be {what}{' with a leading batch axis B' if name in batch else ''}, "
+                f"got shape {shape}{hint}."
+            )
+        if name in batch:
+            sizes[name] = shape[0]
+    if weights is not None and "weights" in batch:
+        sizes["weights"] = weights.V.shape[0]
+    for name in ("Q", "K", "V"):
+        if weights is not None and name in batch:
+            raise InputError(f"batch names {name!r} but the weights were given as one AttentionWeights; "
+                             "name 'weights' instead.")
+    if "weights" in batch and weights is None:
+        raise InputError("batch names 'weights' but Q, K, V were given as matrices; name 'Q', 'K', 'V' instead.")
     if len(set(sizes.values())) > 1:
         raise InputError(
             f"batched inputs must share one batch size B, got {', '.join(f'{k}: {s}' for k, s in sizes.items())}."
         )
-    for name, a in (("x0", x0), ("beta", beta)):
-        v.check_finite(name, a)
-    v.check_time_span(t0, t1)
-    if method == "euler" and dt is None:
-        raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
-    if dt is not None:
-        v.check_positive("dt", dt)
-    if batch_mode == "fold" and any(ax is not None for ax in axes[1:]):
-        raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
-    return axes
+    xs = np.shape(x0)[-2:]
+    if xs[0] < 1 or xs[1] < 1:
+        raise InputError(f"x0 must hold at least one token of dimension >= 1, got shape {np.shape(x0)}.")
+    if weights is None:
+        strip = lambda a, n: np.shape(a)[1:] if n in batch else np.shape(a)
+        vs = strip(V, "V")
+        if vs[0] == vs[1] and vs[1] != xs[1]:
+            raise InputError(f"the tokens have dimension d = {xs[1]}, so V must be ({xs[1]}, {xs[1]}), got {vs}.")
+        # shape checks of the matrices (same sentences as AttentionWeights)
+        check_shapes(*(jax.ShapeDtypeStruct(strip(a, n), jnp.float32) for a, n in ((Q, "Q"), (K, "K"), (V, "V"))))
+        for name, a in (("Q", Q), ("K", K), ("V", V)):
+            v.check_finite(name, a)
+        d = strip(V, "V")[-1]
+    else:
+        d = weights.d
+    if xs[1] != d:
+        raise InputError(f"the tokens have dimension d = {xs[1]}, but the weights act on dimension {d}.")
+    return next(iter(sizes.values())) if sizes else None
 
 
 def simulate(
     x0: Float[Array, "*B n d"],
-    Q: Float[Array, "*B m d"],
-    K: Float[Array, "*B m d"],
-    V: Float[Array, "*B d d"],
+    Q: Float[Array, "*B m d"] | AttentionWeights,
+    K: Float[Array, "*B m d"] | None = None,
+    V: Float[Array, "*B d d"] | None = None,
     *,
     t1: float,
     t0: float = 0.0,
@@ -138,23 +187,27 @@ def simulate(
     save_every: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
-    beta: float | Any = 1.0,
+    beta: float | Any = None,
     dtype: str = "float32",
+    batch: str | Sequence[str] | None = None,
     return_attention: bool = False,
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
-    max_steps: int = 16384,
+    max_steps: int | None = 16384,
     batch_mode: str = "vmap",
     attention_impl: str = "auto",
-    check: bool = True,
+    mask: Any = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
+    throw: bool = True,
+    check: bool | None = None,
 ) -> Simulation:
     r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j`.
 
     Args:
-        x0: initial tokens (n, d) or a batch (B, n, d).
-        Q, K: (m, d) query/key matrices, or batches (B, m, d).
-        V: (d, d) value matrix, or a batch (B, d, d).
+        x0: initial tokens (n, d) (or (B, n, d) with ``batch`` naming ``"x0"``).
+        Q, K, V: (m, d), (m, d), (d, d) weights; or ``Q`` an :class:`~attnflow.AttentionWeights`
+            (biases, several heads) and K, V omitted.
         t1, t0: time span (layers, for the Euler stepper: ``(t1 - t0)/dt`` layers).
-        picture: ``"raw"`` (x) or ``"rescaled"`` (z = e^{-tV} x; for Euler,
+        picture: ``"raw"`` (x) or ``"rescaled"`` (z = e^{-(t - t0)V} x; for Euler,
             z[k] = (I + dt V)^{-k} x[k]).
         method: ``"euler"`` (layer stepper), a diffrax solver name
             (``"tsit5"``, ``"dopri5"``, ``"dopri8"``, ...) or a diffrax solver instance.
@@ -162,36 +215,91 @@ def simulate(
         ts / num_saves: save times, or their number on a uniform grid (diffrax).
         save_every: Euler saves every this many layers (default: every layer).
         rtol, atol: adaptive tolerances (defaults depend on dtype).
-        beta: inverse temperature (scalar or (B,)); the paper's model is 1.
-        dtype: ``"float32"`` (default) or ``"float64"``: dtype of the computation and result.
+        beta: inverse temperature (default 1, the paper's model); with an AttentionWeights
+            it is part of the weights.
+        dtype: ``"float32"`` (default) or ``"float64"`` (computed in a scoped float64 mode;
+            JAX's global configuration is never changed).
+        batch: which inputs carry a leading axis of B independent systems: ``"x0"``, a tuple
+            of names among ``("x0", "Q", "K", "V", "beta", "weights")``, or ``"all"`` (x0 and
+            the weights; add ``"beta"`` to batch beta too).
         return_attention: also return P at every save time.
         save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
-            ``"fold"`` (shared weights: one solve of the stacked state). On CPU, batched
-            weights in the rescaled picture, or with a ``save_fn``, run one member at a time
-            (``lax.map``, same results): batched LAPACK calls can deadlock XLA:CPU's pool.
-        attention_impl: ``"auto"`` (dense for small n, tiled online softmax with O(n d)
-            memory for large n), ``"dense"``, ``"chunked"`` or ``"fused"``
-            (see :func:`attnflow.attend`). Forward-mode autodiff needs ``"dense"``.
-        check: raise :class:`~attnflow.NonFiniteError` / :class:`~attnflow.SolverError`
-            when a solve fails, instead of returning non-finite numbers.
+            ``"fold"`` (shared weights: one solve of the stacked state).
+        attention_impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"fused"`` (see
+            :func:`attnflow.attend`). Forward-mode autodiff needs ``"dense"``.
+        mask: None, ``"causal"`` or a boolean (n, n) attention mask.
+        adjoint: diffrax adjoint for gradients (default ``RecursiveCheckpointAdjoint``;
+            ``diffrax.BacksolveAdjoint()``, ``diffrax.ForwardMode()``); diffrax solvers only.
+        throw: raise when a solve fails (:class:`~attnflow.NonFiniteError` /
+            :class:`~attnflow.SolverError` on the host; an ``equinox`` runtime error inside
+            jit). With ``throw=False`` see ``Simulation.result``. ``check`` is an old alias.
 
     Example:
         >>> import jax, attnflow
         >>> x0 = jax.random.normal(jax.random.key(0), (16, 2))
         >>> I = jax.numpy.eye(2)
         >>> sim = attnflow.simulate(x0, I, I, I, t1=5.0, picture="rescaled", num_saves=11)
-        >>> sim.states.shape, sim.tokens.shape
-        ((11, 16, 2), (11, 16, 2))
+        >>> sim.states.shape, sim.tokens.shape, int(sim.result)
+        ((11, 16, 2), (11, 16, 2), 0)
+        >>> xs = jax.random.normal(jax.random.key(1), (3, 16, 2))
+        >>> attnflow.simulate(xs, I, I, I, t1=1.0, num_saves=2, batch="x0").states.shape
+        (3, 2, 16, 2)
     """
+    if check is not None:
+        throw = bool(check)
+    if dtype not in ("float32", "float64"):
+        raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+    scope = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    with scope:
+        return _simulate(x0, Q, K, V, t1=t1, t0=t0, picture=picture, method=method, dt=dt, ts=ts,
+                         num_saves=num_saves, save_every=save_every, rtol=rtol, atol=atol, beta=beta, dtype=dtype,
+                         batch=batch, return_attention=return_attention, save_fn=save_fn, max_steps=max_steps,
+                         batch_mode=batch_mode, attention_impl=attention_impl, mask=mask, adjoint=adjoint,
+                         throw=throw)
+
+
+def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_every, rtol, atol, beta, dtype,
+              batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw):
     method_name = method if isinstance(method, str) else type(method).__name__
     if isinstance(method, str) and method != "euler":
         make_solver(method)  # validates the name
-    axes = _validate(x0, Q, K, V, beta, t0, t1, dt, picture, method_name, dtype, batch_mode)
+    if picture not in PICTURES:
+        raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
+    if batch_mode not in ("vmap", "fold"):
+        raise InputError(f"batch_mode must be 'vmap' or 'fold', got {batch_mode!r}.")
     if attention_impl not in IMPLS:
         raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
+    weights = Q if isinstance(Q, AttentionWeights) else None
+    names = _batch_names(batch, weights is not None)
+    if weights is not None and (K is not None or V is not None):
+        raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
+    if weights is None and (K is None or V is None):
+        raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
+    if weights is not None and "layer" in weights.axes:
+        raise InputError("simulate runs weights shared by every layer; these have a 'layer' axis "
+                         "(select one with weights.layer(l)).")
+    if weights is not None and beta is not None:
+        raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
+    beta = 1.0 if beta is None else beta
+    B = _validate_inputs(x0, weights, Q, K, V, beta, names)
+    v.check_time_span(t0, t1)
+    if method_name == "euler" and dt is None:
+        raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
+    if dt is not None:
+        v.check_positive("dt", dt)
+    if adjoint is not None and method_name == "euler":
+        raise InputError("adjoint= applies to diffrax solvers; the Euler stepper is differentiated directly "
+                         "by JAX (reverse or forward mode).")
+    if batch_mode == "fold" and any(n in names for n in ("Q", "K", "V", "beta", "weights")):
+        raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-    x0, Q, K, V, beta_arr = (jnp.asarray(a, jdtype) for a in (x0, Q, K, V, beta))
+    x0, beta_arr = jnp.asarray(x0, jdtype), jnp.asarray(beta, jdtype)
+    if weights is None:
+        Q, K, V = (jnp.asarray(a, jdtype) for a in (Q, K, V))
+    else:
+        weights = weights.astype(jdtype)
+    traced = v.is_traced(x0, Q, K, V, beta, weights)
 
     if method_name == "euler":
         span = float(t1) - float(t0)
@@ -207,7 +315,7 @@ def simulate(
                 f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
             )
         if picture == "rescaled":
-            check_invertible_transfer(V, dt)
+            check_invertible_transfer(V if weights is None else weights.V, dt)
         config = ("euler", picture, float(t0), float(dt), num_layers, save_every)
         ts_arr = None
     else:
@@ -231,47 +339,66 @@ def simulate(
             float(t0),
             float(t1),
             None if dt is None else float(dt),
-            make_solver(None if method_name == "euler" else method),
+            make_solver(method),
             default_rtol if rtol is None else float(rtol),
             default_atol if atol is None else float(atol),
-            int(max_steps),
+            max_steps,
         )
 
-    out = _run(x0, Q, K, V, beta_arr, ts_arr, config + (attention_impl,), axes, save_fn, return_attention, batch_mode)
-    if check:
-        raise_if_failed(out[-1], what=f"simulate(picture={picture!r}, method={method_name!r})")
-    ts_out, states, tokens, attention, num_steps, _ = out
+    if weights is None:
+        axes = tuple(0 if n in names else None for n in ("x0", "Q", "K", "V", "beta"))
+        weight_args = (Q, K, V, beta_arr)
+    else:
+        axes = (0 if "x0" in names else None, 0 if "weights" in names else None, 0 if "beta" in names else None)
+        weight_args = (weights, beta_arr)
+    out = _run(x0, weight_args, ts_arr, config + (attention_impl,), axes, save_fn, return_attention, batch_mode,
+               mask, adjoint)
+    ts_out, states, tokens, attention, num_steps, traj = out
+    what = f"simulate(picture={picture!r}, method={method_name!r})"
+    if throw:
+        if traced:
+            ts_out, states, tokens, attention = checked((ts_out, states, tokens, attention), traj.result, what)
+        else:
+            raise_if_failed(traj, what=what)
+    result, t_bad = traj.result, traj.t_nonfinite
+    if batch_mode == "fold" and B is not None:
+        result, t_bad = jnp.broadcast_to(result, (B,)), jnp.broadcast_to(t_bad, (B,))
     return Simulation(
         ts=ts_out,
         states=states,
         tokens=tokens,
         attention=attention,
         num_steps=num_steps,
+        result=result,
+        t_nonfinite=t_bad,
         picture=picture,
         method=method_name,
     )
 
 
 @eqx.filter_jit
-def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_mode):
+def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mode, mask, adjoint):
     """Build the dynamics, solve, and post-process; vmapped (or folded) over the batch."""
     kind, picture, impl = config[0], config[1], config[-1]
     config = config[:-1]
 
-    def build(Q, K, V, beta):
-        if kind == "euler":
-            _, _, t0, dt, num_layers, _ = config
-            return make_dynamics(Q, K, V, beta=beta, picture=picture, method="euler",
-                                 dt=dt, t0=t0, num_layers=num_layers, attention_impl=impl)
-        return make_dynamics(Q, K, V, beta=beta, picture=picture, method="ode", attention_impl=impl)
+    def build(*wargs):
+        if len(wargs) == 2:  # (AttentionWeights, unused beta): the weights carry beta
+            return make_dynamics(wargs[0], picture=picture, method="euler" if kind == "euler" else "ode",
+                                 t0=config[2], attention_impl=impl, mask=mask)
+        Q, K, V, beta = wargs
+        return make_dynamics(Q, K, V, beta=beta, picture=picture, method="euler" if kind == "euler" else "ode",
+                             t0=config[2], attention_impl=impl, mask=mask)
 
     def solve(dyn, y0, fn):
         if kind == "euler":
             _, _, t0, dt, num_layers, save_every = config
-            return solve_euler(dyn, y0, dt=dt, num_steps=num_layers, t0=t0, save_every=save_every, save_fn=fn)
+            stepper = EulerStepper(dt, num_layers, t0=t0, save_every=save_every)
+            dyn = stepper.bind(dyn)
+            return dyn, stepper.solve(dyn, y0, save_fn=fn)
         _, _, t0, t1, dt, solver, rtol, atol, max_steps = config
-        return solve_ode(dyn, y0, t0=t0, t1=t1, ts=ts, solver=solver, rtol=rtol, atol=atol,
-                         dt0=dt, adaptive=dt is None, max_steps=max_steps, save_fn=fn)
+        return dyn, solve_ode(dyn, y0, t0=t0, t1=t1, ts=ts, solver=solver, rtol=rtol, atol=atol,
+                              dt0=dt, adaptive=dt is None, max_steps=max_steps, save_fn=fn, adjoint=adjoint)
 
     def post(dyn, traj):
         tokens = attention = None
@@ -283,9 +410,9 @@ def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_m
 
     if batch_mode == "fold" and axes[0] == 0:
         # One solve of the stacked state (B, n, d): shared weights, shared steps.
-        dyn = FoldedBatch(build(Q, K, V, beta))
-        fn = None if save_fn is None else (lambda t, y, args: jax.vmap(lambda yb: save_fn(t, yb, args))(y))
-        ts_, ys, tokens, attention, num_steps, traj = post(dyn, solve(dyn, x0, fn))
+        dyn, traj = solve(FoldedBatch(build(*weight_args)), x0,
+                          None if save_fn is None else (lambda t, y, args: jax.vmap(lambda yb: save_fn(t, yb, args))(y)))
+        ts_, ys, tokens, attention, num_steps, traj = post(dyn, traj)
         front = lambda a: None if a is None else jnp.moveaxis(a, 1, 0)  # (T, B, ...) -> (B, T, ...)
         B = x0.shape[0]
         return (
@@ -297,18 +424,17 @@ def _run(x0, Q, K, V, beta, ts, config, axes, save_fn, return_attention, batch_m
             traj,
         )
 
-    def single(x0, Q, K, V, beta):
-        dyn = build(Q, K, V, beta)
-        return post(dyn, solve(dyn, x0, save_fn))
+    def single(x0, *wargs):
+        dyn, traj = solve(build(*wargs), x0, save_fn)
+        return post(dyn, traj)
 
     if all(ax is None for ax in axes):
-        return single(x0, Q, K, V, beta)
-    weights_batched = any(ax is not None for ax in axes[1:4])
+        return single(x0, *weight_args)
+    weights_batched = any(ax is not None for ax in axes[1:])
     if weights_batched and (picture != "raw" or save_fn is not None) and lapack_needs_loop():
         # XLA:CPU: with a batch of weights, e^{tV} at the stage times of a step, R^{-1} V and a
         # save_fn's own LAPACK calls become independent batched LAPACK calls, which can
-        # deadlock the CPU thread pool (linalg.loop_over_systems; seen with Tsit5, and with
-        # Euler plus an SVD in save_fn); one member at a time cannot. Same results; GPUs vmap.
-        return map_over_batch(single, axes)(x0, Q, K, V, beta)
-    return jax.vmap(single, in_axes=axes)(x0, Q, K, V, beta)
-
+        # deadlock the CPU thread pool (attnflow._batching.loop_over_systems; seen with Tsit5,
+        # and with Euler plus an SVD in save_fn); one member at a time cannot. Same results.
+        return map_over_batch(single, axes)(x0, *weight_args)
+    return jax.vmap(single, in_axes=axes)(x0, *weight_args)

@@ -7,7 +7,12 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import attnflow  # noqa: E402,F401  (enables x64)
+import attnflow  # noqa: E402,F401
+
+# The tests compare against float64 references, so the test process enables float64
+# (attnflow itself never changes JAX's configuration; tests/test_core.py checks that in a
+# subprocess).
+jax.config.update("jax_enable_x64", True)
 
 
 @pytest.fixture

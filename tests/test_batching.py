@@ -17,7 +17,7 @@ def test_batched_initial_conditions(rng, method, kw):
     x0 = rng.normal(size=(B, n, d))
     Q, K, V = _weights(rng)
     common = dict(t1=1.0, method=method, dtype="float64", num_saves=5, return_attention=True, **kw)
-    batched = af.simulate(x0, Q, K, V, **common)
+    batched = af.simulate(x0, Q, K, V, batch="x0", **common)
     assert batched.states.shape[0] == B and batched.attention.shape[0] == B
     for b in range(B):
         single = af.simulate(x0[b], Q, K, V, **common)
@@ -31,7 +31,7 @@ def test_batched_weights_and_states(rng):
     Q, K, V = _weights(rng, B, d, m)
     beta = np.array([0.5, 1.0, 1.5, 2.0])
     common = dict(t1=1.5, dtype="float64", num_saves=3, picture="rescaled")
-    batched = af.simulate(x0, Q, K, V, beta=beta, **common)
+    batched = af.simulate(x0, Q, K, V, beta=beta, batch=("all", "beta"), **common)
     for b in range(B):
         single = af.simulate(x0[b], Q[b], K[b], V[b], beta=beta[b], **common)
         np.testing.assert_allclose(np.asarray(batched.states[b]), np.asarray(single.states), rtol=1e-12, atol=1e-12)
@@ -41,7 +41,7 @@ def test_batched_weights_shared_initial_state(rng):
     B, n, d = 3, 5, 2
     x0 = rng.normal(size=(n, d))
     Q, K, V = _weights(rng, B, d)
-    batched = af.simulate(x0, Q, K, V, t1=2.0, method="euler", dt=0.5, dtype="float64")
+    batched = af.simulate(x0, Q, K, V, t1=2.0, method="euler", dt=0.5, dtype="float64", batch=("Q", "K", "V"))
     assert batched.states.shape == (B, 5, n, d)
     for b in range(B):
         single = af.simulate(x0, Q[b], K[b], V[b], t1=2.0, method="euler", dt=0.5, dtype="float64")
@@ -56,8 +56,8 @@ def test_folded_batch_equals_vmap(rng):
         common = dict(t1=1.0, method=method, dtype="float64", num_saves=3, **kw)
         if method == "euler":
             common.pop("num_saves")
-        folded = af.simulate(x0, Q, K, V, batch_mode="fold", **common)
-        mapped = af.simulate(x0, Q, K, V, **common)
+        folded = af.simulate(x0, Q, K, V, batch_mode="fold", batch="x0", **common)
+        mapped = af.simulate(x0, Q, K, V, batch="x0", **common)
         assert folded.states.shape == mapped.states.shape
         np.testing.assert_allclose(np.asarray(folded.states), np.asarray(mapped.states), rtol=tol, atol=tol)
 
@@ -68,7 +68,7 @@ def test_dtype_of_result_is_the_dtype_asked_for(rng):
     for dtype, np_dtype in (("float32", np.float32), ("float64", np.float64)):
         for method, kw in (("tsit5", {}), ("euler", {"dt": 0.25})):
             sim = af.simulate(x0, Q, K, V, t1=1.0, method=method, dtype=dtype, return_attention=True,
-                              picture="rescaled", num_saves=3, **kw)
+                              picture="rescaled", num_saves=3, batch="x0", **kw)
             assert sim.states.dtype == np_dtype and sim.tokens.dtype == np_dtype
             assert sim.attention.dtype == np_dtype and sim.ts.dtype == np_dtype
 
@@ -80,8 +80,8 @@ def test_save_fn_saves_observables_instead_of_states(rng):
     def spread(t, y, args):
         return {"radius": np.sqrt(2.0) * 0 + ((y - y.mean(0)) ** 2).sum(-1).max(), "mean": y.mean(0)}
 
-    sim = af.simulate(x0, Q, K, V, t1=1.0, dtype="float64", num_saves=4, save_fn=spread)
-    full = af.simulate(x0, Q, K, V, t1=1.0, dtype="float64", num_saves=4)
+    sim = af.simulate(x0, Q, K, V, t1=1.0, dtype="float64", num_saves=4, save_fn=spread, batch="x0")
+    full = af.simulate(x0, Q, K, V, t1=1.0, dtype="float64", num_saves=4, batch="x0")
     assert sim.tokens is None and sim.states["radius"].shape == (3, 4)
     y = np.asarray(full.states)
     expected = ((y - y.mean(2, keepdims=True)) ** 2).sum(-1).max(-1)
@@ -100,7 +100,8 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
 
     B, n, d = 4, 6, 3
     x0, (Q, K, V) = rng.normal(size=(B, n, d)), _weights(rng, B, d, d)
-    kw = dict(t1=2.0, picture="rescaled", method="tsit5", dtype="float64", num_saves=4, return_attention=True)
+    kw = dict(t1=2.0, picture="rescaled", method="tsit5", dtype="float64", num_saves=4, return_attention=True,
+              batch="all")
     looped = af.simulate(x0, Q, K, V, **kw)
     monkeypatch.setattr(sim_mod, "lapack_needs_loop", lambda: False)
     vmapped = af.simulate(x0, Q, K, V, **kw)
@@ -115,11 +116,11 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
         V = rng.standard_normal((B, d, d)) / np.sqrt(d)
         Q = np.broadcast_to(np.eye(d), (B, d, d))
         x0 = rng.standard_normal((B, n, d)) / np.sqrt(d)
-        s = af.simulate(x0, Q, Q, V, t1=2.0, picture="rescaled", method="tsit5", dtype="float64")
+        s = af.simulate(x0, Q, Q, V, t1=2.0, picture="rescaled", method="tsit5", dtype="float64", batch="all")
         print("finite", bool(np.isfinite(np.asarray(s.tokens)).all()))
         import jax.numpy as jnp  # Euler + an SVD in save_fn: hung 1 run in 3 before the loop
         s = af.simulate(x0, Q, Q, V, t1=2.0, dt=0.1, picture="rescaled", method="euler", dtype="float64",
-                        save_fn=lambda t, y, args: jnp.linalg.svd(y, compute_uv=False))
+                        save_fn=lambda t, y, args: jnp.linalg.svd(y, compute_uv=False), batch="all")
         print("svd finite", bool(np.isfinite(np.asarray(s.states)).all()))
     """))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,

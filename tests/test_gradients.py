@@ -12,7 +12,7 @@ from attnflow.integrate import solve_euler, solve_ode
 def _loss_factory(x0, Q, K, solver):
     def loss(V):
         if solver == "euler":
-            traj = solve_euler(af.DiscreteRescaledFlow(Q, K, V, dt=0.25, max_layers=8), x0, dt=0.25, num_steps=8)
+            traj = solve_euler(af.DiscreteRescaledFlow(Q, K, V), x0, dt=0.25, num_steps=8)
         else:
             traj = solve_ode(af.RescaledFlow(Q, K, V), x0, t0=0.0, t1=2.0, rtol=1e-10, atol=1e-12)
         z = traj.ys[-1]

@@ -63,7 +63,7 @@ def test_discrete_rescaled_field_matches_remark_3_4_formula(rng):
     P /= P.sum(axis=1, keepdims=True)
     W = np.linalg.solve(R, V)
     expected = np.stack([sum(P[i, j] * W @ (z[j] - z[i]) for j in range(n)) for i in range(n)])
-    f = af.DiscreteRescaledFlow(Q, K, V, dt=dt, max_layers=10)
+    f = af.EulerStepper(dt, 10).bind(af.DiscreteRescaledFlow(Q, K, V))
     np.testing.assert_allclose(np.asarray(f(k * dt, jnp.asarray(z))), expected, rtol=1e-10, atol=1e-12)
 
 

@@ -1,6 +1,15 @@
-"""Vector fields: one interface (``vector_field(t, y, args)``), many dynamics."""
+"""Vector fields: one interface (``vector_field(t, y, args)``), many dynamics; fields add."""
 
-from .attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow
-from .base import AbstractDynamics, FoldedBatch
+from .attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow, as_weights
+from .base import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch, SumOfFields
 
-__all__ = ["AbstractDynamics", "FoldedBatch", "AttentionFlow", "RescaledFlow", "DiscreteRescaledFlow"]
+__all__ = [
+    "AbstractDynamics",
+    "AbstractAttentionDynamics",
+    "SumOfFields",
+    "FoldedBatch",
+    "AttentionFlow",
+    "RescaledFlow",
+    "DiscreteRescaledFlow",
+    "as_weights",
+]

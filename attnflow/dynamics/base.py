@@ -1,22 +1,42 @@
-r"""The vector-field interface every dynamics implements.
+r"""The vector-field interface, and the ways fields combine.
 
 A dynamics is an equinox Module with one method ``vector_field(t, y, args) -> dy/dt``
-(also reachable as ``__call__``) that ``diffrax.ODETerm`` takes directly and the
-Euler layer stepper calls unchanged. ``y`` is the state of one system of tokens,
-shape (n, d). Batching is done outside by ``jax.vmap`` (or by :class:`FoldedBatch`).
+(also reachable as ``__call__``) that ``diffrax.ODETerm`` takes directly and the Euler
+layer stepper calls unchanged. ``y`` is the state of one system of tokens, shape (n, d).
+Batching over systems is done outside (``jax.vmap``, or :class:`FoldedBatch`).
 
-Besides the vector field a dynamics exposes what diagnostics need:
-``attention(t, y)`` (the matrix P at that state) and ``tokens(t, y)`` (the raw
-tokens x for a state y written in the dynamics' own coordinates).
+Two optional hooks, with defaults:
+
+* ``tokens(t, y)``: the raw tokens x represented by the state y (identity; a rescaled
+  picture returns :math:`e^{tV} z`).
+* ``on_grid(dt, t0, num_layers)``: the field as stepped on the layer grid
+  :math:`t_k = t_0 + k\,\Delta t` (identity; the exact discrete rescaling of Remark 3.4 and
+  per-layer weights need the grid). Only the layer stepper calls it, so dt is owned by
+  the stepper and cannot disagree with the field.
+
+Fields add, like diffrax terms: ``f + g`` is a :class:`SumOfFields`. Concrete classes
+are final (not meant to be subclassed); bases are abstract (equinox's pattern).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from attnflow import AttentionFlow
+    >>> f = AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+    >>> g = f + f
+    >>> bool(jnp.allclose(g(0.0, jnp.ones((3, 2))), 2 * f(0.0, jnp.ones((3, 2)))))
+    True
 """
 
 from __future__ import annotations
 
 import abc
+from typing import final
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
+
+__all__ = ["AbstractDynamics", "AbstractAttentionDynamics", "SumOfFields", "FoldedBatch"]
 
 
 class AbstractDynamics(eqx.Module):
@@ -29,21 +49,82 @@ class AbstractDynamics(eqx.Module):
     def __call__(self, t, y, args=None):
         return self.vector_field(t, y, args)
 
-    @abc.abstractmethod
-    def attention(self, t: Float[Array, ""], y: Float[Array, "n d"]) -> Float[Array, "n n"]:
-        """The attention matrix P at time t and state y (row-stochastic)."""
-
     def tokens(self, t: Float[Array, ""], y: Float[Array, "n d"]) -> Float[Array, "n d"]:
-        """The raw tokens x represented by the state y (identity by default)."""
+        """The raw tokens x represented by the state y (identity unless the picture is rescaled)."""
         return y
 
+    def on_grid(self, dt, t0, num_layers: int) -> "AbstractDynamics":
+        """This field as the layer stepper steps it, on the grid t0 + k dt, k < num_layers."""
+        return self
 
-class FoldedBatch(AbstractDynamics):
+    def __add__(self, other: "AbstractDynamics") -> "SumOfFields":
+        if not isinstance(other, AbstractDynamics):
+            return NotImplemented
+        left = self.terms if isinstance(self, SumOfFields) else (self,)
+        right = other.terms if isinstance(other, SumOfFields) else (other,)
+        return SumOfFields(left + right)
+
+
+class AbstractAttentionDynamics(AbstractDynamics):
+    """A field driven by an attention matrix P: it also exposes P at a state."""
+
+    @abc.abstractmethod
+    def attention(self, t: Float[Array, ""], y: Float[Array, "n d"]) -> Float[Array, "*H n n"]:
+        """The attention matrix P at time t and state y (row-stochastic; (H, n, n) for H heads)."""
+
+
+@final
+class SumOfFields(AbstractDynamics):
+    r"""The sum of fields, :math:`f(t, y) = \sum_k f_k(t, y)` (e.g. attention + feed-forward).
+
+    The raw tokens are those of the first term that has a picture other than the identity
+    (all terms of a sum must describe the same state).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow import AttentionFlow
+        >>> f = AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+        >>> len((f + f + f).terms)
+        3
+    """
+
+    terms: tuple[AbstractDynamics, ...]
+
+    def vector_field(self, t, y, args=None):
+        out = self.terms[0].vector_field(t, y, args)
+        for term in self.terms[1:]:
+            out = out + term.vector_field(t, y, args)
+        return out
+
+    def tokens(self, t, y):
+        return self.terms[0].tokens(t, y)
+
+    def on_grid(self, dt, t0, num_layers):
+        return SumOfFields(tuple(term.on_grid(dt, t0, num_layers) for term in self.terms))
+
+    def attention(self, t, y):
+        """P of the first attention term."""
+        for term in self.terms:
+            if isinstance(term, AbstractAttentionDynamics):
+                return term.attention(t, y)
+        from ..errors import InputError
+
+        raise InputError("this sum of fields has no attention term, so it has no attention matrix.")
+
+
+@final
+class FoldedBatch(AbstractAttentionDynamics):
     """Run a batch of systems that share one dynamics as a single state (B, n, d).
 
     With an adaptive solver all members then share one step-size sequence (one solve,
     no masking waste); with constant steps or the Euler stepper it is identical to
     ``jax.vmap`` over the members.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow import AttentionFlow, FoldedBatch
+        >>> FoldedBatch(AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2)))(0.0, jnp.ones((4, 3, 2))).shape
+        (4, 3, 2)
     """
 
     dynamics: AbstractDynamics
@@ -56,3 +137,11 @@ class FoldedBatch(AbstractDynamics):
 
     def tokens(self, t, y):
         return jax.vmap(lambda yb: self.dynamics.tokens(t, yb))(y)
+
+    def on_grid(self, dt, t0, num_layers):
+        return FoldedBatch(self.dynamics.on_grid(dt, t0, num_layers))
+
+
+def grid_layer(t, dt, t0) -> Array:
+    """The layer index k of the grid time t = t0 + k dt (rounded; an int32 scalar)."""
+    return jnp.round((t - t0) / dt).astype(jnp.int32)

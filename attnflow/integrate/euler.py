@@ -1,24 +1,147 @@
-r"""The layer stepper: forward Euler in ``lax.scan`` (Remark 1.1).
+r"""The layer stepper: forward Euler in ``lax.scan`` (Remark 1.1), owning dt and the geometry.
 
-:math:`y[k+1] = y[k] + \Delta t\, f(t_k, y[k])`, :math:`t_k = t_0 + k\Delta t`.
-With the raw :class:`~attnflow.AttentionFlow` and :math:`\Delta t = 1` this is a
-residual attention-only transformer whose layers share their weights; with
-:class:`~attnflow.DiscreteRescaledFlow` it is the exact discrete rescaling
-(Remark 3.4). The same vector field serves diffrax solvers.
+:math:`y[k+1] = \mathrm{shift}(y[k],\ \Delta t\, f(t_k, y[k]))`, :math:`t_k = t_0 + k\Delta t`,
+with ``shift(y, dy) = y + dy`` by default (jax-md's ``shift_fn``); :func:`sphere_shift`
+renormalises every token after the step (post-LayerNorm tokens on the unit sphere).
+With the raw :class:`~attnflow.AttentionFlow` and :math:`\Delta t = 1` this is a residual
+attention-only transformer whose layers share their weights; with
+:class:`~attnflow.DiscreteRescaledFlow` it is the exact discrete rescaling (Remark 3.4).
+
+The stepper is the only owner of :math:`\Delta t`, :math:`t_0` and the number of layers:
+before stepping it hands them to the field (``dynamics.on_grid``), so a field can never be
+stepped with a dt other than its own.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
+from .. import _validate as v
 from ..dynamics.base import AbstractDynamics
-from .solution import Trajectory, save_state
+from ..errors import InputError
+from .solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
 
-__all__ = ["solve_euler"]
+__all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
+
+
+def plain_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
+    """The flat-space update ``y + dy``."""
+    return y + dy
+
+
+def sphere_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
+    r"""Projected step on the unit sphere: :math:`y_i \leftarrow (y_i + dy_i)/\|y_i + dy_i\|`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.integrate import sphere_shift
+        >>> sphere_shift(jnp.array([[1.0, 0.0]]), jnp.array([[0.0, 1.0]])).round(4).tolist()
+        [[0.7071, 0.7071]]
+    """
+    out = y + dy
+    return out / jnp.linalg.norm(out, axis=-1, keepdims=True)
+
+
+class EulerStepper(eqx.Module):
+    r"""Forward Euler on the layer grid :math:`t_k = t_0 + k\Delta t`, k = 0..num_layers.
+
+    Args:
+        dt: layer step (> 0; dt = 1 is one transformer layer). A JAX scalar is fine
+            (forward-mode derivatives in dt).
+        num_layers: number of steps (layers).
+        t0: start time.
+        shift: ``(y, dy) -> y_next`` (default :func:`plain_shift`; :func:`sphere_shift` for
+            tokens on the sphere).
+        save_every: save every this many layers (a divisor of ``num_layers``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import AttentionFlow
+        >>> from attnflow.integrate import EulerStepper
+        >>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
+        >>> traj = EulerStepper(dt=0.1, num_layers=10).solve(AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2)), x0)
+        >>> traj.ys.shape, traj.ts.shape
+        ((11, 8, 2), (11,))
+    """
+
+    dt: Float[Array, ""] | float
+    t0: Float[Array, ""] | float
+    num_layers: int = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+    shift: Callable = eqx.field(static=True)
+
+    def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int = 1):
+        v.check_positive("dt", dt)
+        for name, val in (("dt", dt), ("t0", t0)):
+            v.check_finite(name, val)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            raise InputError(f"num_layers must be a positive int, got {num_layers!r}.")
+        if not isinstance(save_every, int) or save_every < 1 or num_layers % save_every:
+            raise InputError(
+                f"save_every must be a positive divisor of num_layers = {num_layers}, got {save_every!r}."
+            )
+        if not callable(shift):
+            raise InputError(f"shift must be a function (y, dy) -> y_next, got {type(shift).__name__}.")
+        self.dt, self.t0, self.num_layers, self.save_every, self.shift = dt, t0, num_layers, save_every, shift
+
+    def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
+        """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""
+        if not isinstance(dynamics, AbstractDynamics):
+            raise InputError(f"dynamics must be an attnflow dynamics (AbstractDynamics), got {type(dynamics).__name__}.")
+        return dynamics.on_grid(self.dt, self.t0, self.num_layers)
+
+    def solve(
+        self,
+        dynamics: AbstractDynamics,
+        y0: Float[Array, "n d"],
+        *,
+        save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
+        args: PyTree = None,
+    ) -> Trajectory:
+        r"""Run the layers from ``y0``; saves at layers 0, s, 2s, ..., num_layers.
+
+        ``save_fn(t, y, args)`` replaces the saved state by any pytree of observables.
+        Pure JAX: jit-, vmap- and grad-compatible. A non-finite state is recorded
+        (``Trajectory.result``, ``t_nonfinite``), never raised inside jit.
+        """
+        v.check_array("y0", y0, "tokens (n, d) (batch with jax.vmap)", min_rank=1)
+        field = self.bind(dynamics)
+        save_fn = save_state if save_fn is None else save_fn
+        dtype = jnp.result_type(y0.dtype, float)
+        y0 = jnp.asarray(y0, dtype)
+        dt = jnp.asarray(self.dt, dtype)
+        t0 = jnp.asarray(self.t0, dtype)
+        every = self.save_every
+        num_saves = self.num_layers // every
+
+        def layer(carry, k):
+            y, t_bad = carry
+            t = t0 + k.astype(dtype) * dt
+            y_next = self.shift(y, dt * field.vector_field(t, y, args))
+            newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
+            t_bad = jnp.where(newly_bad, t + dt, t_bad)
+            return (y_next, t_bad), None
+
+        def block(carry, b):
+            carry, _ = jax.lax.scan(layer, carry, b * every + jnp.arange(every))
+            return carry, save_fn(t0 + ((b + 1) * every) * dt, carry[0], args)
+
+        (_, t_bad), saved = jax.lax.scan(block, (y0, jnp.asarray(jnp.inf, dtype)), jnp.arange(num_saves))
+        first = save_fn(t0, y0, args)
+        ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], axis=0), first, saved)
+        ts = t0 + dt * (every * jnp.arange(num_saves + 1)).astype(dtype)
+        return Trajectory(
+            ts=ts,
+            ys=ys,
+            num_steps=jnp.asarray(self.num_layers),
+            result=jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS),
+            t_nonfinite=t_bad,
+        )
 
 
 def solve_euler(
@@ -31,13 +154,9 @@ def solve_euler(
     save_every: int = 1,
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
     args: PyTree = None,
+    shift: Callable = plain_shift,
 ) -> Trajectory:
-    r"""Run ``num_steps`` forward-Euler layers, saving every ``save_every`` layers.
-
-    Saves at layers 0, s, 2s, ..., num_steps (``num_steps`` must be a multiple of
-    ``save_every``), i.e. at times :math:`t_0 + k\Delta t`. ``save_fn(t, y, args)``
-    replaces the saved state by any pytree of observables. Pure JAX: jit-, vmap- and
-    grad-compatible.
+    r"""Shorthand for ``EulerStepper(dt, num_steps, t0=t0, ...).solve(dynamics, y0, ...)``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -48,42 +167,5 @@ def solve_euler(
         >>> traj.ys.shape, traj.ts.shape
         ((11, 8, 2), (11,))
     """
-    if num_steps % save_every:
-        from ..errors import InputError
-
-        raise InputError(
-            f"num_steps={num_steps} must be a multiple of save_every={save_every}."
-        )
-    save_fn = save_state if save_fn is None else save_fn
-    dtype = y0.dtype
-    dt_arr = jnp.asarray(dt, dtype)
-    t0_arr = jnp.asarray(t0, dtype)
-    num_saves = num_steps // save_every
-
-    def layer(carry, k):
-        y, t_bad = carry
-        t = t0_arr + k.astype(dtype) * dt_arr
-        y_next = y + dt_arr * dynamics.vector_field(t, y, args)
-        newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
-        t_bad = jnp.where(newly_bad, t + dt_arr, t_bad)
-        return (y_next, t_bad), None
-
-    def block(carry, b):
-        ks = b * save_every + jnp.arange(save_every)
-        carry, _ = jax.lax.scan(layer, carry, ks)
-        y, _ = carry
-        t = t0_arr + ((b + 1) * save_every) * dt_arr
-        return carry, save_fn(t, y, args)
-
-    carry0 = (y0, jnp.asarray(jnp.inf, dtype))
-    (_, t_bad), saved = jax.lax.scan(block, carry0, jnp.arange(num_saves))
-    first = save_fn(t0_arr, y0, args)
-    ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], axis=0), first, saved)
-    ts = t0_arr + dt_arr * (save_every * jnp.arange(num_saves + 1)).astype(dtype)
-    return Trajectory(
-        ts=ts,
-        ys=ys,
-        num_steps=jnp.asarray(num_steps),
-        failed=jnp.asarray(False),
-        t_nonfinite=t_bad,
-    )
+    stepper = EulerStepper(dt, num_steps, t0=t0, shift=shift, save_every=save_every)
+    return stepper.solve(dynamics, y0, save_fn=save_fn, args=args)

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Callable
 
 import diffrax
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from ..dynamics.base import AbstractDynamics
-from .solution import Trajectory, save_state, first_nonfinite_time
+from .solution import RESULT_NONFINITE, RESULT_SOLVER_STOPPED, RESULT_SUCCESS, Trajectory, first_nonfinite_time
 
 __all__ = ["solve_ode", "SOLVERS", "make_solver"]
 
@@ -58,7 +59,7 @@ def solve_ode(
     atol: float = 1e-8,
     dt0: float | None = None,
     adaptive: bool = True,
-    max_steps: int = 16384,
+    max_steps: int | None = 16384,
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     args: PyTree = None,
@@ -73,12 +74,17 @@ def solve_ode(
         rtol, atol: tolerances of the PID controller when ``adaptive``.
         dt0: initial step (adaptive; None lets diffrax choose) or the constant step.
         adaptive: PID step-size control if True, else constant steps of ``dt0``.
-        max_steps: bound on the number of steps (it sizes buffers; keep it modest).
-        save_fn: ``(t, y, args) -> pytree`` saved instead of y.
-        adjoint: diffrax adjoint (default ``RecursiveCheckpointAdjoint``).
+        max_steps: bound on the number of steps (it sizes buffers; keep it modest;
+            ``None`` only with an adjoint that allows it, e.g. ``BacksolveAdjoint``).
+        save_fn: ``(t, y, args) -> pytree`` saved instead of y (``SaveAt(fn=...)``); without
+            it plain ``SaveAt(ts=...)`` is used, which every diffrax adjoint accepts.
+        adjoint: diffrax adjoint (default ``RecursiveCheckpointAdjoint``; ``BacksolveAdjoint``
+            for O(1) memory, ``ForwardMode`` for forward-mode derivatives).
 
-    Failures do not raise inside jit: see ``Trajectory.failed`` and
-    ``Trajectory.t_nonfinite``, or call :func:`~attnflow.integrate.raise_if_failed`.
+    Failures do not raise inside jit: see ``Trajectory.result`` and ``t_nonfinite``, or call
+    :func:`~attnflow.integrate.raise_if_failed` / :func:`~attnflow.integrate.error_if_failed`.
+    A non-finite field at the start (e.g. a NaN parameter) is reported at once instead of
+    letting the adaptive controller reject steps until ``max_steps``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -90,9 +96,21 @@ def solve_ode(
         >>> traj.ys.shape
         (5, 8, 2)
     """
+    from .. import _validate as v
     from ..errors import InputError
 
-    dtype = y0.dtype
+    if not isinstance(dynamics, AbstractDynamics):
+        raise InputError(f"dynamics must be an attnflow dynamics (AbstractDynamics), got {type(dynamics).__name__}.")
+    v.check_array("y0", y0, "the state (n, d) (batch with jax.vmap)", min_rank=1)
+    v.check_time_span(t0, t1)
+    if dt0 is not None:
+        v.check_positive("dt0", dt0)
+    v.check_positive("rtol", rtol)
+    v.check_positive("atol", atol)
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise InputError(f"max_steps must be a positive int (or None), got {max_steps!r}.")
+    dtype = jnp.result_type(y0.dtype, float)
+    y0 = jnp.asarray(y0, dtype)
     if ts is None:
         ts = jnp.asarray([t0, t1], dtype)
     ts = jnp.asarray(ts, dtype)
@@ -102,26 +120,39 @@ def solve_ode(
         if dt0 is None:
             raise InputError("constant-step integration (adaptive=False) needs dt0 > 0, got None.")
         controller = diffrax.ConstantStepSize()
-    save_fn = save_state if save_fn is None else save_fn
+    t0_arr = jnp.asarray(t0, dtype)
+    # A field that is non-finite at the start (NaN parameters) would make the adaptive
+    # controller reject every step until max_steps: integrate a zero field instead, and report.
+    bad_start = ~jnp.all(jnp.isfinite(dynamics.vector_field(t0_arr, y0, args)))
+
+    def field(t, y, args):
+        f = dynamics.vector_field(t, y, args)
+        return jnp.where(bad_start, jnp.zeros_like(f), f)
+
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(dynamics.vector_field),
+        diffrax.ODETerm(field),
         make_solver(solver),
-        t0=jnp.asarray(t0, dtype),
+        t0=t0_arr,
         t1=jnp.asarray(t1, dtype),
         dt0=None if dt0 is None else jnp.asarray(dt0, dtype),
         y0=y0,
         args=args,
-        saveat=diffrax.SaveAt(ts=ts, fn=save_fn),
+        saveat=diffrax.SaveAt(ts=ts) if save_fn is None else diffrax.SaveAt(ts=ts, fn=save_fn),
         stepsize_controller=controller,
         max_steps=max_steps,
         adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
         throw=False,
     )
-    failed = sol.result != diffrax.RESULTS.successful
+    ys = jax.tree_util.tree_map(lambda a: jnp.where(bad_start, jnp.nan, a) if jnp.issubdtype(a.dtype, jnp.inexact) else a,
+                                sol.ys)
+    stopped = sol.result != diffrax.RESULTS.successful
+    t_bad = jnp.where(bad_start, t0_arr, first_nonfinite_time(ts, ys))
+    result = jnp.where(stopped & ~bad_start, RESULT_SOLVER_STOPPED,
+                       jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS))
     return Trajectory(
         ts=ts,
-        ys=sol.ys,
+        ys=ys,
         num_steps=jnp.asarray(sol.stats["num_accepted_steps"]),
-        failed=jnp.asarray(failed),
-        t_nonfinite=first_nonfinite_time(ts, sol.ys),
+        result=result,
+        t_nonfinite=t_bad,
     )

@@ -1,4 +1,11 @@
-"""The result of an integration, and the host-side check that turns failures into errors."""
+"""The result of an integration, and the checks that turn failures into errors.
+
+``Trajectory.result`` is an integer code computed inside jit (0: success,
+:data:`RESULT_SOLVER_STOPPED`: the solver stopped before t1, e.g. ``max_steps`` reached or a
+NaN step size, :data:`RESULT_NONFINITE`: the state overflowed). :func:`raise_if_failed` turns
+it into an exception on the host; :func:`error_if_failed` does the same *inside* jit
+(``equinox.error_if``), so that jit/vmap/grad over a solve still report failures.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,17 @@ from jaxtyping import Array, Bool, Float, Int, PyTree
 from ..errors import NonFiniteError, SolverError
 
 
+#: ``Trajectory.result`` codes
+RESULT_SUCCESS = 0
+RESULT_SOLVER_STOPPED = 1
+RESULT_NONFINITE = 2
+RESULT_MESSAGES = {
+    RESULT_SUCCESS: "success",
+    RESULT_SOLVER_STOPPED: "the solver stopped before t1 (max_steps reached, or a non-finite step size)",
+    RESULT_NONFINITE: "the state became non-finite (overflow or NaN)",
+}
+
+
 class Trajectory(eqx.Module):
     """Saved output of one solve (or a batch of solves, with leading batch axes).
 
@@ -18,16 +36,25 @@ class Trajectory(eqx.Module):
         ys: what was saved at each time: the states (T, n, d) by default, or the
             pytree returned by ``save_fn(t, y, args)`` with a leading T axis.
         num_steps: number of accepted steps (Euler: layers) taken.
-        failed: True when the solver stopped before t1 (e.g. ``max_steps`` reached).
-        t_nonfinite: first save time at which the saved output is non-finite
+        result: 0 on success, else one of the ``RESULT_*`` codes of this module.
+        t_nonfinite: first time at which the state (or saved output) is non-finite
             (``inf`` when everything is finite).
     """
 
     ts: Float[Array, " T"]
     ys: PyTree
     num_steps: Int[Array, ""]
-    failed: Bool[Array, ""]
+    result: Int[Array, ""]
     t_nonfinite: Float[Array, ""]
+
+    @property
+    def failed(self) -> Bool[Array, ""]:
+        """True when the solver stopped before t1."""
+        return self.result == RESULT_SOLVER_STOPPED
+
+    @property
+    def succeeded(self) -> Bool[Array, ""]:
+        return self.result == RESULT_SUCCESS
 
 
 def save_state(t, y, args):
@@ -57,11 +84,11 @@ def raise_if_failed(traj: Trajectory, what: str = "the simulation") -> None:
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.integrate import Trajectory, raise_if_failed
-        >>> ok = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(False), jnp.array(jnp.inf))
+        >>> ok = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(0), jnp.array(jnp.inf))
         >>> raise_if_failed(ok)  # nothing happens
     """
     t_bad = np.asarray(traj.t_nonfinite)
-    failed = np.asarray(traj.failed)
+    failed = np.asarray(traj.result) == RESULT_SOLVER_STOPPED
     ts = np.asarray(traj.ts)
     if np.any(failed):
         idx = tuple(np.argwhere(failed)[0]) if failed.ndim else ()
@@ -86,3 +113,37 @@ def raise_if_failed(traj: Trajectory, what: str = "the simulation") -> None:
             f"{what} became non-finite (overflow or NaN) at t = {float(t_bad[idx]):.6g}{member}{others}; "
             "shorten t1, use the rescaled picture, use float64, or reduce the weights' scale."
         )
+
+
+def error_if_failed(traj: Trajectory, what: str = "the simulation") -> Trajectory:
+    """``traj`` unchanged, raising (inside jit too, via ``equinox.error_if``) if the solve failed.
+
+    The message is fixed at trace time; on the host, :func:`raise_if_failed` says more
+    (which member, at what time).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.integrate import Trajectory, error_if_failed
+        >>> bad = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(2), jnp.array(1.0))
+        >>> try:
+        ...     jax.jit(lambda tr: error_if_failed(tr).ys)(bad)
+        ... except Exception as err:
+        ...     print("non-finite" in str(err))
+        True
+    """
+    return eqx.tree_at(lambda tr: tr.ys, traj, checked(traj.ys, traj.result, what))
+
+
+def checked(tree: PyTree, result: Array, what: str = "the simulation") -> PyTree:
+    """``tree`` unchanged, with the failure checks of ``result`` attached (``equinox.error_if``):
+    evaluating it inside jit raises if any member of ``result`` is a failure code."""
+    tree = eqx.error_if(
+        tree, jnp.any(result == RESULT_SOLVER_STOPPED),
+        f"{what} stopped before t1: {RESULT_MESSAGES[RESULT_SOLVER_STOPPED]}; raise max_steps, loosen rtol/atol, "
+        "use constant steps, or check the inputs for NaN.",
+    )
+    return eqx.error_if(
+        tree, jnp.any(result == RESULT_NONFINITE),
+        f"{what} became non-finite (overflow or NaN); shorten t1, use the rescaled picture, use float64, or "
+        "reduce the weights' scale (Trajectory.t_nonfinite says when).",
+    )

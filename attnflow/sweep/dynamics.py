@@ -28,7 +28,7 @@ from .. import runio
 from ..dynamics import DiscreteRescaledFlow, FoldedBatch
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds, token_key
 from ..errors import InputError
-from ..integrate import solve_euler
+from ..integrate import EulerStepper
 from ..observables import GEOMETRY_LABELS
 from ..linalg import loop_over_systems
 from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
@@ -90,9 +90,9 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype
         rho = jnp.maximum(jnp.abs(lam1), 1e-30)
         Vd = (V / rho).astype(dtype)
         x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-        dyn = FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0, dt=dt,
-                                               max_layers=layers, t0=0.0))
-        traj = solve_euler(dyn, x0, dt=dt, num_steps=layers, save_every=layers)
+        stepper = EulerStepper(dt, layers, save_every=layers)
+        dyn = stepper.bind(FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0)))
+        traj = stepper.solve(dyn, x0)
         zT = traj.ys[-1]
         xT = dyn.tokens(traj.ts[-1], zT)
         finite = jnp.all(jnp.isfinite(zT)) & jnp.all(jnp.isfinite(xT))
