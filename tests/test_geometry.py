@@ -179,6 +179,7 @@ def test_margin_derivatives_match_central_differences(rng):
         "paranormal r=1": lambda V: geo.distance_to_paranormal(V + 0.0, 1) + jnp.sum(geo.spectral_projector(V, 1).real ** 2),
     }
     for name, f in fns.items():
+        f = jax.jit(f)
         g = np.asarray(jax.grad(f)(V))
         fd = _central_diff(f, V)
         # float64 central differences with h = 1e-6: truncation ~ h^2 |f'''|, rounding ~ eps/h

@@ -19,12 +19,11 @@ Example:
     >>> import attnflow as af
     >>> from attnflow.geometry import soft_cluster_count
     >>> from attnflow.integrate import solve_ode
-    >>> x0 = jax.random.normal(jax.random.key(0), (8, 2), dtype=jnp.float64)
+    >>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
     >>> def count(V):
     ...     z = solve_ode(af.RescaledFlow(jnp.eye(2), jnp.eye(2), V), x0, t0=0.0, t1=2.0).ys[-1]
     ...     return soft_cluster_count(z, scale=2.0, temperature=0.1)
-    >>> with jax.enable_x64(True):
-    ...     g = jax.grad(count)(jnp.eye(2, dtype=jnp.float64))
+    >>> g = jax.grad(count)(jnp.eye(2))
     >>> g.shape
     (2, 2)
 """

@@ -72,5 +72,5 @@ def final_tokens(
         >>> z.shape
         (2, 2)
     """
-    flow = DiscreteRescaledFlow(Q, K, V, dt=dt, max_layers=layers, attention_impl="dense")
+    flow = DiscreteRescaledFlow(Q, K, V, attention_impl="dense")
     return solve_euler(flow, x0, dt=dt, num_steps=layers, save_every=layers).ys[-1]
