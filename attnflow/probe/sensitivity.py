@@ -93,6 +93,11 @@ def _figure(G, S, b):
                        vmin=-lim if "eig" not in title else 0, vmax=lim)
         ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
+        d = M.shape[0]
+        ax.set_xticks(range(d), [str(i + 1) for i in range(d)])
+        ax.set_yticks(range(d), [str(i + 1) for i in range(d)])
+        ax.set_xlabel("k (eigenvector)" if "eig" in title else "column")
+        ax.set_ylabel("j" if "eig" in title else "row")
     fig.suptitle(f"triple {b}")
     fig.tight_layout()
     return fig
