@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .smooth import boltzmann_max, boltzmann_min, soft_max, soft_min
+from .smooth import boltzmann_max, boltzmann_min, safe_sqrt, soft_max, soft_min
 
 __all__ = [
     "hyperplane_levels",
@@ -30,12 +30,6 @@ __all__ = [
     "boolean_distance_soft",
     "uniform_distance_soft",
 ]
-
-
-def _safe_sqrt(x):
-    # d sqrt / dx is infinite at 0; the soft distances are > 0 for tau > 0 except in
-    # degenerate ties, where the floor keeps the gradient finite.
-    return jnp.sqrt(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
 
 
 def hyperplane_levels(
@@ -82,7 +76,7 @@ def hyperplane_distances(
     a, b = hyperplane_levels(s, scale, temperature)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
     sq = jnp.stack([(s - a) ** 2, s * s, (s - b) ** 2], axis=-1)
-    return _safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
+    return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
 def vertex_distances(
@@ -106,7 +100,7 @@ def vertex_distances(
     diff = z[:, None, :] - jnp.asarray(vertices, z.dtype)[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
-    return _safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
+    return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
 def subspace_distances(
@@ -139,7 +133,7 @@ def subspace_distances(
     sol = jnp.linalg.solve(gram, resid.reshape(-1, resid.shape[-1]).T).T.reshape(resid.shape)
     sq = jnp.sum(resid * sol, axis=-1)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
-    return _safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
+    return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
 def boolean_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> Float[Array, ""]:

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
+from .smooth import safe_norm
+
 __all__ = [
     "eig_sorted",
     "leading_eigenpair_jax",
@@ -193,12 +195,6 @@ def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float
     return GoodTripleMargins(gap, lam1.imag, lam1.real, qk, cond1)
 
 
-def _norm0(A):
-    """Frobenius norm with gradient 0 (a subgradient) where it vanishes, instead of NaN."""
-    sq = jnp.sum(jnp.real(A) ** 2 + jnp.imag(A) ** 2)
-    return jnp.sqrt(jnp.maximum(sq, jnp.finfo(sq.dtype).tiny))
-
-
 def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
     r"""How far V is from being paranormal (Def 5.1) with :math:`\dim F = r`:
 
@@ -226,7 +222,7 @@ def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
     cd = Pi.dtype
     lam = jnp.real(jnp.trace(V.astype(cd) @ Pi)) / r
     # |Im| part of a complex projector (a split conjugate pair) counts too
-    resid = _norm0((V - lam * jnp.eye(d, dtype=V.dtype)).astype(cd) @ Pi) + _norm0(jnp.imag(Pi))
+    resid = safe_norm((V - lam * jnp.eye(d, dtype=V.dtype)).astype(cd) @ Pi) + safe_norm(jnp.imag(Pi))
     if r < d:
         w, _, _ = eig_sorted(V)
         radius = jnp.abs(w[r])

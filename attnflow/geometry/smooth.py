@@ -22,7 +22,33 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["soft_max", "soft_min", "boltzmann_min", "boltzmann_max"]
+__all__ = ["soft_max", "soft_min", "boltzmann_min", "boltzmann_max", "safe_sqrt", "safe_norm"]
+
+
+def safe_sqrt(x: Float[Array, "*s"]) -> Float[Array, "*s"]:
+    r""":math:`\sqrt{\max(x, \text{tiny})}`: the square root with a finite derivative at 0 (where
+    :math:`d\sqrt{x}/dx` is infinite and would turn a gradient into NaN).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.geometry.smooth import safe_sqrt
+        >>> float(jax.grad(safe_sqrt)(jnp.asarray(0.0)))
+        0.0
+    """
+    return jnp.sqrt(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
+
+
+def safe_norm(A: Array) -> Float[Array, ""]:
+    r"""Frobenius (vector 2-) norm, real or complex, with gradient 0 (a subgradient) where it
+    vanishes instead of NaN.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.geometry.smooth import safe_norm
+        >>> float(safe_norm(jnp.array([3.0, 4.0]))), jax.grad(safe_norm)(jnp.zeros(2)).tolist()
+        (5.0, [0.0, 0.0])
+    """
+    return safe_sqrt(jnp.sum(jnp.real(A) ** 2 + jnp.imag(A) ** 2))
 
 
 def soft_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:

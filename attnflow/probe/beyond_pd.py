@@ -98,6 +98,7 @@ def run_beyond_pd(config: dict, out, progress: bool = True, interrupt_after: int
         "counterexample_candidate": candidate,
         "optimizer_steps": res.steps, "resumed_from_step": res.resumed_from,
         "final_losses": res.losses[-1].tolist() if len(res.losses) else [],
+        "first_losses": res.losses[0].tolist() if len(res.losses) else [],
     }
     figs = [atomic_save_figure(_figure(np.asarray(x0), horizons, A_best), out / "beyond_pd_best.png", dpi=110)]
     return summary, _markdown(summary, config, figs), figs
@@ -139,6 +140,9 @@ def _markdown(summary, config, figs):
         f"{summary['starts']} Adam searches over non-PD Q^T K (||Q^T K||_F = {config['system']['qk_norm']}, "
         f"d = {config['system']['d']}, n = {config['system']['n']}, {summary['layers']} layers of dt = {config['dynamics']['dt']}) "
         "maximising the soft cluster count at the fixed initial scale.",
+        "",
+        f"Loss (-soft count / n + penalty), mean over starts: {np.mean(summary['first_losses']):.3g} at the first step, "
+        f"{np.mean(summary['final_losses']):.3g} at the last." if summary["first_losses"] else "",
         "",
         f"Best start {summary['best_start']}: soft count {summary['best_soft_count']:.3g} of n = {config['system']['n']}, "
         f"lambda_min(sym Q^T K) = {summary['best_lambda_min_sym']:.3g}.",

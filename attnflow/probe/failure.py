@@ -25,15 +25,12 @@ import numpy as np
 import optax
 
 from .. import geometry as geo
+from ..geometry.smooth import safe_norm
 from ..observables import diameter
 from .optimize import finite_guard, optimize
 from .systems import final_tokens, num_layers, sample_good_triples
 
 __all__ = ["hyperplane_residual", "run_failure"]
-
-
-def _safe_norm(A):
-    return jnp.sqrt(jnp.maximum(jnp.sum(A * A), jnp.finfo(A.dtype).tiny))
 
 
 def hyperplane_residual(z, V, scale, temperature):
@@ -50,7 +47,7 @@ def hyperplane_residual(z, V, scale, temperature):
     """
     _, _, dual = geo.leading_eigenpair_jax(V)
     w = jnp.real(dual)
-    w = w / _safe_norm(w)
+    w = w / safe_norm(w)
     dist = geo.hyperplane_distances(z, w, scale, temperature)
     return geo.soft_max(dist, temperature)
 
@@ -77,14 +74,14 @@ def run_failure(config: dict, out, progress: bool = True, interrupt_after: int |
     def loss_clustering(D, x):
         V, ok = finite_guard(x["V0"] + D, x["V0"])
         H = hyperplane_residual(tokens(V, x), V, x["scale"], tau)
-        rho = _safe_norm(D) / jnp.linalg.norm(x["V0"])
+        rho = safe_norm(D) / jnp.linalg.norm(x["V0"])
         loss = rho + mu * jax.nn.relu(eps - H) / eps
         return jnp.where(ok, loss, jnp.nan), {"H": H, "rho": rho, "margin": _relative_margin(x["Q"], x["K"], V, x["V0"])}
 
     def loss_def41(D, x):
         V, ok = finite_guard(x["V0"] + D, x["V0"])
         m = _relative_margin(x["Q"], x["K"], V, x["V0"])
-        rho = _safe_norm(D) / jnp.linalg.norm(x["V0"])
+        rho = safe_norm(D) / jnp.linalg.norm(x["V0"])
         loss = rho + mu * jax.nn.relu(m + delta) / delta
         H = hyperplane_residual(tokens(V, x), V, x["scale"], tau)
         return jnp.where(ok, loss, jnp.nan), {"H": H, "rho": rho, "margin": m}
