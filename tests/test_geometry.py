@@ -221,3 +221,25 @@ def test_margins_trace_under_jit_grad_vmap_in_any_order(rng):
     assert jnp.all(jnp.isfinite(vals))
     jaxpr = str(jax.make_jaxpr(jax.grad(gap))(Vs[0]))
     assert "callback" not in jaxpr
+
+
+def test_bad_inputs_get_one_sentence():
+    import attnflow as af
+
+    z = jnp.ones((4, 3))
+    with pytest.raises(af.InputError, match=r"phi_dual must have shape \(3,\)"):
+        geo.hyperplane_distances(z, jnp.ones(2), 1.0)
+    with pytest.raises(af.InputError, match="vertices must have shape"):
+        geo.vertex_distances(z, jnp.ones((2, 2)), 1.0)
+    with pytest.raises(af.InputError, match="centers must have shape"):
+        geo.subspace_distances(z, jnp.ones((2, 3)), jnp.ones((3, 1)), 1.0)
+    with pytest.raises(af.InputError, match="temperature must be > 0"):
+        geo.soft_cluster_count(z, 1.0, 0.0)
+    with pytest.raises(af.InputError, match="P must be square"):
+        geo.soft_rank(jnp.ones((3, 4)))
+    with pytest.raises(af.InputError, match="z must have rank 2"):
+        geo.hyperplane_distances(jnp.ones((2, 4, 3)), jnp.ones(3), 1.0)
+    with pytest.raises(af.InputError, match="V must be square"):
+        geo.good_triple_margins(jnp.eye(3), jnp.eye(3), jnp.ones((3, 2)))
+    with pytest.raises(af.InputError, match=r"r \(the dimension of F\) must be an int in 1..3"):
+        geo.distance_to_paranormal(jnp.eye(3), 4)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+from ..errors import InputError
+
 __all__ = ["soft_cluster_count", "soft_rank"]
 
 
@@ -44,6 +47,9 @@ def soft_cluster_count(
         >>> round(float(soft_cluster_count(1e-3 * y, scale=1.0, temperature=0.05)), 3)  # collapsed
         1.0
     """
+    v.check_rank("y", y, (2,), "tokens (n, d); vmap for a batch")
+    v.check_positive("temperature", temperature)
+    v.check_positive("scale", scale)
     h = jnp.asarray(temperature, y.dtype) * jnp.asarray(scale, y.dtype)
     diff = y[:, None, :] - y[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
@@ -74,6 +80,10 @@ def soft_rank(
         >>> round(float(soft_rank(P, temperature=1e-3)), 4)
         2.0
     """
+    shape = v.check_rank("P", P, (2,), "an attention matrix (n, n); vmap for a batch")
+    if shape[0] != shape[1]:
+        raise InputError(f"P must be square (n, n), got shape {shape}.")
+    v.check_positive("temperature", temperature)
     c = (jnp.asarray(temperature, P.dtype) * jnp.asarray(scale, P.dtype)) ** 2
     G = P @ P.T
     n = G.shape[0]

@@ -20,7 +20,23 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+from ..errors import InputError
 from .smooth import boltzmann_max, boltzmann_min, safe_sqrt, soft_max, soft_min
+
+def _tokens_and(z, name, other, want):
+    """Shape checks at trace time: z (n, d) and ``other`` of shape ``want(d)``."""
+    n_d = v.check_rank("z", z, (2,), "tokens (n, d); vmap for a batch")
+    shape = v.shape_of(name, other)
+    expected = want(n_d[1])
+    if len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape)):
+        raise InputError(f"{name} must have shape {tuple('*' if e is None else e for e in expected)} for tokens "
+                         f"of dimension d = {n_d[1]}, got {shape}.")
+
+
+def _temperature(t):
+    v.check_positive("temperature", t)
+
 
 __all__ = [
     "hyperplane_levels",
@@ -72,6 +88,8 @@ def hyperplane_distances(
         >>> hyperplane_distances(z, jnp.array([1.0, 0.0]), scale=1.0, temperature=1e-4).round(3).tolist()
         [0.0, 0.0, 0.0, 0.5]
     """
+    _tokens_and(z, "phi_dual", phi_dual, lambda d: (d,))
+    _temperature(temperature)
     s = z @ jnp.asarray(phi_dual, z.dtype)
     a, b = hyperplane_levels(s, scale, temperature)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
@@ -97,6 +115,8 @@ def vertex_distances(
         >>> vertex_distances(jnp.array([[1.0, 0.0], [0.0, 0.0]]), v, scale=1.0, temperature=1e-4).round(4).tolist()
         [0.0, 1.0]
     """
+    _tokens_and(z, "vertices", vertices, lambda d: (None, d))
+    _temperature(temperature)
     diff = z[:, None, :] - jnp.asarray(vertices, z.dtype)[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
@@ -126,6 +146,10 @@ def subspace_distances(
         >>> subspace_distances(z, W, c, scale=1.0, temperature=1e-4).round(4).tolist()
         [0.0, 0.0, 0.25]
     """
+    _tokens_and(z, "W", W, lambda d: (None, d))
+    k = v.shape_of("W", W)[0]
+    _tokens_and(z, "centers", centers, lambda d: (None, k))
+    _temperature(temperature)
     W = jnp.asarray(W, z.dtype)
     resid = (z @ W.T)[:, None, :] - jnp.asarray(centers, z.dtype)[None, :, :]  # (n, L, k)
     gram = W @ W.T

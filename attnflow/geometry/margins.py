@@ -36,7 +36,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
+from .. import _validate as v
+from ..errors import InputError
 from .smooth import safe_norm
+
+
+def _check_square(name, A):
+    shape = v.check_rank(name, A, (2,), "a matrix; vmap for a batch")
+    if shape[0] != shape[1]:
+        raise InputError(f"{name} must be square (d, d), got shape {shape}.")
+    return shape[0]
 
 __all__ = [
     "eig_sorted",
@@ -184,6 +193,10 @@ def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float
         >>> g.tolist()
         [[1.0, 0.0], [0.0, -1.0]]
     """
+    d = _check_square("V", V)
+    for name, A in (("Q", Q), ("K", K)):
+        if v.check_rank(name, A, (2,), "an (m, d) matrix")[1] != d:
+            raise InputError(f"{name} must have d = {d} columns like V, got shape {v.shape_of(name, A)}.")
     w, X, Y = eig_sorted(V)
     lam1 = w[0]
     second = jnp.abs(w[1]) if w.shape[0] > 1 else jnp.zeros((), V.dtype)
@@ -217,7 +230,9 @@ def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
         >>> round(float(distance_to_paranormal(jnp.diag(jnp.array([1.0, 0.8, -0.5])), 2)), 6)
         0.141421
     """
-    d = V.shape[-1]
+    d = _check_square("V", V)
+    if not isinstance(r, int) or not 1 <= r <= d:
+        raise InputError(f"r (the dimension of F) must be an int in 1..{d}, got {r!r}.")
     Pi = spectral_projector(V, r)
     cd = Pi.dtype
     lam = jnp.real(jnp.trace(V.astype(cd) @ Pi)) / r
