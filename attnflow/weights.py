@@ -42,7 +42,8 @@ def _lead_shape(name: str, a, base_rank: int, axes: tuple[str, ...]) -> tuple[in
         raise InputError(
             f"{name} must have rank {base_rank + len(axes)} ({named}a "
             f"{'matrix' if base_rank == 2 else 'vector'} per {'/'.join(axes) or 'head'}), got shape {shape}; "
-            "a leading batch of independent systems is passed with simulate(..., batch=...) or jax.vmap."
+            "name stacked heads or layers with axes=('head',) or ('layer',), and pass a batch of independent "
+            "systems with simulate(..., batch=...) or jax.vmap."
         )
     return shape[: len(axes)]
 

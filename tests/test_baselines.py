@@ -26,7 +26,7 @@ def _problem(seed, B=2, n=12, d=3, m=None, dtype=np.float64):
 
 def _attnflow_euler(x0, Q, K, V, dt, steps, beta=1.0):
     sim = attnflow.simulate(x0, Q, K, V, t1=dt * steps, dt=dt, method="euler", beta=beta,
-                            dtype="float64", save_every=steps)
+                            dtype="float64", save_every=steps, batch="x0")
     return np.asarray(sim.tokens[:, -1])
 
 
@@ -61,7 +61,7 @@ def test_torchdiffeq_matches_attnflow():
     pytest.importorskip("torchdiffeq")
     x0, Q, K, V = _problem(4)
     sim = attnflow.simulate(x0, Q, K, V, t1=1.0, method="tsit5", rtol=1e-10, atol=1e-12,
-                            dtype="float64", num_saves=2)
+                            dtype="float64", num_saves=2, batch="x0")
     ref = np.asarray(sim.tokens[:, -1])
     out, nfe = baselines.torchdiffeq_solve(x0, Q, K, V, t1=1.0, rtol=1e-10, atol=1e-12)
     assert nfe > 10

@@ -315,13 +315,13 @@ def test_observables_as_save_fn_in_a_batched_solve():
 
     Q = np.array([[1.0, 0.2], [0.0, 1.0]])
     sim = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64",
-                            save_fn=save_fn)
+                            save_fn=save_fn, batch="x0")
     out = sim.states
     assert out["clusters"].shape == (3, 21) and sim.tokens is None
     # Thm 4.2 along every trajectory, computed inside the solve
     assert np.all(np.diff(np.asarray(out["max"]), axis=1) <= 1e-9)
     assert np.all(np.diff(np.asarray(out["min"]), axis=1) >= -1e-9)
     assert np.all(np.asarray(out["clusters"])[:, -1] <= 3)
-    full = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64")
+    full = attnflow.simulate(x0, Q, Q, V, t1=10.0, picture="rescaled", num_saves=21, dtype="float64", batch="x0")
     again = jax.vmap(jax.vmap(lambda z: num_clusters(z, 0.02, 5.0)))(full.states)
     assert np.array_equal(np.asarray(again), np.asarray(out["clusters"]).astype(int))

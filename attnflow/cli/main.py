@@ -33,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .._x64 import float64_scope
+
     try:
-        return int(args.func(args) or 0)
+        with float64_scope():  # the jobs compute their checks in float64; scoped, not global
+            return int(args.func(args) or 0)
     except AttnflowError as err:
         print(f"attnflow {args.command}: error: {err}", file=sys.stderr)
         return 2

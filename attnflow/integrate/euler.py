@@ -40,8 +40,8 @@ def sphere_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.integrate import sphere_shift
-        >>> sphere_shift(jnp.array([[1.0, 0.0]]), jnp.array([[0.0, 1.0]])).round(4).tolist()
-        [[0.7071, 0.7071]]
+        >>> [round(float(a), 4) for a in sphere_shift(jnp.array([[1.0, 0.0]]), jnp.array([[0.0, 1.0]]))[0]]
+        [0.7071, 0.7071]
     """
     out = y + dy
     return out / jnp.linalg.norm(out, axis=-1, keepdims=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
@@ -45,6 +46,18 @@ def make_solver(solver: str | diffrax.AbstractSolver | None) -> diffrax.Abstract
     raise InputError(
         f"solver must be a diffrax solver instance or one of {sorted(SOLVERS)}, got {solver!r}."
     )
+
+
+class _GuardedField(eqx.Module):
+    """The dynamics' field, or zero when it was non-finite at the start (a pytree, so that
+    every diffrax adjoint, BacksolveAdjoint included, sees the parameters inside it)."""
+
+    dynamics: AbstractDynamics
+    bad_start: Array
+
+    def __call__(self, t, y, args):
+        f = self.dynamics.vector_field(t, y, args)
+        return jnp.where(self.bad_start, jnp.zeros_like(f), f)
 
 
 def solve_ode(
@@ -125,12 +138,8 @@ def solve_ode(
     # controller reject every step until max_steps: integrate a zero field instead, and report.
     bad_start = ~jnp.all(jnp.isfinite(dynamics.vector_field(t0_arr, y0, args)))
 
-    def field(t, y, args):
-        f = dynamics.vector_field(t, y, args)
-        return jnp.where(bad_start, jnp.zeros_like(f), f)
-
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field),
+        diffrax.ODETerm(_GuardedField(dynamics, bad_start)),
         make_solver(solver),
         t0=t0_arr,
         t1=jnp.asarray(t1, dtype),

@@ -145,7 +145,8 @@ def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescal
         kw["dt"] = float(dt)
     else:
         kw["num_saves"] = int(num_saves or ctx["num_saves"])
-    sim = simulate(np.asarray(x0), np.asarray(Q), np.asarray(K), np.asarray(V), **kw)
+    x0 = np.asarray(x0)
+    sim = simulate(x0, np.asarray(Q), np.asarray(K), np.asarray(V), batch="x0" if x0.ndim == 3 else None, **kw)
     ts = np.asarray(sim.ts)
     ts = ts[0] if ts.ndim == 2 else ts
     z, x, P = (np.asarray(a, np.float64) for a in (sim.states, sim.tokens, sim.attention))

@@ -6,6 +6,8 @@ failed or interrupted run never leaves a half-overwritten report.
 
 from __future__ import annotations
 
+from .._x64 import in_float64
+
 import csv
 import io
 import os
@@ -75,6 +77,7 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
     return s
 
 
+@in_float64
 def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
               quick: bool = False, cases: list[str] | None = None, progress: bool = True) -> dict:
     """Run the selected cases (default: the config's ``cases``, or all) and write the report

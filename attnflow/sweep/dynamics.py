@@ -18,6 +18,8 @@ Everything for one chunk is one jitted function, sharded over the devices with s
 
 from __future__ import annotations
 
+from .._x64 import in_float64
+
 from pathlib import Path
 
 import jax
@@ -166,6 +168,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
     return call
 
 
+@in_float64
 def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the dynamics sweep of ``config`` into ``out``; returns the summary.

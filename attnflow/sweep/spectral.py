@@ -9,6 +9,8 @@ eigenvalues. The summary gives each fraction with a Wilson score interval and
 
 from __future__ import annotations
 
+from .._x64 import in_float64
+
 import math
 from pathlib import Path
 
@@ -93,6 +95,7 @@ def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
     return batch
 
 
+@in_float64
 def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the spectral sweep of ``config`` into ``out``; returns the summary.
