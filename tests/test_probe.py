@@ -16,7 +16,7 @@ from attnflow.probe import NonFiniteLossError, finite_guard, load_probe_config, 
 
 TINY = {
     "distance-to-failure": {"system": {"num_triples": 2, "n": 5}, "dynamics": {"t1": 1.0, "dt": 0.25},
-                            "optimizer": {"num_steps": 4, "checkpoint_every": 2}},
+                            "failure": {"radii": [0.1, 1.0]}, "optimizer": {"num_steps": 4, "checkpoint_every": 2}},
     "beyond-pd": {"system": {"num_starts": 2, "n": 5}, "dynamics": {"t1": 1.0, "dt": 0.25},
                   "optimizer": {"num_steps": 6, "checkpoint_every": 2}, "check": {"horizons": [1.0, 2.0]}},
     "sensitivity": {"system": {"num_triples": 1, "n": 5, "d": 2}, "dynamics": {"t1": 1.0, "dt": 0.25}},
@@ -52,8 +52,13 @@ def test_distance_to_failure_study(tmp_path):
     summary = run_probe(_config("distance-to-failure"), tmp_path, progress=False)
     assert summary["triples_sampled"] == 2 and len(summary["rows"]) == 2
     for r in summary["rows"]:
-        # the perturbations found are finite and every verdict was computed
-        assert np.isfinite(r["rho_clustering"]) and np.isfinite(r["rho_def41"]) and r["margin0"] > 0
+        assert r["margin0"] > 0  # the starting triples are good
+        assert len(r["H_max_by_radius"]) == 2 and np.all(np.isfinite(r["margin_min_by_radius"]))
+        # each perturbation found has exactly the relative size of its radius
+        for key, rho in (("V_clustering_failure", r["rho_clustering"]), ("V_def41_failure", r["rho_def41"])):
+            if rho is not None:
+                V0 = np.asarray(summary["V0"][r["triple"]])
+                np.testing.assert_allclose(np.linalg.norm(np.asarray(r[key]) - V0), rho * np.linalg.norm(V0), rtol=1e-10)
     assert (tmp_path / "distance_to_failure.png").is_file()
     assert (tmp_path / "checkpoints" / "clustering.npz").is_file()
 
