@@ -110,9 +110,16 @@ def _forward(q, k, v, qc, kc, kind, mask):
             ok = _tile_valid(kind, valid, qi_idx, kj_idx, mtile)
             s = jnp.where(ok, qi @ kj.T, neg_inf)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            m_ref = jnp.where(jnp.isfinite(m_new), m_new, 0)
-            scale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_ref), 0)
-            p = jnp.where(ok, jnp.exp(s - m_ref[:, None]), 0)
+            if kind == "array":
+                # a row may have no admissible key yet (m = -inf): keep every exponent finite
+                m_ref = jnp.where(jnp.isfinite(m_new), m_new, 0)
+                scale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_ref), 0)
+                p = jnp.where(ok, jnp.exp(s - m_ref[:, None]), 0)
+            else:
+                # the first key tile holds key 0, admissible for every query (also when causal),
+                # so m is finite from the first tile on; exp(-inf - m) = 0 handles the rest
+                scale = jnp.exp(m - m_new)
+                p = jnp.exp(s - m_new[:, None])
             l = l * scale + jnp.sum(p, axis=-1)
             acc = acc * scale[:, None] + p @ vj
             return (m_new, l, acc), None

@@ -66,6 +66,8 @@ def main() -> int:
     import jax.numpy as jnp
 
     import attnflow  # noqa: F401
+
+    jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.ensembles import system_seeds
     from attnflow.runio import atomic_write_json, provenance
     from attnflow.spectral.batched import eig_route

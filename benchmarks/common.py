@@ -138,6 +138,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: instruction-set flags that decide XLA:CPU's and PyTorch's kernels (reported with every figure)
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "neon")
+
+
+def _isa_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("flags", "features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in ISA_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def machine_info() -> dict:
     """Machine, devices and library versions, for the JSON record of a run."""
     import jax
@@ -157,6 +172,7 @@ def machine_info() -> dict:
         "hostname": platform.node(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "isa_flags": _isa_flags(),
         "cpu_count": os.cpu_count(),
         "memory_gib": mem_gib,
         "jax_backend": jax.default_backend(),

@@ -9,9 +9,13 @@ Needs only JAX (+ GPU plugin), equinox, diffrax and this source tree:
    dense and the chunked attention, Tsit5 with constant steps) and are compared with
    the CPU float64 result of the same method.
 2. Timing: the suite's attnflow rows (Euler float32/float64, Tsit5 fixed and adaptive)
-   at B x n up to 10^6 tokens, median of repeats after a warm-up, as a fraction of the
-   device's matmul rate measured in the same run. Rows that would not finish inside
-   ``--budget`` seconds are skipped with a message.
+   at B x n up to 10^6 tokens (n >= 4096 runs the tiled O(n d) path), median of repeats after
+   a warm-up, as a fraction of the device's matmul rate measured in the same run. Rows that
+   would not finish inside ``--budget`` seconds are skipped with a message.
+3. A sweep throughput row (the dynamics sweep's jitted chunk function: spectral checks,
+   Euler layers of the exact discrete rescaling, classifier; systems/s and fraction of the
+   matmul rate) and a gradient row (reverse-mode gradient of a loss of the final Euler state
+   with respect to V, against the forward solve: time ratio).
 
 float32 matmuls run at ``--precision highest`` by default (true float32; TF32 tensor
 cores otherwise change the numbers). Results: ``results/gpu/<UTC stamp>/`` (summary.json,
@@ -33,7 +37,7 @@ CPU_SIZES = [(8, 256, 32), (2, 1024, 32), (1, 4096, 32)]
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cpu", action="store_true", help="run on CPU with small sizes (no GPU needed)")
-    p.add_argument("--budget", type=float, default=None, help="seconds for the timing part (default 400 GPU, 150 CPU)")
+    p.add_argument("--budget", type=float, default=None, help="seconds for the timing part (default 330 GPU, 150 CPU; the whole script stays under 8 min on an H200-class GPU)")
     p.add_argument("--row-seconds", type=float, default=None, help="target seconds per timed call (sets steps)")
     p.add_argument("--precision", default="highest", choices=["highest", "high", "default"])
     p.add_argument("--repeats", type=int, default=3)
@@ -53,7 +57,9 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    import attnflow  # noqa: F401  (x64)
+    import attnflow  # noqa: F401
+
+    jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.attention import select_impl
     from benchmarks.common import (
         atomic_write_json,
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
         return 2
     device = jax.devices()[0]
     cpu = jax.devices("cpu")[0]
-    budget = args.budget or (150.0 if args.cpu else 400.0)
+    budget = args.budget or (150.0 if args.cpu else 330.0)
     row_seconds = args.row_seconds or (3.0 if args.cpu else 6.0)
     sizes = CPU_SIZES if args.cpu else GPU_SIZES
     run_dir = make_run_dir(args.out, prefix="gpu")
@@ -181,12 +187,25 @@ def main(argv=None) -> int:
             print(f"  {B}x{n}x{d} {name:14s} {dtype} [{impl}]: {k} steps, {med:.3f} s, {rec['ms_per_eval']:.2f} ms/eval, "
                   f"{rate / 1e12:.2f} TF/s = {100 * rec['frac_matmul']:.0f}% of matmul")
 
+    # ---- 3. sweep throughput and gradient rows ---------------------------------------------
+    extra = {}
+    try:
+        extra["sweep"] = _sweep_row(args, device, mm)
+    except Exception as e:  # say so, keep going
+        extra["sweep"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    print(f"  sweep row: {extra['sweep']}")
+    try:
+        extra["gradient"] = _gradient_row(args, device, mm)
+    except Exception as e:
+        extra["gradient"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    print(f"  gradient row: {extra['gradient']}")
+
     cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
             "frac_matmul", "note"]
     fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
     table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
                       + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
-    summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed,
+    summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed, **extra,
                    all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_text(run_dir / "table.md", table + "\n")
@@ -194,6 +213,70 @@ def main(argv=None) -> int:
     print(f"correctness: {'all ok' if summary['all_checks_ok'] else 'FAILURES'}; "
           f"total {summary['elapsed_s']:.0f} s; results in {run_dir}")
     return 0 if summary["all_checks_ok"] else 1
+
+
+def _best(fn, repeats: int) -> tuple[float, list[float]]:
+    import jax
+
+    jax.block_until_ready(fn())  # compile + warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t)
+    return min(times), times
+
+
+def _sweep_row(args, device, mm) -> dict:
+    """Systems/s of the dynamics sweep's chunk function (d = 128, n = 256, 20 Euler layers)."""
+    import jax.numpy as jnp
+
+    from attnflow.ensembles import system_seeds
+    from attnflow.spectral.batched import eig_route
+    from attnflow.sweep.dynamics import make_chunk_fn
+    from attnflow.sweep.runner import make_mesh
+
+    d, n, layers = (32, 64, 10) if args.cpu else (128, 256, 20)
+    systems = 8 if args.cpu else 1024
+    cfg = {"n": n, "clouds": 1, "dt": 0.1, "t1": 0.1 * layers, "dtype": "float32", "rel_tol": 0.02,
+           "max_clusters": 0, "density": 0.1}
+    fn = make_chunk_fn({"v": "ginibre", "qk": "identity", "d": d}, cfg, eig_route("auto"), make_mesh(1))
+    seeds = system_seeds(0, "gpu-sweep", 0, systems)
+    best, times = _best(lambda: fn(seeds), args.repeats)
+    flops = systems * layers * (4 * n * n * d + 2 * n * d * (3 * d))
+    return {"d": d, "n": n, "layers": layers, "systems": systems, "best_s": best, "times_s": times,
+            "systems_per_s": systems / best, "euler_frac_matmul_f32": flops / best / mm["float32"]["flops_per_s"]}
+
+
+def _gradient_row(args, device, mm) -> dict:
+    """Reverse-mode gradient d/dV of a loss of the final Euler state vs the forward solve."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow import AttentionFlow
+    from attnflow.integrate import solve_euler
+
+    B, n, d, steps = (2, 128, 16, 20) if args.cpu else (16, 1024, 64, 100)
+    x0, Q, K, V = (jax.device_put(jnp.asarray(a, jnp.float32), device) for a in make_problem(B, n, d, seed=args.seed))
+
+    def loss(V):
+        final = jax.vmap(lambda x: solve_euler(AttentionFlow(Q, K, V), x, dt=0.01, num_steps=steps,
+                                               save_every=steps).ys[-1])(x0)
+        return jnp.sum(final ** 2)
+
+    fwd = jax.jit(loss)
+    grad = jax.jit(jax.grad(loss))
+    t_fwd, _ = _best(lambda: fwd(V), args.repeats)
+    t_grad, _ = _best(lambda: grad(V), args.repeats)
+    return {"B": B, "n": n, "d": d, "steps": steps, "forward_s": t_fwd, "gradient_s": t_grad,
+            "gradient_over_forward": t_grad / t_fwd}
+
+
+# make_problem is imported inside main(); the row helpers need it at module level
+def make_problem(*a, **k):
+    from benchmarks.common import make_problem as _mp
+
+    return _mp(*a, **k)
 
 
 if __name__ == "__main__":

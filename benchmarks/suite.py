@@ -31,10 +31,13 @@ import numpy as np
 if __package__ in (None, ""):  # allow `python benchmarks/suite.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import attnflow  # noqa: E402  (enables x64)
+import attnflow  # noqa: E402,F401
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+
+# the benchmark script (an application, not the library) runs float64 rows next to float32 ones
+jax.config.update("jax_enable_x64", True)
 
 from attnflow import AttentionFlow  # noqa: E402
 from attnflow.attention import select_impl  # noqa: E402
@@ -353,6 +356,9 @@ def run_suite(args) -> dict:
     print(format_table(records))
     print(format_headline(summary["headline"]))
     print(f"matmul rate at the end: " + ", ".join(f"{dt} {r['flops_per_s']/1e9:.1f} GF/s" for dt, r in mm_end.items()))
+    print(f"machine: {info['cpu']} x{info['cpu_count']} ({', '.join(info.get('isa_flags') or []) or 'ISA flags unknown'}); "
+          f"load average {info['loadavg_start']} at start, {info['loadavg_end']} at end. These ratios hold for this "
+          "machine and load only.")
     print(f"total {elapsed:.0f} s; results in {run_dir}")
     return summary
 
@@ -389,8 +395,20 @@ def _find(records, B, n, d, method, dtype="float32"):
     return None
 
 
+def ratio_spread(slow: dict, fast: dict) -> dict:
+    """Per-round ratios slow/fast of two rows timed in the same interleaved rounds: the median,
+    the min and the max (the spread a reader needs to judge a ratio on a shared machine)."""
+    a, b = list(slow.get("times_s") or []), list(fast.get("times_s") or [])
+    k = min(len(a), len(b))
+    if k == 0:
+        return {}
+    r = sorted(x / y for x, y in zip(a[-k:], b[-k:]))
+    return {"median": statistics.median(r), "min": r[0], "max": r[-1], "rounds": k}
+
+
 def headline(records) -> list[dict]:
-    """Ratios the issue sets targets for, per size (only where both rows ran)."""
+    """Ratios the issue sets targets for, per size (only where both rows ran), each with the
+    spread of its per-round ratios (``spread``)."""
     out = []
     for B, n, d in sorted({(r["B"], r["n"], r["d"]) for r in records}):
         eul = next((r for r in records if (r["B"], r["n"], r["d"]) == (B, n, d) and r["group"] == "throughput"
@@ -403,9 +421,11 @@ def headline(records) -> list[dict]:
             other = _find(records, B, n, d, name, "float64" if "loop" in name else "float32")
             if other:
                 h[f"euler_speedup_{key}"] = other["median_s"] / eul["median_s"]
+                h.setdefault("spread", {})[f"euler_speedup_{key}"] = ratio_spread(other, eul)
         ts, tq = _find(records, B, n, d, "attnflow tsit5 adaptive"), _find(records, B, n, d, "torchdiffeq dopri5 adaptive")
         if ts and tq:
             h["tsit5_vs_torchdiffeq_time_ratio"] = tq["median_s"] / ts["median_s"]
+            h.setdefault("spread", {})["tsit5_vs_torchdiffeq_time_ratio"] = ratio_spread(tq, ts)
             h["tsit5_vs_torchdiffeq_per_eval_ratio"] = tq["per_eval_ms"] / ts["per_eval_ms"]
             h["errors"] = {"attnflow tsit5": ts.get("rel_err"), "torchdiffeq dopri5": tq.get("rel_err")}
         dp = _find(records, B, n, d, "attnflow dopri5 adaptive")
@@ -440,7 +460,9 @@ def format_headline(h) -> str:
         parts = [f"(B, n, d) = {tuple(e['size'])}: euler f32 at {100 * e['euler_f32_frac_matmul']:.0f}% of matmul rate"]
         for k, v in e.items():
             if k.endswith("ratio") or "speedup" in k:
-                parts.append(f"{k} {v:.2f}x")
+                sp = e.get("spread", {}).get(k) or {}
+                rng = f" [{sp['min']:.2f}-{sp['max']:.2f} over {sp['rounds']} rounds]" if sp else ""
+                parts.append(f"{k} {v:.2f}x{rng}")
         if "errors" in e:
             parts.append("errors " + ", ".join(f"{k}: {v:.2g}" for k, v in e["errors"].items() if v is not None))
         lines.append("; ".join(parts))

@@ -1,0 +1,97 @@
+"""The device mesh of a sweep and the sharded (shard_map) execution of a chunk."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+
+from ..errors import InputError
+from .._batching import loop_over_systems
+
+__all__ = ["make_mesh", "needs_per_system_loop", "check_eig_route", "sharded"]
+
+
+def make_mesh(num_devices: int = 0) -> Mesh:
+    """A 1-d mesh ``("batch",)`` over the first ``num_devices`` local devices (0: all).
+
+    Example:
+        >>> from attnflow.sweep.runner import make_mesh
+        >>> make_mesh(1).shape["batch"]
+        1
+    """
+    devs = jax.local_devices()
+    if num_devices < 0 or num_devices > len(devs):
+        raise InputError(f"run.devices must be between 0 (all) and {len(devs)} (local devices), got {num_devices}.")
+    devs = devs[: num_devices or len(devs)]
+    return Mesh(np.array(devs), ("batch",))
+
+
+def needs_per_system_loop(mesh: Mesh) -> bool:
+    """Whether each device should loop over its systems (``lax.map``) instead of vmapping.
+
+    True on a CPU mesh of several devices. There, XLA:CPU may run a batched LAPACK custom call
+    (eig, svd, eigh, getrf ... of a vmapped batch) as the continuation of a matmul on an
+    intra-op pool thread; the LAPACK kernel then splits its batch over that same pool and waits
+    for it, and when the pool's threads are all taken (2 cores, 2 devices) the wait never ends
+    (seen with gdb: ``jax::ParallelBatchMap`` blocked in ``lapack_dsyevd_ffi``). A batch of one
+    runs inline, so looping over systems avoids the deadlock; on a CPU it costs nothing, since
+    the devices already occupy the cores. Accelerators keep the vmap.
+
+    Example:
+        >>> from attnflow.sweep.runner import make_mesh, needs_per_system_loop
+        >>> needs_per_system_loop(make_mesh(1))
+        False
+    """
+    devices = mesh.devices.ravel()
+    return len(devices) > 1 and all(d.platform == "cpu" for d in devices)
+
+
+def check_eig_route(route: str, mesh: Mesh) -> None:
+    """Refuse the ``"host"`` eig route (a NumPy callback inside the sharded function) on a mesh of
+    several CPU devices: the callback waits for its argument on the same XLA:CPU thread pool
+    that is busy running the devices, and the sweep hangs (seen with gdb on 2 cores).
+
+    Example:
+        >>> from attnflow.sweep.runner import check_eig_route, make_mesh
+        >>> check_eig_route("host", make_mesh(1))  # one device: fine
+    """
+    if route == "host" and needs_per_system_loop(mesh):
+        raise InputError(
+            f"run.eig_route = 'host' cannot run on {mesh.shape['batch']} CPU devices (the NumPy callback "
+            "deadlocks XLA:CPU's thread pool); use 'auto' / 'device' (LAPACK), 'cpu', or run.devices = 1.")
+
+
+def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) -> Callable:
+    """Wrap a batched ``fn(*arrays) -> pytree`` (leading axis = systems) so that the batch is
+    split over ``mesh`` with ``shard_map``; pads to a multiple of the device count.
+
+    ``per_system_loop`` (default: :func:`needs_per_system_loop`) makes each device call ``fn``
+    on one system at a time (``lax.map`` over batches of one) instead of on its whole shard.
+    ``fn`` must treat systems independently (every sweep function does), so the results are
+    the same either way.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.runner import make_mesh, sharded
+        >>> f = sharded(lambda a: {"sq": a ** 2}, make_mesh())
+        >>> f(jnp.arange(5.0))["sq"].tolist()
+        [0.0, 1.0, 4.0, 9.0, 16.0]
+    """
+    ndev = mesh.shape["batch"]
+    if per_system_loop is None:
+        per_system_loop = needs_per_system_loop(mesh)
+    body = loop_over_systems(fn) if per_system_loop else fn
+    inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
+
+    def call(*arrays):
+        b = np.shape(arrays[0])[0]
+        pad = (-b) % ndev
+        if pad:
+            arrays = tuple(np.concatenate([np.asarray(a), np.repeat(np.asarray(a)[-1:], pad, axis=0)]) for a in arrays)
+        out = inner(*arrays)
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
+
+    return call
