@@ -148,19 +148,10 @@ def test_per_system_gradients_in_one_call(rng):
 
 
 def test_backsolve_adjoint_close_to_checkpointed(tsit5_case):
-    # diffrax directly: BacksolveAdjoint refuses SaveAt(fn=...), which solve_ode always passes;
-    # the same steps as solve_ode's (saving at t1 does not change them), so the reference is the
-    # fixture's checkpointed gradient
+    # through solve_ode (which saves plain states when save_fn is None, as BacksolveAdjoint needs);
+    # the reference is the fixture's checkpointed gradient of the same solve
     p, phi_dual, _, ref = tsit5_case
-
-    def loss(p, adjoint):
-        flow = af.RescaledFlow(p["Q"], p["K"], p["V"], p["beta"])
-        sol = diffrax.diffeqsolve(diffrax.ODETerm(flow.vector_field), diffrax.Tsit5(), 0.0, T1, None, p["x0"],
-                                  saveat=diffrax.SaveAt(t1=True), adjoint=adjoint, max_steps=2048,
-                                  stepsize_controller=diffrax.PIDController(rtol=TSIT5_TOL, atol=TSIT5_TOL))
-        return _functional(sol.ys[-1], phi_dual)
-
-    back = jax.grad(loss)(p, diffrax.BacksolveAdjoint())
+    back = jax.grad(_make_loss("rescaled", "tsit5", phi_dual, adjoint=diffrax.BacksolveAdjoint()))(p)
     for k in p:
         # the backward solve has its own discretisation error, of the order of the tolerance
         # (measured 4.5e-10 relative at tol 1e-10 in benchmarks/bench_gradients.py); 100x margin
