@@ -5,7 +5,6 @@ the z picture), differentiable in every weight.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
