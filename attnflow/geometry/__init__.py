@@ -18,11 +18,11 @@ Example:
     >>> import jax, jax.numpy as jnp
     >>> import attnflow as af
     >>> from attnflow.geometry import soft_cluster_count
-    >>> from attnflow.integrate import solve_ode
+    >>> from attnflow.integrate import solve_euler
     >>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
-    >>> def count(V):
-    ...     z = solve_ode(af.RescaledFlow(jnp.eye(2), jnp.eye(2), V), x0, t0=0.0, t1=2.0).ys[-1]
-    ...     return soft_cluster_count(z, scale=2.0, temperature=0.1)
+    >>> def count(V):   # soft cluster count after 10 shared-weight layers, at the fixed scale 2
+    ...     x = solve_euler(af.AttentionFlow(jnp.eye(2), jnp.eye(2), V), x0, dt=0.2, num_steps=10).ys[-1]
+    ...     return soft_cluster_count(x, scale=2.0, temperature=0.1)
     >>> g = jax.grad(count)(jnp.eye(2))
     >>> g.shape
     (2, 2)
