@@ -10,6 +10,7 @@ COMMANDS = [
     ("attnflow.cli.reproduce", "add_parser"),
     ("attnflow.cli.sweep", "add_parser"),
     ("attnflow.cli.track", "add_parser"),
+    ("attnflow.cli.probe", "add_parser"),
 ]
 
 
