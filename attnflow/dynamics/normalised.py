@@ -45,8 +45,8 @@ def normalise(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.dynamics.normalised import normalise
-        >>> normalise(jnp.array([[3.0, 4.0]])).round(4).tolist()
-        [[0.6, 0.8]]
+        >>> [round(float(c), 4) for c in normalise(jnp.array([[3.0, 4.0]]))[0]]
+        [0.6, 0.8]
     """
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
