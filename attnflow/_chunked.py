@@ -23,6 +23,10 @@ Masks: ``mask=None`` (every key), ``"causal"`` (query i sees keys j <= i; the ti
 is computed from indices, so memory stays O(n d) at any n), or a boolean array
 (n, n') (True = may attend). A row with no admissible key returns 0.
 
+Unnormalised attention (``normalisation="mean"``, :math:`\frac1{n'}\sum_j e^{s_{ij}} v_j`) is
+the same pass: :math:`o_i\, e^{L_i}/n'`. The kernel returns :math:`L` as a differentiable
+output (its cotangent adds :math:`\bar L_i P_{ij}` to :math:`\bar s_{ij}`).
+
 Forward-mode (``jax.jvp``) is not available through this path (a JAX limitation of
 ``custom_vjp``); use ``impl="dense"`` for forward-mode derivatives.
 """
@@ -140,19 +144,23 @@ def _forward(q, k, v, qc, kc, kind, mask):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _attend(q, k, v, qc, kc, kind, mask):
-    return _forward(q, k, v, qc, kc, kind, mask)[0]
+    """(softmax attention output, log-sum-exp of the admissible scores per query)."""
+    return _forward(q, k, v, qc, kc, kind, mask)
 
 
 def _attend_fwd(q, k, v, qc, kc, kind, mask):
     out, lse = _forward(q, k, v, qc, kc, kind, mask)
-    return out, (q, k, v, out, lse, mask)
+    return (out, lse), (q, k, v, out, lse, mask)
 
 
-def _attend_bwd(qc, kc, kind, res, g):
+def _attend_bwd(qc, kc, kind, res, cotangents):
     q, k, v, out, lse, mask = res
+    g, g_lse = cotangents
     nq, nk = q.shape[0], k.shape[0]
     dtype = q.dtype
-    D = jnp.sum(g * out, axis=-1)
+    # d lse_i / d s_ij = P_ij: the lse cotangent enters as  s_bar += P_ij g_lse_i,
+    # i.e. D_i -> D_i - g_lse_i below
+    D = jnp.sum(g * out, axis=-1) - g_lse
     qb, gb, qidx = _blocks(q, qc), _blocks(g, qc), _index_blocks(nq, qc)
     # padded query rows carry g = 0 and D = 0, hence contribute nothing below
     lseb = _blocks(lse[:, None], qc)[..., 0]
@@ -211,12 +219,14 @@ def chunked_attend(
     *,
     chunk_size: int | tuple[int, int] = DEFAULT_CHUNK,
     mask: str | Array | None = None,
+    normalisation: str = "softmax",
 ) -> Float[Array, "n e"]:
     r"""Exact :math:`\mathrm{softmax}(q k^T)\, v` in O(n (r + e) + c^2) memory (online softmax).
 
     ``chunk_size`` is the tile edge c (or a pair: query tile, key tile). Rows need
     not be a multiple of it (the last tile is padded and masked). jit-, vmap- and
-    reverse-mode-differentiable (custom VJP, also O(n d) memory).
+    reverse-mode-differentiable (custom VJP, also O(n d) memory). ``normalisation="mean"``:
+    :math:`\frac1{n_2}\sum_j e^{q_i\cdot k_j} v_j` instead (unnormalised attention).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -233,6 +243,16 @@ def chunked_attend(
         raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     qc, kc = _tile(q.shape[0], qc), _tile(k.shape[0], kc)
     if mask is None or isinstance(mask, str):
-        return _attend(q, k, v, int(qc), int(kc), "causal" if mask == "causal" else "none", None)
-    mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], k.shape[0]))
-    return _attend(q, k, v, int(qc), int(kc), "array", mask)
+        out, lse = _attend(q, k, v, int(qc), int(kc), "causal" if mask == "causal" else "none", None)
+    else:
+        mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], k.shape[0]))
+        out, lse = _attend(q, k, v, int(qc), int(kc), "array", mask)
+    if normalisation == "softmax":
+        return out
+    if normalisation != "mean":
+        from .errors import InputError
+
+        raise InputError(f"normalisation must be 'softmax' or 'mean', got {normalisation!r}.")
+    finite = jnp.isfinite(lse)  # a row with no admissible key has lse = inf and output 0
+    scale = jnp.where(finite, jnp.exp(jnp.where(finite, lse, 0) - jnp.log(k.shape[0])), 0)
+    return out * scale[:, None]

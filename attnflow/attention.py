@@ -19,16 +19,35 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-__all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD"]
+__all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
+           "NORMALISATIONS"]
+
+#: how the exponentiated scores are normalised: ``"softmax"`` divides by the row sum
+#: :math:`\sum_l e^{s_l}` (row-stochastic P), ``"mean"`` by the number of keys n
+#: (unnormalised attention, :math:`P_{ij} = e^{s_{ij}}/n`)
+NORMALISATIONS = ("softmax", "mean")
 
 
-def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"] | None = None) -> Float[Array, "... n"]:
+def _check_normalisation(normalisation: str) -> None:
+    if normalisation not in NORMALISATIONS:
+        from .errors import InputError
+
+        raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
+
+
+def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"] | None = None,
+            normalisation: str = "softmax") -> Float[Array, "... n"]:
     r"""Max-subtracted softmax along ``axis``: :math:`e^{s_j - \max s} / \sum_l e^{s_l - \max s}`.
 
     Finite for any finite input (scores of size 1e4 and beyond) and invariant to
     adding a constant to a row. ``where`` (boolean, broadcastable to ``s``) restricts the
     sum to the admissible entries (a mask); the others get probability 0, and a row with no
     admissible entry is all zeros (never NaN).
+
+    ``normalisation="mean"`` gives unnormalised attention :math:`e^{s_j}/n` (n = the length
+    of ``axis``, masked entries included; rows no longer sum to one), computed as
+    :math:`e^{s_j - \max s}\, e^{\max s}/n` on the same path (it overflows where
+    :math:`e^{\max s}` does, as the formula itself does).
 
     Example:
         >>> import jax.numpy as jnp
@@ -37,16 +56,21 @@ def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"
         >>> bool(jnp.isclose(p.sum(), 1.0))
         True
     """
+    _check_normalisation(normalisation)
     if where is None:
         s_max = jax.lax.stop_gradient(jnp.max(s, axis=axis, keepdims=True))
         e = jnp.exp(s - s_max)
-        return e / jnp.sum(e, axis=axis, keepdims=True)
-    where = jnp.broadcast_to(where, s.shape)
-    s_max = jax.lax.stop_gradient(jnp.max(jnp.where(where, s, -jnp.inf), axis=axis, keepdims=True))
-    s_max = jnp.where(jnp.isfinite(s_max), s_max, 0)
-    e = jnp.where(where, jnp.exp(jnp.where(where, s - s_max, 0)), 0)
-    total = jnp.sum(e, axis=axis, keepdims=True)
-    return e / jnp.where(total > 0, total, 1)
+        total = jnp.sum(e, axis=axis, keepdims=True)
+    else:
+        where = jnp.broadcast_to(where, s.shape)
+        s_max = jax.lax.stop_gradient(jnp.max(jnp.where(where, s, -jnp.inf), axis=axis, keepdims=True))
+        s_max = jnp.where(jnp.isfinite(s_max), s_max, 0)
+        e = jnp.where(where, jnp.exp(jnp.where(where, s - s_max, 0)), 0)
+        total = jnp.sum(e, axis=axis, keepdims=True)
+        total = jnp.where(total > 0, total, 1)
+    if normalisation == "mean":
+        return e * (jnp.exp(s_max) / s.shape[axis])
+    return e / total
 
 
 def scores(
@@ -151,8 +175,9 @@ def mask_array(mask, n_q: int, n_k: int) -> Bool[Array, "n_q n_k"] | None:
     return jnp.broadcast_to(jnp.asarray(mask, bool), (n_q, n_k))
 
 
-def _dense_attend(q, k, v, mask=None):
-    return softmax(q @ k.T, axis=-1, where=mask_array(mask, q.shape[0], k.shape[0])) @ v
+def _dense_attend(q, k, v, mask=None, normalisation="softmax"):
+    where = mask_array(mask, q.shape[0], k.shape[0])
+    return softmax(q @ k.T, axis=-1, where=where, normalisation=normalisation) @ v
 
 
 def _fused_attend(q, k, v, implementation=None, mask=None):
@@ -202,6 +227,7 @@ def attend(
     impl: str = "auto",
     chunk_size: int | tuple[int, int] | None = None,
     mask: str | Bool[Array, "n n2"] | None = None,
+    normalisation: str = "softmax",
 ) -> Float[Array, "n e"]:
     r"""Attention output :math:`\sum_j \mathrm{softmax}_j(q_i \cdot k_j)\, v_j` (scale 1).
 
@@ -221,6 +247,11 @@ def attend(
 
     ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
+    ``normalisation``: ``"softmax"`` (default) or ``"mean"``, unnormalised attention
+    :math:`\frac1{n_2}\sum_j e^{q_i \cdot k_j} v_j` (see :func:`softmax`); the chunked path
+    gets it from its log-sum-exp, the fused kernel has no such mode (``impl="auto"`` then
+    picks dense or chunked).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow import attend
@@ -230,21 +261,30 @@ def attend(
         [[1.0], [1.0]]
         >>> attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), mask="causal").tolist()
         [[0.0], [1.0]]
+        >>> attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), mask="causal",
+        ...        normalisation="mean").tolist()
+        [[0.0], [1.0]]
     """
     if impl not in IMPLS:
         from .errors import InputError
 
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
+    _check_normalisation(normalisation)
     if impl == "auto":
-        impl = select_impl(q.shape[0], k.shape[0], q, k, v)
+        impl = select_impl(q.shape[0], k.shape[0], *((q, k, v) if normalisation == "softmax" else ()))
     if isinstance(mask, str):
         mask_array(mask, 1, 1)  # validates the name
     if impl == "dense":
-        return _dense_attend(q, k, v, mask)
+        return _dense_attend(q, k, v, mask, normalisation)
     if impl == "fused":
+        if normalisation != "softmax":
+            from .errors import InputError
+
+            raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
+                             "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
     from ._chunked import DEFAULT_CHUNK, chunked_attend
 
     if chunk_size is None:
         chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else DEFAULT_CHUNK
-    return chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask)
+    return chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)

@@ -29,11 +29,14 @@ from jaxtyping import Array, Float, Int, PyTree
 from . import _validate as v
 from ._batching import lapack_needs_loop, map_over_batch
 from .attention import IMPLS
-from .dynamics import AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
+from .dynamics import AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
+from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
 from .integrate import EulerStepper, make_solver, raise_if_failed, solve_ode
+from .integrate.euler import plain_shift, sphere_shift
 from .integrate.solution import checked
 from .linalg import check_invertible_transfer
+from .dynamics.multihead import rescaling_generator
 from .weights import AttentionWeights, check_shapes
 
 __all__ = ["simulate", "Simulation", "make_dynamics", "BATCHABLE"]
@@ -79,12 +82,15 @@ class Simulation(eqx.Module):
 
 
 def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
-                  attention_impl="auto", mask=None):
+                  attention_impl="auto", mask=None, layer_dt=1.0):
     """The dynamics object :func:`simulate` integrates for a picture and method.
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
     ``method="euler"`` in the rescaled picture this is :class:`DiscreteRescaledFlow`, which
-    takes dt from the stepper.
+    takes dt from the stepper. Weights with a ``"layer"`` axis (raw picture) give
+    :class:`~attnflow.dynamics.LayeredFlow` for the stepper, and for an ODE solver the
+    :class:`~attnflow.dynamics.TimeVaryingFlow` through the layer weights placed every
+    ``layer_dt`` from ``t0`` (:class:`~attnflow.dynamics.LayerInterpolation`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -96,6 +102,12 @@ def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="t
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
     args = (weights,) if K is None and V is None else (weights, K, V, beta)
     kw = dict(attention_impl=attention_impl, mask=mask)
+    if isinstance(weights, AttentionWeights) and "layer" in weights.axes:
+        if picture != "raw":
+            raise InputError("weights with a 'layer' axis run in the raw picture only (no common rescaling).")
+        if method == "euler":
+            return LayeredFlow(weights, **kw)
+        return TimeVaryingFlow(LayerInterpolation(weights, layer_dt, t0), **kw)
     if picture == "raw":
         return AttentionFlow(*args, **kw)
     if method == "euler":
@@ -173,7 +185,7 @@ def _validate_inputs(x0, weights: AttentionWeights | None, Q, K, V, beta, batch:
 
 def simulate(
     x0: Float[Array, "*B n d"],
-    Q: Float[Array, "*B m d"] | AttentionWeights,
+    Q: Float[Array, "*B m d"] | AttentionWeights | None = None,
     K: Float[Array, "*B m d"] | None = None,
     V: Float[Array, "*B d d"] | None = None,
     *,
@@ -199,6 +211,8 @@ def simulate(
     adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
     check: bool | None = None,
+    dynamics: AbstractDynamics | None = None,
+    shift: str | Callable = "plain",
 ) -> Simulation:
     r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j`.
 
@@ -231,6 +245,13 @@ def simulate(
         mask: None, ``"causal"`` or a boolean (n, n) attention mask.
         adjoint: diffrax adjoint for gradients (default ``RecursiveCheckpointAdjoint``;
             ``diffrax.BacksolveAdjoint()``, ``diffrax.ForwardMode()``); diffrax solvers only.
+        dynamics: a prebuilt field (any :class:`~attnflow.dynamics.AbstractDynamics`: multi-head,
+            feed-forward, layer-varying, sphere, ...) to run instead of building one from Q, K, V
+            (then omit Q, K, V, beta and picture; ``batch`` may name only ``"x0"``).
+            Weights with a ``"layer"`` axis need no ``dynamics``: the stepper runs layer l with
+            weights l, an ODE solver interpolates them linearly at spacing (t1 - t0)/L.
+        shift: the Euler stepper's update, ``"plain"`` (y + dy), ``"sphere"`` (renormalise every
+            token after each layer: post-LN) or a function ``(y, dy) -> y_next``.
         throw: raise when a solve fails (:class:`~attnflow.NonFiniteError` /
             :class:`~attnflow.SolverError` on the host; an ``equinox`` runtime error inside
             jit). With ``throw=False`` see ``Simulation.result``. ``check`` is an old alias.
@@ -256,11 +277,12 @@ def simulate(
                          num_saves=num_saves, save_every=save_every, rtol=rtol, atol=atol, beta=beta, dtype=dtype,
                          batch=batch, return_attention=return_attention, save_fn=save_fn, max_steps=max_steps,
                          batch_mode=batch_mode, attention_impl=attention_impl, mask=mask, adjoint=adjoint,
-                         throw=throw)
+                         throw=throw, dynamics=dynamics, shift=shift)
 
 
 def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_every, rtol, atol, beta, dtype,
-              batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw):
+              batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw,
+              dynamics=None, shift="plain"):
     method_name = method if isinstance(method, str) else type(method).__name__
     if isinstance(method, str) and method != "euler":
         make_solver(method)  # validates the name
@@ -270,19 +292,52 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
         raise InputError(f"batch_mode must be 'vmap' or 'fold', got {batch_mode!r}.")
     if attention_impl not in IMPLS:
         raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
-    weights = Q if isinstance(Q, AttentionWeights) else None
-    names = _batch_names(batch, weights is not None)
-    if weights is not None and (K is not None or V is not None):
-        raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
-    if weights is None and (K is None or V is None):
-        raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
-    if weights is not None and "layer" in weights.axes:
-        raise InputError("simulate runs weights shared by every layer; these have a 'layer' axis "
-                         "(select one with weights.layer(l)).")
-    if weights is not None and beta is not None:
-        raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
-    beta = 1.0 if beta is None else beta
-    B = _validate_inputs(x0, weights, Q, K, V, beta, names)
+    shift_fn = {"plain": plain_shift, "sphere": sphere_shift}.get(shift, shift) if isinstance(shift, str) else shift
+    if not callable(shift_fn):
+        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    if shift_fn is not plain_shift and method_name != "euler":
+        raise InputError("shift= applies to the Euler layer stepper (method='euler'); an ODE solver integrates "
+                         "the field as given (use a tangent-projected field, e.g. sphere_flow, on the sphere).")
+    if dynamics is not None:
+        if not isinstance(dynamics, AbstractDynamics):
+            raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
+        if any(a is not None for a in (Q, K, V, beta)):
+            raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
+        if mask is not None or attention_impl != "auto":
+            raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
+        if return_attention and not hasattr(dynamics, "attention"):
+            raise InputError(f"return_attention=True needs a field with an attention matrix; "
+                             f"{type(dynamics).__name__} has none.")
+        if picture != "raw":
+            raise InputError("with dynamics= the field defines its own picture (its tokens() gives x); "
+                             "leave picture='raw'.")
+        weights, beta = None, 1.0
+        names = _batch_names(batch, False)
+        if set(names) - {"x0"}:
+            raise InputError(f"with dynamics= only 'x0' can be batched (vmap over fields yourself), got {names}.")
+        shape = v.check_array("x0", x0, "tokens (n, d)")
+        if len(shape) != 2 + ("x0" in names):
+            raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if names else ''}, "
+                             f"got shape {shape}.")
+        B = shape[0] if names else None
+    else:
+        weights = Q if isinstance(Q, AttentionWeights) else None
+        names = _batch_names(batch, weights is not None)
+        if weights is not None and (K is not None or V is not None):
+            raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
+        if weights is None and (K is None or V is None):
+            raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
+        if weights is not None and "layer" in weights.axes and picture != "raw":
+            raise InputError("weights with a 'layer' axis run in the raw picture only (there is no common rescaling).")
+        if weights is not None and beta is not None:
+            raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
+        beta = 1.0 if beta is None else beta
+        B = _validate_inputs(x0, weights, Q, K, V, beta, names)
+        if weights is not None and picture == "rescaled" and "head" in weights.axes:
+            members = [weights] if "weights" not in names else [jax.tree_util.tree_map(lambda a: a[i], weights)
+                                                                 for i in range(B)]
+            for w in members:  # several heads rescale only with a common V (dynamics/multihead.py)
+                rescaling_generator(w, "simulate(picture='rescaled')")
     v.check_time_span(t0, t1)
     if method_name == "euler" and dt is None:
         raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
@@ -295,11 +350,13 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
         raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     x0, beta_arr = jnp.asarray(x0, jdtype), jnp.asarray(beta, jdtype)
-    if weights is None:
+    if dynamics is not None:
+        dynamics = jax.tree_util.tree_map(lambda a: a.astype(jdtype) if eqx.is_inexact_array(a) else a, dynamics)
+    elif weights is None:
         Q, K, V = (jnp.asarray(a, jdtype) for a in (Q, K, V))
     else:
         weights = weights.astype(jdtype)
-    traced = v.is_traced(x0, Q, K, V, beta, weights)
+    traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
 
     if method_name == "euler":
         span = float(t1) - float(t0)
@@ -315,8 +372,12 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
                 f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
             )
         if picture == "rescaled":
-            check_invertible_transfer(V if weights is None else weights.V, dt)
-        config = ("euler", picture, float(t0), float(dt), num_layers, save_every)
+            check_invertible_transfer(V if weights is None else
+                                      weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, dt)
+        if weights is not None and num_layers > weights.num_layers > 1:
+            raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
+                             f"{weights.num_layers} (one set per layer).")
+        config = ("euler", picture, float(t0), float(dt), num_layers, save_every, shift_fn)
         ts_arr = None
     else:
         if ts is None:
@@ -345,7 +406,9 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
             max_steps,
         )
 
-    if weights is None:
+    if dynamics is not None:
+        axes, weight_args = (0 if "x0" in names else None, None), (dynamics,)
+    elif weights is None:
         axes = tuple(0 if n in names else None for n in ("x0", "Q", "K", "V", "beta"))
         weight_args = (Q, K, V, beta_arr)
     else:
@@ -383,17 +446,21 @@ def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mod
     config = config[:-1]
 
     def build(*wargs):
+        if len(wargs) == 1:  # a prebuilt field (simulate(dynamics=...))
+            return wargs[0]
         if len(wargs) == 2:  # (AttentionWeights, unused beta): the weights carry beta
-            return make_dynamics(wargs[0], picture=picture, method="euler" if kind == "euler" else "ode",
-                                 t0=config[2], attention_impl=impl, mask=mask)
+            w = wargs[0]
+            layer_dt = (config[3] - config[2]) / w.num_layers if kind == "ode" else 1.0
+            return make_dynamics(w, picture=picture, method="euler" if kind == "euler" else "ode",
+                                 t0=config[2], attention_impl=impl, mask=mask, layer_dt=layer_dt)
         Q, K, V, beta = wargs
         return make_dynamics(Q, K, V, beta=beta, picture=picture, method="euler" if kind == "euler" else "ode",
                              t0=config[2], attention_impl=impl, mask=mask)
 
     def solve(dyn, y0, fn):
         if kind == "euler":
-            _, _, t0, dt, num_layers, save_every = config
-            stepper = EulerStepper(dt, num_layers, t0=t0, save_every=save_every)
+            _, _, t0, dt, num_layers, save_every, shift = config
+            stepper = EulerStepper(dt, num_layers, t0=t0, save_every=save_every, shift=shift)
             dyn = stepper.bind(dyn)
             return dyn, stepper.solve(dyn, y0, save_fn=fn)
         _, _, t0, t1, dt, solver, rtol, atol, max_steps = config
@@ -403,7 +470,7 @@ def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mod
     def post(dyn, traj):
         tokens = attention = None
         if save_fn is None:
-            tokens = traj.ys if picture == "raw" else jax.vmap(dyn.tokens)(traj.ts, traj.ys)
+            tokens = traj.ys if picture == "raw" and len(weight_args) > 1 else jax.vmap(dyn.tokens)(traj.ts, traj.ys)
             if return_attention:
                 attention = jax.vmap(dyn.attention)(traj.ts, traj.ys)
         return traj.ts, traj.ys, tokens, attention, traj.num_steps, traj

@@ -348,7 +348,13 @@ def run_suite(args) -> dict:
         "rows": records,
         "headline": headline(records),
         "elapsed_s": elapsed,
+        "run_dir": str(run_dir),
     }
+    if args.models:  # the real-model forward pass against PyTorch eager (benchmarks/bench_models.py)
+        from benchmarks import bench_models
+
+        summary["models"] = bench_models.run(32 if args.quick else 128, 3 if args.quick else 20, args.torch)
+        print(bench_models.format_result(summary["models"]))
     atomic_write_json(run_dir / "summary.json", summary)
     write_tables(run_dir, records)
     plot(run_dir, records)
@@ -513,17 +519,26 @@ def main(argv=None) -> dict:
     p.add_argument("--no-tiny", dest="tiny", action="store_false", help="skip the small size of the Python-loop row")
     p.add_argument("--loop-max-n", type=int, default=64, help="largest n of the per-token Python loop")
     p.add_argument("--no-torch", dest="torch", action="store_false")
+    p.add_argument("--no-models", dest="models", action="store_false", help="skip the MiniLM forward-pass rows")
     p.add_argument("--matmul-n", type=int, default=2048)
     p.add_argument("--memory-gib", type=float, default=24.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     p.add_argument("--report", default=None, metavar="RUN_DIR", help="only re-read and re-print a finished run")
+    p.add_argument("--no-gradients", dest="gradients", action="store_false",
+                   help="skip the gradient benchmark (benchmarks/bench_gradients.py -> RUN_DIR/gradients.json)")
     args = p.parse_args(argv)
     if args.report:
         return report(args.report)
     if args.quick:
         args.steps, args.repeats, args.matmul_n, args.budget = min(args.steps, 5), 1, 256, 1.0
-    return run_suite(args)
+    summary = run_suite(args)
+    if args.gradients:
+        from benchmarks import bench_gradients
+
+        sizes = ["--n", "32", "--d", "8", "--steps", "5,50", "--repeats", "1"] if args.quick else []
+        summary["gradients"] = bench_gradients.main(sizes + ["--out", str(Path(summary["run_dir"]) / "gradients.json")])
+    return summary
 
 
 if __name__ == "__main__":

@@ -109,8 +109,11 @@ def test_a_stack_of_weights_is_never_silently_a_batch(rng):
     assert sim.states.shape == (2,) + x0.shape  # one system with three heads
     single = af.simulate(x0, Q, K, 3 * V, t1=1.0, num_saves=2, dtype="float64")
     np.testing.assert_allclose(np.asarray(sim.states), np.asarray(single.states), rtol=1e-7)  # 3 equal heads
-    with pytest.raises(InputError, match="'layer' axis"):
-        af.simulate(x0, af.AttentionWeights.stack([heads.head(0)] * 2, axis="layer"), t1=1.0)
+    layers = af.AttentionWeights.stack([heads.head(0)] * 2, axis="layer")
+    with pytest.raises(InputError, match="'layer' axis"):  # per-layer weights: raw picture only
+        af.simulate(x0, layers, t1=1.0, picture="rescaled")
+    # a layer stack is one system with per-layer weights (issue 13), never a batch
+    assert af.simulate(x0, layers, t1=1.0, num_saves=2).states.shape == (2,) + x0.shape
 
 
 # --- a good JAX citizen -------------------------------------------------------------------------
@@ -247,3 +250,20 @@ def test_masked_attention_tiled_equals_dense_with_gradients(rng, mask_kind):
     for a, b in zip(gd, gc):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-11, atol=1e-12)
         assert np.isfinite(np.asarray(b)).all()
+
+
+def test_euler_checkpointing_same_gradient_sublinear_memory(rng):
+    x0, Q, K, V = (jnp.asarray(a) for a in _problem(rng, n=8, d=3))
+
+    def grad_fn(L, checkpoint):
+        loss = lambda V: jnp.sum(solve_euler(af.AttentionFlow(Q, K, V), x0, dt=0.01, num_steps=L, save_every=L,
+                                             checkpoint=checkpoint).ys[-1] ** 2)
+        return jax.jit(jax.grad(loss))
+
+    g_all, g_ck = grad_fn(150, None), grad_fn(150, "auto")
+    np.testing.assert_allclose(np.asarray(g_ck(V)), np.asarray(g_all(V)), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grad_fn(10, 3)(V)), np.asarray(grad_fn(10, None)(V)), rtol=1e-12)
+    temp = lambda L, ck: grad_fn(L, ck).lower(V).compile().memory_analysis().temp_size_in_bytes
+    # stored layers: L without checkpointing, ~2 sqrt(L) with it
+    assert temp(400, "auto") * 4 < temp(400, None)
+    assert temp(1600, "auto") < 3 * temp(400, "auto")  # 4x the layers, ~2x the memory

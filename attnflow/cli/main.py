@@ -9,6 +9,9 @@ import sys
 COMMANDS = [
     ("attnflow.cli.reproduce", "add_parser"),
     ("attnflow.cli.sweep", "add_parser"),
+    ("attnflow.cli.track", "add_parser"),
+    ("attnflow.cli.probe", "add_parser"),
+    ("attnflow.cli.extensions", "add_parser"),
 ]
 
 

@@ -27,11 +27,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ..attention import IMPLS, attend, mask_array, project_qk, softmax
+from ..attention import IMPLS, NORMALISATIONS, attend, mask_array, project_qk, softmax
 from ..errors import InputError
 from ..linalg import euler_transfer_matrix, expm_tV, matrix_power
 from ..weights import AttentionWeights
 from .base import AbstractAttentionDynamics, grid_layer
+from .multihead import rescaling_generator
 
 __all__ = ["AttentionFlow", "RescaledFlow", "DiscreteRescaledFlow", "as_weights"]
 
@@ -63,8 +64,10 @@ class _AttentionField(AbstractAttentionDynamics):
     causal: bool = eqx.field(static=True)
     #: attention implementation passed to ``attend`` ("auto", "dense", "chunked", "fused")
     attention_impl: str = eqx.field(static=True)
+    #: "softmax" (row-stochastic P) or "mean" (unnormalised e^{s_ij}/n; raw picture only)
+    normalisation: str = eqx.field(static=True)
 
-    def _setup(self, Q, K, V, beta, attention_impl, mask):
+    def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax"):
         w = as_weights(Q, K, V, beta)
         if "layer" in w.axes:
             raise InputError(
@@ -73,7 +76,13 @@ class _AttentionField(AbstractAttentionDynamics):
             )
         if attention_impl not in IMPLS:
             raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
+        if normalisation not in NORMALISATIONS:
+            raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
+        if normalisation != "softmax" and self.relative:
+            raise InputError(f"{type(self).__name__} writes the drift as sum_j P_ij (z_j - z_i), which needs "
+                             "row-stochastic P; use AttentionFlow (raw picture) for normalisation='mean'.")
         mask = _check_mask(mask)
+        self.normalisation = normalisation
         self.weights = w
         self.causal = isinstance(mask, str)
         self.mask = None if isinstance(mask, str) else mask
@@ -116,7 +125,7 @@ class _AttentionField(AbstractAttentionDynamics):
 
         def one(w):
             q, k = project_qk(x, w.Q, w.K, w.beta, w.q_bias, w.k_bias)
-            return softmax(q @ k.T, axis=-1, where=mask)
+            return softmax(q @ k.T, axis=-1, where=mask, normalisation=self.normalisation)
 
         return self._per_head(one)
 
@@ -131,7 +140,7 @@ class _AttentionField(AbstractAttentionDynamics):
         def one(w):
             q, k = project_qk(x, w.Q, w.K, w.beta, w.q_bias, w.k_bias)
             v = y @ self.drift_matrix(w.V).T
-            out = attend(q, k, v, impl=self.attention_impl, mask=mask)
+            out = attend(q, k, v, impl=self.attention_impl, mask=mask, normalisation=self.normalisation)
             out = out - v if self.relative else out
             if w.v_bias is not None:
                 out = out + self.state_bias(t, w.v_bias)
@@ -158,12 +167,10 @@ class _AttentionField(AbstractAttentionDynamics):
         return self.weights.beta
 
 
-def _single_V(self) -> None:
-    if "head" in self.weights.axes:
-        raise InputError(
-            f"{type(self).__name__} rescales by one value matrix V, but these weights have a 'head' axis; "
-            "use the raw picture (AttentionFlow) for several heads."
-        )
+def _generator(self) -> Float[Array, "d d"]:
+    """S of the rescaling (V; sum_h V_h for heads that commute with it: dynamics/multihead.py)."""
+    w = self.weights
+    return w.V.sum(axis=0) if "head" in w.axes else w.V
 
 
 @final
@@ -176,6 +183,8 @@ class AttentionFlow(_AttentionField):
         K: (m, d) key matrix.  V: (d, d) value matrix.
         beta: inverse temperature (the paper's model is beta = 1).
         attention_impl: ``attend``'s implementation.  mask: None, ``"causal"`` or (n, n) bool.
+        normalisation: ``"softmax"`` (the paper's model) or ``"mean"`` (unnormalised attention,
+            :math:`P_{ij} = e^{s_{ij}}/n`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -185,8 +194,9 @@ class AttentionFlow(_AttentionField):
         (3, 2)
     """
 
-    def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None):
-        self._setup(Q, K, V, beta, attention_impl, mask)
+    def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None,
+                 normalisation: str = "softmax"):
+        self._setup(Q, K, V, beta, attention_impl, mask, normalisation)
 
 
 @final
@@ -194,7 +204,9 @@ class RescaledFlow(_AttentionField):
     r"""Rescaled flow for :math:`z = e^{-(t - t_0)V} x`:
     :math:`\dot z_i = \sum_j P_{ij} V (z_j - z_i)` with P computed from
     :math:`x = e^{(t - t_0)V} z` (one ``expm`` per evaluation; P identical to the raw picture).
-    ``t0`` is the start of the run: z(t0) = x(t0).
+    ``t0`` is the start of the run: z(t0) = x(t0). Several heads rescale by
+    :math:`S = \sum_h V_h` when every V_h commutes with S (e.g. a common V; see
+    :mod:`attnflow.dynamics.multihead`), else an InputError.
 
     Example:
         >>> import jax.numpy as jnp
@@ -209,11 +221,11 @@ class RescaledFlow(_AttentionField):
 
     def __init__(self, Q, K=None, V=None, beta=1.0, *, t0=0.0, attention_impl: str = "auto", mask=None):
         self._setup(Q, K, V, beta, attention_impl, mask)
-        _single_V(self)
+        rescaling_generator(self.weights, type(self).__name__)
         self.t0 = jnp.asarray(t0, self.weights.dtype)
 
     def transport(self, t):
-        return expm_tV(self.weights.V, t - self.t0)
+        return expm_tV(_generator(self), t - self.t0)
 
     def state_bias(self, t, c):
         return jnp.linalg.solve(self.transport(t), c)
@@ -247,7 +259,7 @@ class DiscreteRescaledFlow(_AttentionField):
 
     def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None):
         self._setup(Q, K, V, beta, attention_impl, mask)
-        _single_V(self)
+        rescaling_generator(self.weights, type(self).__name__)
         self.dt = self.t0 = None
         self.num_layers = None
 
@@ -269,7 +281,7 @@ class DiscreteRescaledFlow(_AttentionField):
 
     def _R(self):
         dt, _, _ = self._grid()
-        return euler_transfer_matrix(self.weights.V, dt)
+        return euler_transfer_matrix(_generator(self), dt)
 
     def transport(self, t):
         dt, t0, num_layers = self._grid()

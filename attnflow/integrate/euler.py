@@ -14,6 +14,7 @@ stepped with a dt other than its own.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import equinox as eqx
@@ -58,6 +59,11 @@ class EulerStepper(eqx.Module):
         shift: ``(y, dy) -> y_next`` (default :func:`plain_shift`; :func:`sphere_shift` for
             tokens on the sphere).
         save_every: save every this many layers (a divisor of ``num_layers``).
+        checkpoint: reverse-mode memory. ``"auto"`` (default): between two saves, layers run in
+            segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
+            them, so a gradient keeps O(sqrt(L)) states instead of L (one extra forward pass in
+            the backward sweep; forward-only runs are unaffected). ``None``: store every layer.
+            An int: that segment length.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -74,8 +80,10 @@ class EulerStepper(eqx.Module):
     num_layers: int = eqx.field(static=True)
     save_every: int = eqx.field(static=True)
     shift: Callable = eqx.field(static=True)
+    checkpoint: int | str | None = eqx.field(static=True)
 
-    def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int = 1):
+    def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int = 1,
+                 checkpoint: int | str | None = "auto"):
         v.check_positive("dt", dt)
         for name, val in (("dt", dt), ("t0", t0)):
             v.check_finite(name, val)
@@ -87,7 +95,19 @@ class EulerStepper(eqx.Module):
             )
         if not callable(shift):
             raise InputError(f"shift must be a function (y, dy) -> y_next, got {type(shift).__name__}.")
+        if not (checkpoint is None or checkpoint == "auto" or (isinstance(checkpoint, int) and checkpoint >= 1)):
+            raise InputError(f"checkpoint must be 'auto', None or a positive int (segment length), got {checkpoint!r}.")
         self.dt, self.t0, self.num_layers, self.save_every, self.shift = dt, t0, num_layers, save_every, shift
+        self.checkpoint = checkpoint
+
+    def segment_length(self) -> int | None:
+        """Layers per ``jax.checkpoint`` segment between two saves (None: no checkpointing)."""
+        every = self.save_every
+        if self.checkpoint is None:
+            return None
+        if self.checkpoint == "auto":
+            return None if every < 64 else int(math.ceil(math.sqrt(every)))
+        return min(int(self.checkpoint), every)
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
         """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""
@@ -127,8 +147,29 @@ class EulerStepper(eqx.Module):
             t_bad = jnp.where(newly_bad, t + dt, t_bad)
             return (y_next, t_bad), None
 
+        seg = self.segment_length()
+
+        def run_layers(carry, first, count):
+            if seg is None or seg >= count:
+                carry, _ = jax.lax.scan(layer, carry, first + jnp.arange(count))
+                return carry
+            num_seg = -(-count // seg)
+            end = first + count
+
+            @jax.checkpoint
+            def segment(carry, s):
+                def masked(carry, k):  # layers past the block's end (padding of the last segment) are skipped
+                    new, _ = layer(carry, k)
+                    return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
+
+                carry, _ = jax.lax.scan(masked, carry, first + s * seg + jnp.arange(seg))
+                return carry, None
+
+            carry, _ = jax.lax.scan(segment, carry, jnp.arange(num_seg))
+            return carry
+
         def block(carry, b):
-            carry, _ = jax.lax.scan(layer, carry, b * every + jnp.arange(every))
+            carry = run_layers(carry, b * every, every)
             return carry, save_fn(t0 + ((b + 1) * every) * dt, carry[0], args)
 
         (_, t_bad), saved = jax.lax.scan(block, (y0, jnp.asarray(jnp.inf, dtype)), jnp.arange(num_saves))
@@ -155,6 +196,7 @@ def solve_euler(
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
     args: PyTree = None,
     shift: Callable = plain_shift,
+    checkpoint: int | str | None = "auto",
 ) -> Trajectory:
     r"""Shorthand for ``EulerStepper(dt, num_steps, t0=t0, ...).solve(dynamics, y0, ...)``.
 
@@ -167,5 +209,5 @@ def solve_euler(
         >>> traj.ys.shape, traj.ts.shape
         ((11, 8, 2), (11,))
     """
-    stepper = EulerStepper(dt, num_steps, t0=t0, shift=shift, save_every=save_every)
+    stepper = EulerStepper(dt, num_steps, t0=t0, shift=shift, save_every=save_every, checkpoint=checkpoint)
     return stepper.solve(dynamics, y0, save_fn=save_fn, args=args)

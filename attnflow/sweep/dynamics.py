@@ -64,6 +64,8 @@ def dynamics_groups(config: dict) -> list[dict]:
     layers = config["t1"] / config["dt"]
     if abs(layers - round(layers)) > 1e-9 * max(1.0, layers):
         raise InputError(f"t1 / dt must be a whole number of layers, got t1={config['t1']}, dt={config['dt']}.")
+    if config["dynamics"] not in SWEEP_DYNAMICS:
+        raise InputError(f"dynamics must be one of {tuple(SWEEP_DYNAMICS)}, got {config['dynamics']!r}.")
     if config["dtype"] not in ("float32", "float64"):
         raise InputError(f"dtype must be 'float32' or 'float64', got {config['dtype']!r}.")
     return [{"v": v, "qk": q, "d": int(d), "systems": int(config["systems"]), "label": f"V={v}/QK={q}/d={d}"}
@@ -85,7 +87,14 @@ def _spectral_stage(seeds, v, qk, d, density, route, w=None, proj=None, k=None):
     return Q, K, V, sb, proj, k
 
 
-def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype, rel_tol, max_clusters):
+#: the sweep's ``dynamics`` key: the attention mask of the rescaled layer stack (``"causal"``: token i
+#: attends to j <= i; the predicted geometry is then the full-attention one, so ``consistent`` measures
+#: how much of it the mask preserves)
+SWEEP_DYNAMICS = {"attention": None, "causal": "causal"}
+
+
+def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype, rel_tol, max_clusters,
+                    mask=None):
     d = V.shape[-1]
 
     def one(seed, Q, K, V, lam1, phi_dual, para, dim_F, proj, k):
@@ -93,7 +102,7 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype
         Vd = (V / rho).astype(dtype)
         x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
         stepper = EulerStepper(dt, layers, save_every=layers)
-        dyn = stepper.bind(FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0)))
+        dyn = stepper.bind(FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0, mask=mask)))
         traj = stepper.solve(dyn, x0)
         zT = traj.ys[-1]
         xT = dyn.tokens(traj.ts[-1], zT)
@@ -127,7 +136,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
     layers = int(round(config["t1"] / config["dt"]))
     kw = dict(n=int(config["n"]), clouds=int(config["clouds"]), dt=float(config["dt"]), layers=layers,
               dtype=jnp.float64 if config["dtype"] == "float64" else jnp.float32, rel_tol=float(config["rel_tol"]),
-              max_clusters=int(config["max_clusters"]) or None)
+              max_clusters=int(config["max_clusters"]) or None, mask=SWEEP_DYNAMICS[config["dynamics"]])
     v, qk, d, density = group["v"], group["qk"], group["d"], float(config["density"])
     on_cpu = all(dev.platform == "cpu" for dev in mesh.devices.ravel())
 

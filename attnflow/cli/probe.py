@@ -1,0 +1,28 @@
+"""``attnflow probe CONFIG --out DIR``: gradient-based probing of the paper's assumptions."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="gradient-based probes of the assumptions (optax; resumable)",
+        description="Run the probe study described by CONFIG (study = \"distance-to-failure\", \"beyond-pd\" or "
+        "\"sensitivity\"; the shipped configs/probe-*.toml are the defaults and the schema). Writes report.md, "
+        "summary.json, figures and provenance to --out; running the same command again after an interruption resumes.",
+    )
+    p.add_argument("config", help="TOML config (a path, or a shipped name such as probe-sensitivity.toml)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..probe import load_probe_config, run_probe
+
+    config = load_probe_config(args.config)
+    run_probe(config, args.out, progress=not args.no_progress)
+    print(f"{config['study']}: report in {args.out}/report.md")
+    return 0

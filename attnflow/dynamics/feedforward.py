@@ -1,0 +1,230 @@
+r"""Feed-forward layers as vector fields: the paper's Section 12.2 form, and the transformer block.
+
+* :class:`Wrapped` (diffrax's ``WrapTerm`` analogue): any field f, passed through a pointwise
+  nonlinearity and a matrix, :math:`g(t, y) = W \sigma(f(t, y) + b)`. With
+  f = :class:`~attnflow.RescaledFlow` (:math:`f_i = \sum_j P_{ij} V (z_j - z_i)`, P from
+  :math:`x = e^{tV} z`) this is Section 12.2 of the paper,
+
+  .. math::  \dot z_i = W \sigma\Big(V \sum_j P_{ij} (z_j - z_i) + b\Big),
+
+  built by :func:`section12_2_flow`. W = I, :math:`\sigma` = identity and b = 0 give f back.
+* :class:`FeedForward`: the token-wise two-layer MLP :math:`m(x) = W_2 \sigma(W_1 x + b_1) + b_2`
+  (hidden width h) as a field; ``attention + FeedForward(...)`` is the parallel block
+  :math:`\dot x = \mathrm{attn}(x) + m(x)`.
+* :class:`TransformerBlock`: the standard (sequential) residual block in the layer stepper,
+  :math:`x' = x + \Delta t\,\mathrm{attn}(x)`, :math:`x[k+1] = x' + \Delta t\, m(x')`. The
+  stepper's Euler step :math:`x + \Delta t\, g(x)` reproduces it with
+  :math:`g(x) = \mathrm{attn}(x) + m(x + \Delta t\,\mathrm{attn}(x))`, where
+  :math:`\Delta t` comes from the stepper (``on_grid``). Off the grid (an ODE solver) the block
+  is its :math:`\Delta t \to 0` limit, the parallel sum attn + m.
+
+The activations are :data:`ACTIVATIONS`: ``"relu"``, ``"tanh"``, ``"gelu"`` (exact, erf form)
+and ``"identity"``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .. import _validate as v
+from ..errors import InputError
+from .base import AbstractDynamics
+from .wrapping import AbstractWrapper
+
+__all__ = ["ACTIVATIONS", "activation", "Wrapped", "FeedForward", "TransformerBlock", "section12_2_flow"]
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+    "gelu": lambda u: jax.nn.gelu(u, approximate=False),
+    "identity": lambda u: u,
+}
+
+
+def activation(name: str) -> Callable[[Array], Array]:
+    """The pointwise nonlinearity called ``name`` (one of :data:`ACTIVATIONS`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.dynamics.feedforward import activation
+        >>> activation("relu")(jnp.array([-1.0, 2.0])).tolist()
+        [0.0, 2.0]
+    """
+    if name not in ACTIVATIONS:
+        raise InputError(f"activation must be one of {tuple(ACTIVATIONS)}, got {name!r}.")
+    return ACTIVATIONS[name]
+
+
+_activation = activation  # constructors below have an argument called ``activation``
+
+
+def _matrix(name: str, a, shape: tuple[int, int]):
+    if tuple(v.shape_of(name, a)) != shape:
+        raise InputError(f"{name} must have shape {shape}, got {tuple(v.shape_of(name, a))}.")
+    v.check_finite(name, a)
+    return jnp.asarray(a)
+
+
+def _vector(name: str, a, size: int, dtype):
+    if a is None:
+        return None
+    if tuple(v.shape_of(name, a)) != (size,):
+        raise InputError(f"{name} must have shape ({size},), got {tuple(v.shape_of(name, a))}.")
+    v.check_finite(name, a)
+    return jnp.asarray(a, dtype)
+
+
+@final
+class Wrapped(AbstractWrapper):
+    r"""A field wrapped in a nonlinearity and a matrix: :math:`g_i(t, y) = W \sigma(f_i(t, y) + b)`.
+
+    Args:
+        inner: the field f (any attnflow dynamics).
+        W: (d, d) output matrix (default I).
+        activation: one of ``"relu"``, ``"tanh"``, ``"gelu"``, ``"identity"``.
+        bias: optional (d,) bias b inside the nonlinearity.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import RescaledFlow
+        >>> from attnflow.dynamics.feedforward import Wrapped
+        >>> f = RescaledFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+        >>> z = jax.random.normal(jax.random.key(0), (5, 2))
+        >>> bool(jnp.allclose(Wrapped(f, activation="identity")(0.3, z), f(0.3, z)))
+        True
+    """
+
+    W: Float[Array, "d d"] | None
+    bias: Float[Array, " d"] | None
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, inner: AbstractDynamics, W=None, activation: str = "relu", bias=None):
+        _activation(activation)  # validates the name
+        self._set_inner(inner)
+        shape = v.shape_of("W", W) if W is not None else v.shape_of("bias", bias) if bias is not None else None
+        d = None if shape is None else shape[-1]
+        self.W = None if W is None else _matrix("W", W, (d, d))
+        self.bias = _vector("bias", bias, d, None)
+        self.activation = activation
+
+    def vector_field(self, t, y, args=None):
+        u = self.inner.vector_field(t, y, args)
+        if self.bias is not None:
+            u = u + self.bias
+        u = ACTIVATIONS[self.activation](u)
+        return u if self.W is None else u @ self.W.T
+
+
+def section12_2_flow(Q, K=None, V=None, *, W=None, activation: str = "relu", bias=None, beta=1.0,
+                     attention_impl: str = "auto", mask=None) -> Wrapped:
+    r"""The paper's Section 12.2 field :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i) + b)`, P from :math:`e^{tV}z`.
+
+    ``Q`` may be an :class:`~attnflow.AttentionWeights` (then omit K, V).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.dynamics.feedforward import section12_2_flow
+        >>> f = section12_2_flow(jnp.eye(2), jnp.eye(2), jnp.eye(2), activation="tanh")
+        >>> f(0.0, jax.random.normal(jax.random.key(0), (4, 2))).shape
+        (4, 2)
+    """
+    from .attention_flows import RescaledFlow
+
+    return Wrapped(RescaledFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask), W, activation, bias)
+
+
+@final
+class FeedForward(AbstractDynamics):
+    r"""Token-wise two-layer MLP field :math:`m(x)_i = W_2\, \sigma(W_1 x_i + b_1) + b_2`.
+
+    Args:
+        W1: (h, d) first layer (hidden width h).  W2: (d, h) second layer.
+        b1: optional (h,) bias.  b2: optional (d,) bias.
+        activation: one of :data:`ACTIVATIONS`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.dynamics.feedforward import FeedForward
+        >>> mlp = FeedForward(jnp.ones((3, 2)), jnp.ones((2, 3)), activation="relu")
+        >>> mlp(0.0, jnp.array([[1.0, -2.0]])).tolist()
+        [[0.0, 0.0]]
+    """
+
+    W1: Float[Array, "h d"]
+    W2: Float[Array, "d h"]
+    b1: Float[Array, " h"] | None
+    b2: Float[Array, " d"] | None
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, W1, W2, b1=None, b2=None, activation: str = "gelu"):
+        _activation(activation)
+        h, d = v.shape_of("W1", W1) if len(v.shape_of("W1", W1)) == 2 else (None, None)
+        if h is None:
+            raise InputError(f"W1 must be an (h, d) matrix, got shape {v.shape_of('W1', W1)}.")
+        self.W1 = _matrix("W1", W1, (h, d))
+        self.W2 = _matrix("W2", W2, (d, h))
+        self.b1 = _vector("b1", b1, h, self.W1.dtype)
+        self.b2 = _vector("b2", b2, d, self.W2.dtype)
+        self.activation = activation
+
+    @property
+    def hidden_width(self) -> int:
+        return self.W1.shape[0]
+
+    def vector_field(self, t, y, args=None):
+        u = y @ self.W1.T
+        if self.b1 is not None:
+            u = u + self.b1
+        out = ACTIVATIONS[self.activation](u) @ self.W2.T
+        return out if self.b2 is None else out + self.b2
+
+
+@final
+class TransformerBlock(AbstractWrapper):
+    r"""Attention then a feed-forward layer, both residual, as the layer stepper steps them.
+
+    One Euler layer of step :math:`\Delta t` maps x to :math:`x' + \Delta t\, m(x')` with
+    :math:`x' = x + \Delta t\, \mathrm{attn}(x)` (dt = 1: ``x = x + attn(x); x = x + mlp(x)``).
+    The field is :math:`\mathrm{attn}(x) + m(x + \Delta t\,\mathrm{attn}(x))` with
+    :math:`\Delta t` bound by the stepper; unbound (ODE solvers) it is the limit attn + m.
+
+    Args:
+        attention: the attention field (raw picture, e.g. :class:`~attnflow.AttentionFlow`).
+        feedforward: the token-wise field m (e.g. :class:`FeedForward`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import AttentionFlow
+        >>> from attnflow.dynamics.feedforward import FeedForward, TransformerBlock
+        >>> from attnflow.integrate import EulerStepper
+        >>> key1, key2, key3 = jax.random.split(jax.random.key(0), 3)
+        >>> mlp = FeedForward(jax.random.normal(key1, (8, 2)), 0.1 * jax.random.normal(key2, (2, 8)))
+        >>> block = TransformerBlock(AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2)), mlp)
+        >>> EulerStepper(dt=1.0, num_layers=3).solve(block, jax.random.normal(key3, (5, 2))).ys.shape
+        (4, 5, 2)
+    """
+
+    feedforward: AbstractDynamics
+    dt: Float[Array, ""] | None
+
+    def __init__(self, attention: AbstractDynamics, feedforward: AbstractDynamics):
+        if not isinstance(feedforward, AbstractDynamics):
+            raise InputError(f"feedforward must be an attnflow dynamics, got {type(feedforward).__name__}.")
+        self._set_inner(attention)
+        self.feedforward, self.dt = feedforward, None
+
+    def vector_field(self, t, y, args=None):
+        a = self.inner.vector_field(t, y, args)
+        half = y if self.dt is None else y + self.dt * a
+        return a + self.feedforward.vector_field(t, half, args)
+
+    def on_grid(self, dt, t0, num_layers):
+        bound = super().on_grid(dt, t0, num_layers)
+        object.__setattr__(bound, "feedforward", self.feedforward.on_grid(dt, t0, num_layers))
+        object.__setattr__(bound, "dt", jnp.asarray(dt))
+        return bound

@@ -1,0 +1,42 @@
+r"""Fields built on an inner field (diffrax's ``WrapTerm`` pattern).
+
+A wrapper transforms what an inner field computes (a nonlinearity, a projection, normalised
+inputs) and otherwise stands in for it: same picture (``tokens``), same attention matrix,
+and the layer stepper's grid is passed on (``on_grid``). Subclasses implement only
+``vector_field``; see :class:`~attnflow.dynamics.feedforward.Wrapped`,
+:class:`~attnflow.dynamics.normalised.TangentProjected` and
+:class:`~attnflow.dynamics.normalised.PreNorm`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..errors import InputError
+from .base import AbstractAttentionDynamics, AbstractDynamics
+
+__all__ = ["AbstractWrapper"]
+
+
+class AbstractWrapper(AbstractAttentionDynamics):
+    """Base of fields wrapping ``inner``: delegates ``tokens``, ``attention`` and ``on_grid``."""
+
+    inner: AbstractDynamics
+
+    def _set_inner(self, inner) -> None:
+        if not isinstance(inner, AbstractDynamics):
+            raise InputError(f"the wrapped field must be an attnflow dynamics, got {type(inner).__name__}.")
+        self.inner = inner
+
+    def tokens(self, t, y):
+        return self.inner.tokens(t, y)
+
+    def attention(self, t, y):
+        if not hasattr(self.inner, "attention"):
+            raise InputError(f"the wrapped field {type(self.inner).__name__} has no attention matrix.")
+        return self.inner.attention(t, y)
+
+    def on_grid(self, dt, t0, num_layers):
+        bound = copy.copy(self)
+        object.__setattr__(bound, "inner", self.inner.on_grid(dt, t0, num_layers))
+        return bound

@@ -1,0 +1,525 @@
+r"""``attnflow extensions``: studies beyond the theorems (issue 13), predicted vs observed.
+
+Five studies, each a function of its config table that returns a :class:`Study` (settings,
+graded checks with a fixed tolerance, measurements, figures):
+
+* ``sec12_2``: the paper's Section 12.2 feed-forward flow
+  :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))` on a good triple (d = 2). The paper's
+  observations are the predictions: ReLU with W = I keeps three hyperplanes; tanh with W = I and
+  ReLU with a random W collapse to 0. The plain flow (W = I, identity) is the Thm 4.2 control.
+* ``multihead``: H = 1, 2, 4, 8 heads, each a random good triple (entrywise positive V_h, so
+  Def 4.1 (1) holds by Perron-Frobenius); levels of :math:`\varphi_S^*(z)`, :math:`z[k] = (I +
+  \Delta t S)^{-k} x[k]`, :math:`S = \sum_h V_h`, and the layer at which the count settles.
+  Prediction (Thm 4.2) only for H = 1.
+* ``albert``: the shared good triple against per-layer weights perturbed by relative Frobenius
+  size epsilon (:func:`~attnflow.dynamics.perturbed_layers`); agreement of every token's limit
+  level (a, 0 or b) with the shared-weight run, against epsilon. epsilon = 0 must reproduce the
+  shared run to rounding error.
+* ``causal``: tokens on the sphere with V = I (projected Euler), causal against full attention.
+  Known (Karagodin, Polyanskiy, Rigollet 2024): the causal flow collapses to one cluster; since
+  token 1 attends only to itself, that cluster is :math:`x_1(0)`.
+* ``sphere``: Q = K = V = I on the sphere, beta swept: one cluster for small beta, metastable
+  clusters for large beta; the time spent in the metastable state against beta.
+
+All runs are float64 Euler layer stacks (one jitted, vmapped call per setting over the random
+initial clouds).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..dynamics import AttentionFlow, LayeredFlow, normalise, perturbed_layers, section12_2_flow, sphere_flow
+from .._x64 import float64_scope
+from ..errors import InputError
+from ..integrate import EulerStepper, sphere_shift
+from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
+from ..runio import (
+    atomic_save_figure,
+    atomic_write_json,
+    atomic_write_text,
+    claim_output_dir,
+    load_config,
+    provenance,
+    write_marker,
+)
+from ..spectral import check_good_triple
+from ..weights import AttentionWeights
+
+__all__ = ["run_extensions", "STUDIES", "Study", "DEFAULT_OUT"]
+
+KIND = "extensions"
+DEFAULT_OUT = "results/extensions"
+#: the good triple's value matrix of the d = 2 studies (eigenvalues 1.087 and 0.313; also the
+#: reproduction report's Thm 4.2 case)
+V2D = np.array([[1.0, 0.3], [0.2, 0.4]])
+#: identities that must hold to rounding error (float64, O(1) rescaled tokens, <= 300 layers)
+ROUNDING_TOL = 1e-10
+
+
+@dataclass
+class Study:
+    name: str
+    title: str
+    settings: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)
+    measurements: list = field(default_factory=list)
+    figures: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def check(self, name: str, predicted: str, observed: str, passed: bool | None, tolerance: str) -> None:
+        """A graded comparison (``passed`` None: a measurement without prediction)."""
+        self.checks.append({"study": self.name, "name": name, "predicted": predicted, "observed": observed,
+                            "passed": None if passed is None else bool(passed), "tolerance": tolerance})
+
+    def measure(self, **row) -> None:
+        self.measurements.append({k: _plain(v) for k, v in row.items()})
+
+
+def _plain(v):
+    if isinstance(v, (np.generic, jax.Array)):
+        v = np.asarray(v)
+        return v.item() if v.ndim == 0 else v.tolist()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+# ------------------------------------------------------------------------------------------------
+# running layer stacks
+@eqx.filter_jit
+def _stack_run(field, x0s, dt, num_layers, save_every, shift, save_fn):
+    stepper = EulerStepper(dt, num_layers, save_every=save_every, shift=shift)
+    return jax.vmap(lambda x0: stepper.solve(field, x0, save_fn=save_fn))(x0s)
+
+
+def run_layers(field, x0s, *, dt: float, layers: int, save_every: int = 1, shift=None, save_fn=None):
+    """Euler layer stack of ``field`` from every cloud of ``x0s`` (B, n, d): saved (B, T, ...) and times."""
+    from ..integrate import plain_shift
+
+    traj = _stack_run(field, jnp.asarray(x0s, jnp.float64), float(dt), int(layers), int(save_every),
+                      plain_shift if shift is None else shift, save_fn)
+    if not bool(jnp.all(traj.result == 0)):
+        raise InputError(f"a layer stack overflowed (first non-finite time {float(jnp.min(traj.t_nonfinite))}); "
+                         "reduce the number of layers or the weights' scale in the config.")
+    return np.asarray(traj.ts[0]), jax.tree_util.tree_map(np.asarray, traj.ys)
+
+
+def good_qk(rng: np.random.Generator, V: np.ndarray, margin: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian Q, K resampled until <Q phi_1, K phi_1> > margin (Def 4.1 (2))."""
+    d = V.shape[0]
+    for _ in range(1000):
+        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+        if check_good_triple(Q, K, V).qk_value > margin:
+            return Q, K
+    raise InputError("no Q, K with <Q phi_1, K phi_1> > 0 found in 1000 draws for this V.")  # pragma: no cover
+
+
+def _levels(s: np.ndarray, scale: float, rel_tol: float) -> int:
+    return int(num_levels(jnp.asarray(s), rel_tol * scale))
+
+
+def _rescale(R: np.ndarray, ts_layers: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """z[k] = R^{-k} x[k] for saved layers k (x: (B, T, n, d))."""
+    z = np.empty_like(x)
+    for t, k in enumerate(ts_layers):
+        Rk_inv = np.linalg.inv(np.linalg.matrix_power(R, int(k)))
+        z[:, t] = x[:, t] @ Rk_inv.T
+    return z
+
+
+# ------------------------------------------------------------------------------------------------
+# figures
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _fig_paths(folder: Path, name: str, panels: list[tuple[str, np.ndarray]]) -> str:
+    """Token paths (2-d) of one cloud, one panel per setting."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
+    for ax, (title, z) in zip(np.atleast_1d(axes), panels):
+        for i in range(z.shape[1]):
+            ax.plot(z[:, i, 0], z[:, i, 1], lw=0.6, alpha=0.6)
+        ax.scatter(z[-1, :, 0], z[-1, :, 1], s=10, c="k", zorder=3)
+        ax.set_title(title, fontsize=8)
+        ax.set_aspect("equal", adjustable="datalim")
+    return atomic_save_figure(fig, folder / f"{name}.png", dpi=90, bbox_inches="tight")
+
+
+def _fig_curves(folder: Path, name: str, x, curves: dict, *, xlabel: str, ylabel: str, title: str,
+                logy: bool = False, marker: str | None = None) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for label, y in curves.items():
+        ax.plot(x, y, label=label, marker=marker)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    if logy:
+        ax.set_yscale("log")
+    if len(curves) > 1:
+        ax.legend(fontsize=7)
+    return atomic_save_figure(fig, folder / f"{name}.png", dpi=90, bbox_inches="tight")
+
+
+# ------------------------------------------------------------------------------------------------
+# studies
+def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("sec12_2", "Section 12.2: feed-forward flow dz_i/dt = W sigma(V sum_j P_ij (z_j - z_i))")
+    V = np.asarray(cfg["V"], float)
+    if V.ndim != 2 or V.shape[0] != V.shape[1] or not check_good_triple(np.eye(len(V)), np.eye(len(V)), V).condition1:
+        raise InputError(f"config key 'sec12_2.V' must be a square matrix whose top-modulus eigenvalue is real, "
+                         f"positive and simple (Def 4.1 (1)), got {cfg['V']}.")
+    d, n, B = V.shape[0], cfg["n"], cfg["clouds"]
+    Q, K = good_qk(rng, V)
+    W_rand = rng.normal(size=(d, d)) / math.sqrt(d)
+    _, phi_dual, lam = leading_vectors(V)
+    z0 = rng.normal(size=(B, n, d))
+    st.settings = {"V": V, "Q": Q, "K": K, "W_random": W_rand, "n": n, "clouds": B, "dt": cfg["dt"],
+                   "t1": cfg["dt"] * cfg["layers"], "lambda1": float(np.real(lam))}
+    runs = {
+        "identity, W = I (Thm 4.2 control)": ("identity", np.eye(d), "levels"),
+        "ReLU, W = I": ("relu", np.eye(d), "levels"),
+        "tanh, W = I": ("tanh", np.eye(d), "collapse"),
+        "ReLU, random W": ("relu", W_rand, "collapse"),
+    }
+    panels, level_curves = [], {}
+    every = max(1, cfg["layers"] // 40)
+    for label, (act, W, expect) in runs.items():
+        f = section12_2_flow(Q, K, V, W=W, activation=act)
+        ts, z = run_layers(f, z0, dt=cfg["dt"], layers=cfg["layers"], save_every=every)
+        s = z @ phi_dual  # (B, T, n)
+        scale = np.abs(s[:, 0]).max(axis=1)
+        levels = [_levels(s[b, -1], scale[b], cfg["level_tol"]) for b in range(B)]
+        ratio = np.linalg.norm(z[:, -1], axis=-1).max(axis=1) / np.linalg.norm(z[:, 0], axis=-1).max(axis=1)
+        st.measure(setting=label, levels=levels, norm_ratio=np.round(ratio, 4))
+        level_curves[label] = [np.mean([_levels(s[b, t], scale[b], cfg["level_tol"]) for b in range(B)])
+                               for t in range(len(ts))]
+        panels.append((label, z[0]))
+        tol_levels = f"levels: gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|"
+        tol_collapse = f"collapse: max|z(t1)| <= {cfg['collapse_tol']} max|z(0)|"
+        if expect == "levels":
+            st.check(f"{label}: at most three hyperplanes", "<= 3 levels of phi_1^*(z_i(t1)), no collapse",
+                     f"levels per cloud {levels}; max|z(t1)|/max|z(0)| {np.round(ratio, 3).tolist()}",
+                     all(k <= 3 for k in levels) and bool(np.all(ratio > cfg["collapse_tol"])), tol_levels)
+        else:
+            st.check(f"{label}: collapse to 0", "max|z(t1)| / max|z(0)| -> 0",
+                     f"{np.round(ratio, 4).tolist()} (levels {levels})",
+                     bool(np.all(ratio <= cfg["collapse_tol"])), tol_collapse)
+    st.figures.append((_fig_paths(folder, "sec12_2_paths", panels),
+                       "Rescaled tokens z_i(t), cloud 0, for each activation / W."))
+    st.figures.append((_fig_curves(folder, "sec12_2_levels", ts, level_curves, xlabel="t",
+                                   ylabel="levels of phi_1^*(z)", title="Section 12.2: hyperplane levels "
+                                   "(mean over clouds)", logy=True),
+                       "Number of levels of phi_1^*(z_i(t)) against t (3 or fewer: Thm 4.2 geometry)."))
+    return st
+
+
+def _positive_good_triple(rng, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    V = rng.uniform(0.05, 1.0, size=(d, d))  # positive: Def 4.1 (1) by Perron-Frobenius
+    Q, K = good_qk(rng, V)
+    return Q, K, V
+
+
+def study_multihead(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("multihead", "Several heads, each a random good triple")
+    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
+    x0 = rng.normal(size=(B, n, d))
+    every = max(1, cfg["layers"] // 60)
+    curves, settle = {}, []
+    st.settings = {"heads": cfg["heads"], "n": n, "d": d, "clouds": B, "dt": cfg["dt"], "layers": cfg["layers"],
+                   "weights": "V_h entrywise U[0.05, 1], divided by the spectral radius of S = sum_h V_h; "
+                   "Q_h, K_h Gaussian with <Q_h phi_h, K_h phi_h> > 0.1"}
+    for H in cfg["heads"]:
+        triples = [_positive_good_triple(rng, d) for _ in range(H)]
+        S = sum(t[2] for t in triples)
+        rho = max(abs(np.linalg.eigvals(S)))
+        Vs = [t[2] / rho for t in triples]
+        S = S / rho
+        w = AttentionWeights(np.stack([t[0] for t in triples]), np.stack([t[1] for t in triples]), np.stack(Vs),
+                             axes=("head",))
+        ts, x = run_layers(AttentionFlow(w), x0, dt=cfg["dt"], layers=cfg["layers"], save_every=every)
+        z = _rescale(np.eye(d) + cfg["dt"] * S, np.round(ts / cfg["dt"]), x)
+        _, phi_dual, _ = leading_vectors(S)
+        s = z @ phi_dual
+        scale = np.abs(s[:, 0]).max(axis=1)
+        lv = np.array([[_levels(s[b, t], scale[b], cfg["level_tol"]) for t in range(len(ts))] for b in range(B)])
+        dirs = np.array([int(num_clusters(jnp.asarray(normalise(jnp.asarray(x[b, -1]))), 0.02, 1.0))
+                         for b in range(B)])
+        final = lv[:, -1]
+        # layer at which the level count reaches its final value for good
+        settled = [float(ts[np.max(np.nonzero(lv[b] != final[b])[0], initial=-1) + 1]) for b in range(B)]
+        settle.append(np.mean(settled))
+        curves[f"H = {H}"] = lv.mean(axis=0)
+        st.measure(heads=H, final_levels=final, direction_clusters=dirs, settle_time=np.round(settled, 2))
+        if H == 1:
+            st.check("H = 1: Thm 4.2, at most three hyperplanes", "<= 3 levels of phi_1^*(z(t1))",
+                     f"levels per cloud {final.tolist()}", bool(np.all(final <= 3)),
+                     f"gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|")
+        else:
+            st.check(f"H = {H}: levels of phi_S^*(z), S = sum_h V_h (open problem)", "no theorem",
+                     f"levels per cloud {final.tolist()}, settled at t = {np.round(settled, 1).tolist()}", None,
+                     f"gap > {cfg['level_tol']} max_i|phi_S^*(z_i(0))|")
+    st.figures.append((_fig_curves(folder, "multihead_levels", ts, curves, xlabel="t (layers x dt)",
+                                   ylabel="levels of phi_S^*(z)", title="Several heads: hyperplane levels "
+                                   "(mean over clouds)", logy=True),
+                       "How many hyperplanes remain, and how fast, for H = 1, 2, 4, 8 heads."))
+    st.figures.append((_fig_curves(folder, "multihead_settle", cfg["heads"], {"settle time": settle},
+                                   xlabel="heads H", ylabel="t at which the level count settles",
+                                   title="Several heads: time to the final level count", marker="o"),
+                       "Mean time after which the number of levels no longer changes."))
+    return st
+
+
+def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("albert", "The ALBERT defence: shared weights vs per-layer weights perturbed by epsilon")
+    V, d, n, B, L, dt = V2D, 2, cfg["n"], cfg["clouds"], cfg["layers"], cfg["dt"]
+    Q, K = good_qk(rng, V)
+    shared = AttentionWeights(Q, K, V)
+    _, phi_dual, _ = leading_vectors(V)
+    x0 = rng.normal(size=(B, n, d))
+    key = jax.random.key(int(rng.integers(2**31)))
+    R = np.eye(d) + dt * V
+    st.settings = {"V": V, "Q": Q, "K": K, "n": n, "clouds": B, "dt": dt, "layers": L,
+                   "epsilons": cfg["epsilons"], "perturbation": "X_l = X + eps ||X||_F G_l/||G_l||_F, X in Q, K, V"}
+
+    def final_z(field):
+        ts, x = run_layers(field, x0, dt=dt, layers=L, save_every=L)
+        return _rescale(R, np.round(ts / dt), x)[:, -1]
+
+    z_shared = final_z(AttentionFlow(shared))
+    s_shared = z_shared @ phi_dual
+    labels_shared = [np.asarray(abz_levels(jnp.asarray(s / np.abs(s).max()), cfg["level_tol"])[0]) for s in s_shared]
+    agreement, levels_mean = [], []
+    for eps in cfg["epsilons"]:
+        z = final_z(LayeredFlow(perturbed_layers(shared, L, float(eps), key)))
+        s = z @ phi_dual
+        lab = [np.asarray(abz_levels(jnp.asarray(sb / np.abs(sb).max()), cfg["level_tol"])[0]) for sb in s]
+        agree = float(np.mean([np.mean(a == b) for a, b in zip(lab, labels_shared)]))
+        lv = [_levels(sb, np.abs(sb).max(), cfg["level_tol"]) for sb in s]
+        agreement.append(agree)
+        levels_mean.append(float(np.mean(lv)))
+        st.measure(epsilon=eps, agreement=round(agree, 4), levels=lv)
+        if eps == 0:
+            err = float(np.abs(z - z_shared).max())
+            st.check("epsilon = 0 reproduces shared weights", "identical layer stack",
+                     f"max |z_L - z_L(shared)| = {err:.2e}", err <= ROUNDING_TOL, f"{ROUNDING_TOL:g} (rounding)")
+            st.check("epsilon = 0: Thm 4.2, at most three hyperplanes", "<= 3 levels",
+                     f"levels per cloud {lv}", all(k <= 3 for k in lv),
+                     f"gap > {cfg['level_tol']} max_i|phi_1^*(z_i(t1))|")
+    eps_arr = np.asarray(cfg["epsilons"], float)
+    st.check("agreement with the shared-weight limit vs epsilon (no theorem)", "1 at epsilon = 0",
+             ", ".join(f"{e:g}: {a:.2f}" for e, a in zip(eps_arr, agreement)), None, "fraction of tokens")
+    st.figures.append((_fig_curves(folder, "albert_agreement", eps_arr,
+                                   {"agreement of limit levels (a / 0 / b)": agreement}, xlabel="epsilon "
+                                   "(relative Frobenius size of the per-layer perturbation)", ylabel="fraction",
+                                   title="ALBERT defence: agreement with the shared-weight prediction", marker="o"),
+                       "Fraction of tokens whose limit level (a, 0 or b of phi_1^*(z)) matches the shared run."))
+    st.figures.append((_fig_curves(folder, "albert_levels", eps_arr, {"levels": levels_mean}, xlabel="epsilon",
+                                   ylabel="levels of phi_1^*(z(t1))", title="ALBERT defence: does the geometry "
+                                   "survive? (mean levels)", marker="o"),
+                       "Mean number of hyperplane levels at the last layer (3 or fewer: the Thm 4.2 geometry)."))
+    return st
+
+
+def _sphere_counts(field, x0, cfg) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Projected Euler on the sphere: save times, cluster counts, norm drift and tokens (B, T, ...)."""
+    tol = cfg["cluster_tol"]
+    save = lambda t, y, args: (num_clusters(y, tol, 1.0), jnp.abs(jnp.linalg.norm(y, axis=-1) - 1).max(), y)
+    ts, (counts, drift, ys) = run_layers(field, x0, dt=cfg["dt"], layers=cfg["layers"],
+                                         save_every=max(1, cfg["layers"] // 100), shift=sphere_shift, save_fn=save)
+    return ts, counts, drift, ys
+
+
+def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("causal", "Causal vs full attention (tokens on the sphere, V = I)")
+    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
+    x0 = np.asarray(normalise(jnp.asarray(rng.normal(size=(B, n, d)))))
+    I = np.eye(d)
+    st.settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"],
+                   "betas": cfg["betas"], "weights": "Q = K = V = I", "step": "projected Euler (renormalise)"}
+    curves = {}
+    for beta in cfg["betas"]:
+        for mask in (None, "causal"):
+            ts, counts, drift, ys = _sphere_counts(sphere_flow(I, I, I, beta, mask=mask), x0, cfg)
+            name = f"beta = {beta:g}, {'causal' if mask else 'full'}"
+            curves[name] = counts.mean(axis=0)
+            final = counts[:, -1]
+            dist_to_x1 = np.linalg.norm(ys[:, -1] - x0[:, None, 0], axis=-1).max(axis=1)
+            st.measure(setting=name, final_clusters=final, max_distance_to_x1_0=np.round(dist_to_x1, 4),
+                       max_norm_drift=float(drift.max()))
+            if mask:
+                st.check(f"{name}: one cluster at x_1(0)", "1 cluster, every token -> x_1(0)",
+                         f"clusters {final.tolist()}, max |x_i(t1) - x_1(0)| = {dist_to_x1.max():.2e}",
+                         bool(np.all(final == 1) and dist_to_x1.max() <= cfg["cluster_tol"]),
+                         f"chordal distance {cfg['cluster_tol']}")
+            else:
+                st.check(f"{name}: clusters (no prediction at this horizon)", "-",
+                         f"clusters {final.tolist()}, max |x_i(t1) - x_1(0)| = {dist_to_x1.max():.2e}", None,
+                         f"chordal distance {cfg['cluster_tol']}")
+            st.check(f"{name}: tokens stay on the sphere", "| |x_i| - 1 | at rounding level",
+                     f"{drift.max():.1e}", bool(drift.max() <= ROUNDING_TOL), f"{ROUNDING_TOL:g}")
+    st.figures.append((_fig_curves(folder, "causal_clusters", ts, curves, xlabel="t", ylabel="clusters",
+                                   title="Causal vs full attention on the sphere (mean over clouds)", logy=True),
+                       "Number of clusters against time, causal and full attention, same starts."))
+    return st
+
+
+def study_sphere(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("sphere", "Tokens on the sphere (Q = K = V = I): one cluster vs metastable clusters")
+    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
+    x0 = np.asarray(normalise(jnp.asarray(rng.normal(size=(B, n, d)))))
+    I = np.eye(d)
+    st.settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"],
+                   "betas": cfg["betas"], "metastable": f"2 <= clusters(t) <= n/2 (tokens grouped, not yet one "
+                   f"cluster; chordal tolerance {cfg['cluster_tol']}), time on the save grid, censored at t1"}
+    curves, meta, final_all = {}, [], {}
+    for beta in cfg["betas"]:
+        ts, counts, drift, _ = _sphere_counts(sphere_flow(I, I, I, beta), x0, cfg)
+        step = ts[1] - ts[0]
+        in_meta = (counts >= 2) & (counts <= n // 2)
+        t_meta = in_meta.sum(axis=1) * step
+        meta.append(float(t_meta.mean()))
+        curves[f"beta = {beta:g}"] = counts.mean(axis=0)
+        final_all[beta] = counts[:, -1]
+        st.measure(beta=beta, final_clusters=counts[:, -1], metastable_time=np.round(t_meta, 2),
+                   max_norm_drift=float(drift.max()))
+    small = [b for b in cfg["betas"] if b <= 1.0]
+    if small:
+        obs = {b: final_all[b].tolist() for b in small}
+        st.check("small beta (<= 1): one cluster", "1 cluster at t1", f"{obs}",
+                 all(np.all(final_all[b] == 1) for b in small), f"chordal distance {cfg['cluster_tol']}")
+    big = max(cfg["betas"])
+    st.check(f"large beta ({big:g}): metastable clusters", ">= 2 clusters persist at t1",
+             f"{final_all[big].tolist()}", bool(np.all(final_all[big] >= 2)), f"chordal distance {cfg['cluster_tol']}")
+    order = [m for b, m in zip(cfg["betas"], meta) if b >= 1.0]
+    grid = float(ts[1] - ts[0])
+    st.check("time in the metastable state grows with beta (beta >= 1)", "non-decreasing in beta",
+             ", ".join(f"{b:g}: {m:.1f}" for b, m in zip(cfg["betas"], meta)),
+             bool(np.all(np.diff(order) >= -grid)), f"one save interval ({grid:g}); censored at t1")
+    st.figures.append((_fig_curves(folder, "sphere_clusters", ts, curves, xlabel="t", ylabel="clusters",
+                                   title="Sphere: clusters against time (mean over clouds)", logy=True),
+                       "Number of clusters against time for each beta."))
+    st.figures.append((_fig_curves(folder, "sphere_metastable", cfg["betas"], {"time in metastable state": meta},
+                                   xlabel="beta", ylabel="time", title="Sphere: time spent with 2..n/2 clusters",
+                                   marker="o"),
+                       "Time spent in the metastable (few separated clusters) state against beta."))
+    return st
+
+
+STUDIES: dict[str, tuple[str, Callable]] = {
+    "sec12_2": ("Section 12.2 feed-forward", study_sec12_2),
+    "multihead": ("Several heads", study_multihead),
+    "albert": ("ALBERT defence (per-layer weights)", study_albert),
+    "causal": ("Causal vs full attention", study_causal),
+    "sphere": ("Sphere dynamics against beta", study_sphere),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# the job
+def _settings(cfg: dict, name: str, quick: bool) -> dict:
+    s = dict(cfg[name])
+    if quick:
+        for key, value in cfg["quick"].items():
+            if key in s:
+                s[key] = value
+    for key in ("n", "clouds", "layers"):
+        if key in s and (not isinstance(s[key], int) or s[key] < 1):
+            raise InputError(f"config key '{name}.{key}' must be a positive integer, got {s[key]!r}.")
+    if "dt" in s and not s["dt"] > 0:
+        raise InputError(f"config key '{name}.dt' must be > 0, got {s['dt']!r}.")
+    if name == "albert" and any(e < 0 for e in s["epsilons"]):
+        raise InputError(f"config key 'albert.epsilons' must be >= 0, got {s['epsilons']}.")
+    return s
+
+
+def _render(studies: list[Study], prov: dict, quick: bool) -> str:
+    fmt_pass = {True: "PASS", False: "FAIL", None: "measured"}
+    lines = ["# attnflow extensions: beyond the theorems", "",
+             f"{'Quick smoke run. ' if quick else ''}Generated {prov['time_utc']} (git {prov['git_commit']}).",
+             "Predictions are the paper's Section 12.2 observations, Thm 4.2 where it applies, and the known "
+             "sphere results; 'measured' rows have no prediction (open problems).", "",
+             "| study | check | predicted | observed | tolerance | verdict |", "|---|---|---|---|---|---|"]
+    for st in studies:
+        for c in st.checks:
+            lines.append(f"| {st.name} | {c['name']} | {c['predicted']} | {c['observed']} | {c['tolerance']} | "
+                         f"{fmt_pass[c['passed']]} |")
+    for st in studies:
+        lines += ["", f"## {st.title}", "", f"Run time {st.seconds:.1f} s.", "", "Settings:", ""]
+        for k, v in st.settings.items():
+            lines.append(f"* {k}: {np.round(np.asarray(v), 4).tolist() if isinstance(v, np.ndarray) else v}")
+        if st.measurements:
+            keys = list(st.measurements[0])
+            lines += ["", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            lines += ["| " + " | ".join(str(m[k]) for k in keys) + " |" for m in st.measurements]
+        for fig, caption in st.figures:
+            lines += ["", f"![{caption}]({fig})", "", f"*{caption}*"]
+    return "\n".join(lines) + "\n"
+
+
+def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
+                   quick: bool = False, studies: list[str] | None = None, progress: bool = True) -> dict:
+    """Run the selected studies (default: the config's ``studies``, or all) and write the report folder.
+
+    Writes ``report.md`` (table first), ``summary.json`` (every check and measurement),
+    ``config.json`` (resolved), ``provenance.json`` and PNG figures into ``out``. float64 is
+    scoped to this call. Returns the summary.
+
+    Example:
+        >>> from attnflow.report.extensions import STUDIES
+        >>> list(STUDIES)
+        ['sec12_2', 'multihead', 'albert', 'causal', 'sphere']
+    """
+    cfg = load_config(config, "extensions.toml")
+    selected = studies or cfg["studies"] or list(STUDIES)
+    unknown = [s for s in selected if s not in STUDIES]
+    if unknown:
+        raise InputError(f"unknown study {unknown[0]!r}; choose among {list(STUDIES)}.")
+    settings = {name: _settings(cfg, name, quick) for name in selected}  # validate before any work
+    folder, _ = claim_output_dir(out, KIND)
+    write_marker(folder, KIND, {"complete": False})
+    prov = provenance(seed=cfg["seed"], config=cfg)
+    results = []
+    from tqdm.auto import tqdm
+
+    with float64_scope():
+        for name in tqdm(selected, desc="extensions", disable=not progress):
+            start = time.perf_counter()
+            rng = np.random.default_rng([cfg["seed"], list(STUDIES).index(name)])
+            st = STUDIES[name][1](settings[name], rng, folder)
+            st.seconds = time.perf_counter() - start
+            results.append(st)
+    graded = [c for st in results for c in st.checks if c["passed"] is not None]
+    summary = {
+        "kind": KIND,
+        "quick": quick,
+        "num_checks": sum(len(st.checks) for st in results),
+        "num_graded": len(graded),
+        "num_passed": sum(c["passed"] for c in graded),
+        "studies": {st.name: {"title": st.title, "seconds": round(st.seconds, 2), "settings": st.settings,
+                              "checks": st.checks, "measurements": st.measurements,
+                              "figures": [f for f, _ in st.figures]} for st in results},
+    }
+    atomic_write_json(folder / "summary.json", summary)
+    atomic_write_json(folder / "config.json", {"config": cfg, "resolved": settings})
+    atomic_write_json(folder / "provenance.json", prov)
+    atomic_write_text(folder / "report.md", _render(results, prov, quick))
+    write_marker(folder, KIND, {"complete": True})
+    return summary
