@@ -26,10 +26,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 reproduce: $(STAMP)
-	$(VENV)/bin/attnflow reproduce --out $(OUT)
+	ulimit -s 65536 2>/dev/null || true; $(VENV)/bin/attnflow reproduce --out $(OUT)
 
+# XLA:CPU compiles on the calling thread; a deep compile once overflowed the default 8 MiB stack
+# (segfault in backend_compile late in a long test process), so the suite runs with 64 MiB
 test: $(BENCH_STAMP)
-	$(PY) -m pytest -q
+	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q
 
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
