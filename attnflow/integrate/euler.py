@@ -106,7 +106,12 @@ class EulerStepper(eqx.Module):
         if self.checkpoint is None:
             return None
         if self.checkpoint == "auto":
-            return None if every < 64 else int(math.ceil(math.sqrt(every)))
+            if every < 64:
+                return None
+            root = math.sqrt(every)
+            # a divisor of the block near sqrt(every) needs no masked padding layers
+            divisors = [s for s in range(int(root / 2) + 1, int(2 * root) + 1) if every % s == 0]
+            return min(divisors, key=lambda s: abs(s - root)) if divisors else int(math.ceil(root))
         return min(int(self.checkpoint), every)
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
@@ -156,13 +161,15 @@ class EulerStepper(eqx.Module):
             num_seg = -(-count // seg)
             end = first + count
 
+            def masked(carry, k):  # layers past the block's end (padding of the last segment) are skipped
+                new, _ = layer(carry, k)
+                return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
+
+            step = layer if count % seg == 0 else masked
+
             @jax.checkpoint
             def segment(carry, s):
-                def masked(carry, k):  # layers past the block's end (padding of the last segment) are skipped
-                    new, _ = layer(carry, k)
-                    return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
-
-                carry, _ = jax.lax.scan(masked, carry, first + s * seg + jnp.arange(seg))
+                carry, _ = jax.lax.scan(step, carry, first + s * seg + jnp.arange(seg))
                 return carry, None
 
             carry, _ = jax.lax.scan(segment, carry, jnp.arange(num_seg))
