@@ -28,10 +28,11 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	ulimit -s 65536 2>/dev/null || true; $(VENV)/bin/attnflow reproduce --out $(OUT)
 
-# XLA:CPU compiles on the calling thread; a deep compile once overflowed the default 8 MiB stack
-# (segfault in backend_compile late in a long test process), so the suite runs with 64 MiB
+# The report tests run in their own pytest process: late in one long process (after ~210 other
+# tests) an XLA:CPU compile inside the report segfaulted, reproducibly, while the same tests pass
+# in a fresh process (see the session notes; cause not yet found). 64 MiB stack as a precaution.
 test: $(BENCH_STAMP)
-	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q
+	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q --ignore=tests/test_report.py && $(PY) -m pytest -q -p no:cacheprovider tests/test_report.py
 
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
