@@ -28,3 +28,14 @@ def random_problem(rng, n=6, d=3, m=None, scale=0.5):
     K = scale * rng.normal(size=(m, d))
     V = rng.normal(size=(d, d)) / np.sqrt(d)
     return x0, Q, K, V
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Release each module's compiled XLA programs when it ends (a long process that kept them
+    all crashed inside an XLA:CPU compile; see the Makefile's test target)."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
