@@ -7,7 +7,9 @@ Per system (seeded, see :mod:`attnflow.ensembles`):
 2. ``clouds`` random token clouds (n tokens, i.i.d. :math:`N(0, I/d)`) run with the exact
    discrete rescaling (Euler layers of step dt, :math:`z[k] = (I+\Delta t V)^{-k}x[k]`,
    Remark 3.4) up to ``t1``, with V divided by its spectral radius (a positive rescaling,
-   which changes neither the assumptions nor the prediction);
+   which changes neither the assumptions nor the prediction); the config's ``dynamics`` key
+   selects another field instead (causal mask, several heads, Section 12.2 feed-forward,
+   per-layer weights, the sphere: :mod:`attnflow.sweep.fields`);
 3. the final configuration classified by :func:`attnflow.sweep.classify.classify_batch`
    (the batched twin of :func:`attnflow.observables.classify_geometry`). A system's observed
    label is the first criterion met by all of its clouds; ``consistent`` says whether all
@@ -27,14 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import runio
-from ..dynamics import DiscreteRescaledFlow, FoldedBatch
-from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds, token_key
+from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
 from ..errors import InputError
-from ..integrate import EulerStepper
 from ..observables import GEOMETRY_LABELS
 from ..linalg import loop_over_systems
 from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
 from .classify import classify_batch, left_eig, projector_from_left_eig
+from .fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
 from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
 
 __all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
@@ -43,7 +44,7 @@ OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
            "abs_lambda2", "gap", "qk_phi1", "cond1", "cond2", "good", "qk_spd", "qk_min_eig", "paranormal",
            "num_pos_real_part", "predicted", "observed", "consistent", "num_clusters", "num_levels",
-           "num_subspaces", "f_clusters", "finite"]
+           "num_subspaces", "f_clusters", "finite", "dynamics"]
 
 
 def dynamics_groups(config: dict) -> list[dict]:
@@ -64,10 +65,9 @@ def dynamics_groups(config: dict) -> list[dict]:
     layers = config["t1"] / config["dt"]
     if abs(layers - round(layers)) > 1e-9 * max(1.0, layers):
         raise InputError(f"t1 / dt must be a whole number of layers, got t1={config['t1']}, dt={config['dt']}.")
-    if config["dynamics"] not in SWEEP_DYNAMICS:
-        raise InputError(f"dynamics must be one of {tuple(SWEEP_DYNAMICS)}, got {config['dynamics']!r}.")
     if config["dtype"] not in ("float32", "float64"):
         raise InputError(f"dtype must be 'float32' or 'float64', got {config['dtype']!r}.")
+    sweep_dynamics(config)  # the dynamics keys (dynamics, heads, activation, ff_weight, epsilon)
     return [{"v": v, "qk": q, "d": int(d), "systems": int(config["systems"]), "label": f"V={v}/QK={q}/d={d}"}
             for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
 
@@ -79,33 +79,40 @@ def _eigen_stage(V, route):
     return sort_by_modulus(w), proj.astype(V.dtype), k
 
 
+def _draw(seeds, v, qk, d, density):
+    """The drawn weights and the V whose spectrum the checks read.
+
+    seeds (B,): one triple per system, returned as (Q, K, V, V). seeds (B, H): H independent heads
+    per system, (Q, K, V) of shape (B, H, d, d), and S = sum_h V_h (with head 1's Q, K for the
+    checks; :mod:`attnflow.sweep.fields`)."""
+    if seeds.ndim == 1:
+        Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
+        return Q, K, V, V
+    B, H = seeds.shape
+    Q, K, V = (a.reshape(B, H, d, d) for a in draw_systems(seeds.reshape(-1), v, qk, d, jnp.float64, density))
+    return Q, K, V, V.sum(axis=1)
+
+
 def _spectral_stage(seeds, v, qk, d, density, route, w=None, proj=None, k=None):
-    Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
+    Q, K, V, V_spec = _draw(seeds, v, qk, d, density)
     if w is None:
-        w, proj, k = _eigen_stage(V, route)
-    sb = check_batch(Q, K, V, route, eigenvalues=w)
+        w, proj, k = _eigen_stage(V_spec, route)
+    first = (lambda a: a) if seeds.ndim == 1 else (lambda a: a[:, 0])
+    sb = check_batch(first(Q), first(K), V_spec, route, eigenvalues=w)
     return Q, K, V, sb, proj, k
 
 
-#: the sweep's ``dynamics`` key: the attention mask of the rescaled layer stack (``"causal"``: token i
-#: attends to j <= i; the predicted geometry is then the full-attention one, so ``consistent`` measures
-#: how much of it the mask preserves)
-SWEEP_DYNAMICS = {"attention": None, "causal": "causal"}
-
-
-def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype, rel_tol, max_clusters,
-                    mask=None):
+def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clouds, dt, layers, dtype, rel_tol,
+                    max_clusters):
     d = V.shape[-1]
 
     def one(seed, Q, K, V, lam1, phi_dual, para, dim_F, proj, k):
-        rho = jnp.maximum(jnp.abs(lam1), 1e-30)
+        seed = seed if seed.ndim == 0 else seed[0]  # several heads: the system's seed is head 1's
+        rho = jnp.maximum(jnp.abs(lam1), 1e-30)  # spectral radius of V (of S = sum_h V_h for heads)
         Vd = (V / rho).astype(dtype)
-        x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-        stepper = EulerStepper(dt, layers, save_every=layers)
-        dyn = stepper.bind(FoldedBatch(DiscreteRescaledFlow(Q.astype(dtype), K.astype(dtype), Vd, 1.0, mask=mask)))
-        traj = stepper.solve(dyn, x0)
-        zT = traj.ys[-1]
-        xT = dyn.tokens(traj.ts[-1], zT)
+        x0 = initial_clouds(spec, seed, clouds, n, d, dtype)
+        zT, xT = run_final_layer(spec, seed, Q.astype(dtype), K.astype(dtype), Vd, x0, dt=dt, layers=layers,
+                                 dtype=dtype)
         finite = jnp.all(jnp.isfinite(zT)) & jnp.all(jnp.isfinite(xT))
         zT = jnp.where(jnp.isfinite(zT), zT, 0.0)
         xT = jnp.where(jnp.isfinite(xT), xT, 0.0)
@@ -122,11 +129,12 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, n, clouds, dt, layers, dtype
         seeds.astype(jnp.uint32), Q, K, V, st.lambda1, sb.phi_dual, sb.paranormal, sb.para_dim_F, proj, k)
     # map the prediction (spectral GEOMETRIES order) to the criteria (GEOMETRY_LABELS order)
     to_obs = jnp.asarray([GEOMETRY_LABELS.index(g) for g in GEOMETRIES])
-    consistent = finite & jnp.take_along_axis(crit, to_obs[sb.predicted][:, None], axis=1)[:, 0]
+    predicted = sb.predicted if spec.predicts else jnp.full_like(sb.predicted, GEOMETRIES.index("none"))
+    consistent = finite & jnp.take_along_axis(crit, to_obs[predicted][:, None], axis=1)[:, 0]
     return {"lambda1_re": st.lambda1.real, "lambda1_im": st.lambda1.imag, "abs_lambda2": st.abs_lambda2,
             "gap": st.gap, "qk_phi1": sb.qk, "cond1": st.cond1, "cond2": sb.cond2, "good": sb.good,
             "qk_spd": sb.qk_spd, "qk_min_eig": sb.qk_min_eig, "paranormal": sb.paranormal,
-            "num_pos_real_part": st.num_pos_real_part, "predicted_code": sb.predicted, "observed_code": label,
+            "num_pos_real_part": st.num_pos_real_part, "predicted_code": predicted, "observed_code": label,
             "consistent": consistent, "num_clusters": nc, "num_levels": nl, "num_subspaces": ns,
             "f_clusters": fc, "finite": finite}
 
@@ -136,7 +144,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
     layers = int(round(config["t1"] / config["dt"]))
     kw = dict(n=int(config["n"]), clouds=int(config["clouds"]), dt=float(config["dt"]), layers=layers,
               dtype=jnp.float64 if config["dtype"] == "float64" else jnp.float32, rel_tol=float(config["rel_tol"]),
-              max_clusters=int(config["max_clusters"]) or None, mask=SWEEP_DYNAMICS[config["dynamics"]])
+              max_clusters=int(config["max_clusters"]) or None, spec=sweep_dynamics(config))
     v, qk, d, density = group["v"], group["qk"], group["d"], float(config["density"])
     on_cpu = all(dev.platform == "cpu" for dev in mesh.devices.ravel())
 
@@ -162,7 +170,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
     @jax.jit
     @loop_over_systems
     def eigen_on_cpu(s):
-        return _eigen_stage(draw_systems(s, v, qk, d, jnp.float64, density)[2], "device")
+        return _eigen_stage(_draw(s, v, qk, d, density)[3], "device")
 
     def fn_w(seeds, w, proj, k):
         Q, K, V, sb, proj, k = spectral(seeds, w, proj, k, route="host")
@@ -194,6 +202,7 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         4
     """
     groups = dynamics_groups(config)
+    spec = sweep_dynamics(config)
     sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
                      processes=processes)
     chunks = plan_chunks([g["systems"] for g in groups], int(config["run"]["chunk_size"]))
@@ -204,13 +213,14 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         if c.group not in fns:
             fns[c.group] = make_chunk_fn(g, config, sw.route, sw.mesh)
         seeds = system_seeds(sw.seed, g["label"], c.start, c.stop)
-        cols = {k: np.asarray(v) for k, v in fns[c.group](seeds).items()}
+        drawn = head_seeds(seeds, sw.seed, g["label"], c.start, c.stop, spec.num_heads)
+        cols = {k: np.asarray(v) for k, v in fns[c.group](drawn).items()}
         m = c.stop - c.start
         cols["predicted"] = np.array([GEOMETRIES[i] for i in cols.pop("predicted_code")])
         cols["observed"] = np.array([OBSERVED[i] for i in cols.pop("observed_code")])
         cols.update(system=np.arange(c.start, c.stop), seed=seeds, v_ensemble=np.full(m, g["v"]),
                     qk_ensemble=np.full(m, g["qk"]), d=np.full(m, g["d"]), n=np.full(m, int(config["n"])),
-                    clouds=np.full(m, int(config["clouds"])))
+                    clouds=np.full(m, int(config["clouds"])), dynamics=np.full(m, spec.name))
         return cols
 
     parts, processes = sw.run_chunks(chunks, compute, "dynamics sweep")
@@ -218,7 +228,8 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         return processes
     write_tables(sw.out, parts, COLUMNS, sw.formats)
     summary = summarize(concat(parts), groups)
-    summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config["t1"], dt=config["dt"])
+    summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config["t1"], dt=config["dt"],
+                   dynamics=spec.record())
     runio.atomic_write_json(sw.out / "summary.json", summary)
     plot(summary, sw.out)
     return dict(summary, **processes)

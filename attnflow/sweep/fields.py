@@ -1,0 +1,238 @@
+r"""What the dynamics sweep steps: its ``dynamics`` config key, mapped onto the attnflow fields.
+
+One field, many dynamics: every option below is a module of :mod:`attnflow.dynamics`, built
+per system from the drawn (and spectrally normalised) weights; nothing here re-implements a
+field. The sweep then classifies the last layer exactly as for the plain flow.
+
+==============  ==============================================================  ================  ===================
+``dynamics``    field stepped by :class:`~attnflow.integrate.EulerStepper`      state             predicted geometry
+==============  ==============================================================  ================  ===================
+attention       ``DiscreteRescaledFlow(Q, K, V)`` (Remark 3.4, exact)           z                 the theorems'
+causal          the same with ``mask="causal"`` (token i attends to j <= i)     z                 full attention's
+multihead       ``heads = 1``: as attention. ``heads = H >= 2``: H independent  raw x; then       none (no theorem)
+                draws (Q_h, K_h, V_h) from the configured ensembles,            z = R_S^{-L} x
+                ``AttentionFlow(AttentionWeights(.., axes=("head",)))``,
+                :math:`\dot x_i = \sum_h\sum_j P^h_{ij} V_h x_j`
+feedforward     ``section12_2_flow(Q, K, V, W=W, activation=...)``,             z                 the plain flow's
+                :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`, P from
+                :math:`e^{tV}z`; W = I or Gaussian/sqrt(d) (``ff_weight``)
+layered         ``LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), L,    raw x; then       the shared
+                epsilon, key))``: :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F` z = R^{-L} x       weights'
+sphere          ``sphere_flow(Q, K, V)`` with the projected step                x on the sphere   none (no theorem)
+                (``sphere_shift``), starts normalised                           (z = x)
+==============  ==============================================================  ================  ===================
+
+Here :math:`R = I + \Delta t V` (:math:`R_S = I + \Delta t S`, :math:`S = \sum_h V_h`) and L is
+the number of layers: a raw-picture run is rescaled at its last layer by L solves with one LU
+factorisation of R. Independent heads have no rescaled form (their V_h do not commute with S;
+:mod:`attnflow.dynamics.multihead`), so the heads' geometry is read in the S-rescaled picture
+and nothing is predicted; the spectral columns of such a system are those of
+:math:`(Q_1, K_1, S)`. Where a prediction is inherited (causal, feedforward, layered), the
+``consistent`` column says whether the extension preserves the base flow's predicted geometry.
+
+Rescaling a raw run amplifies its rounding errors by up to :math:`\|R^{-L}\|` (e.g.
+:math:`0.9^{-120} \approx 3\cdot 10^5` for an eigenvalue -1 of V with dt = 0.1, 120 layers),
+on top of tokens of size :math:`e^{t_1}`; float32 would leave no correct digit, so the
+raw-picture dynamics (layered, multihead with H >= 2) require ``dtype = "float64"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..dynamics import (ACTIVATIONS, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, LayeredFlow, normalise,
+                        perturbed_layers, section12_2_flow, sphere_flow)
+from ..ensembles import system_seeds, token_key
+from ..errors import InputError
+from ..integrate import EulerStepper, plain_shift, sphere_shift
+from ..weights import AttentionWeights
+
+__all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
+           "ff_key", "initial_clouds", "run_final_layer", "rescaled_from_raw"]
+
+#: values of the sweep's ``dynamics`` key
+SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere")
+#: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
+FF_WEIGHTS = ("identity", "random")
+#: fold_in tags of a system's key for its per-layer perturbations and its feed-forward W
+#: (:mod:`attnflow.ensembles` uses 1, 2, 3 for V, Q^T K and the tokens)
+_LAYERS_TAG, _FF_TAG = 4, 5
+
+
+@dataclass(frozen=True)
+class SweepDynamics:
+    """The validated dynamics options of a sweep config (see the module table)."""
+
+    name: str
+    heads: int
+    activation: str
+    ff_weight: str
+    epsilon: float
+
+    @property
+    def num_heads(self) -> int:
+        """Independent heads drawn per system (1 unless ``multihead``)."""
+        return self.heads if self.name == "multihead" else 1
+
+    @property
+    def raw_picture(self) -> bool:
+        """Whether the run steps raw tokens and is rescaled at the end (needs float64)."""
+        return self.name == "layered" or self.num_heads > 1
+
+    @property
+    def predicts(self) -> bool:
+        """Whether a predicted geometry is reported (no theorem for several heads, or the sphere)."""
+        return not (self.num_heads > 1 or self.name == "sphere")
+
+    def record(self) -> dict:
+        """The options that matter for this dynamics (for summary.json)."""
+        out = {"dynamics": self.name}
+        if self.name == "multihead":
+            out["heads"] = self.heads
+        if self.name == "feedforward":
+            out.update(activation=self.activation, ff_weight=self.ff_weight)
+        if self.name == "layered":
+            out["epsilon"] = self.epsilon
+        return out
+
+
+def sweep_dynamics(config: dict) -> SweepDynamics:
+    """The dynamics options of a sweep config, validated (one InputError sentence per bad key).
+
+    Example:
+        >>> from attnflow.sweep.fields import sweep_dynamics
+        >>> cfg = dict(dynamics="multihead", heads=4, activation="relu", ff_weight="identity", epsilon=0.1,
+        ...            dtype="float64")
+        >>> sweep_dynamics(cfg).num_heads, sweep_dynamics(cfg).predicts
+        (4, False)
+    """
+    name = config["dynamics"]
+    if name not in SWEEP_DYNAMICS:
+        raise InputError(f"dynamics must be one of {SWEEP_DYNAMICS}, got {name!r}.")
+    heads = config["heads"]
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise InputError(f"heads (independent heads per system, dynamics = 'multihead') must be an integer >= 1, "
+                         f"got {heads!r}.")
+    if config["activation"] not in ACTIVATIONS:
+        raise InputError(f"activation (dynamics = 'feedforward') must be one of {tuple(ACTIVATIONS)}, "
+                         f"got {config['activation']!r}.")
+    if config["ff_weight"] not in FF_WEIGHTS:
+        raise InputError(f"ff_weight (the feed-forward W, dynamics = 'feedforward') must be one of {FF_WEIGHTS}, "
+                         f"got {config['ff_weight']!r}.")
+    eps = config["epsilon"]
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps < 0:
+        raise InputError(f"epsilon (relative Frobenius size of the per-layer perturbation, dynamics = 'layered') "
+                         f"must be a finite number >= 0, got {eps!r}.")
+    spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps))
+    if spec.raw_picture and config["dtype"] != "float64":
+        raise InputError(f"dynamics = {name!r}{' with heads >= 2' if name == 'multihead' else ''} runs raw tokens "
+                         "and rescales them at the last layer, which float32 cannot do accurately: set "
+                         "dtype = \"float64\".")
+    return spec
+
+
+def head_seeds(seeds: np.ndarray, base_seed: int, group: str, start: int, stop: int, num_heads: int) -> np.ndarray:
+    """Seeds of every head: (B,) for one head (the system's seed), (B, H) for several.
+
+    Head 0 uses the system's own seed (so one head draws exactly the single-head system);
+    head h >= 1 the seeds of the group label ``f"{group}|head={h}"`` (pure functions of
+    (base seed, group, index), like :func:`attnflow.ensembles.system_seeds`).
+
+    Example:
+        >>> from attnflow.ensembles import system_seeds
+        >>> from attnflow.sweep.fields import head_seeds
+        >>> s = system_seeds(0, "g", 0, 3)
+        >>> h = head_seeds(s, 0, "g", 0, 3, 2)
+        >>> h.shape, bool((h[:, 0] == s).all())
+        ((3, 2), True)
+    """
+    if num_heads == 1:
+        return seeds
+    cols = [seeds] + [system_seeds(base_seed, f"{group}|head={h}", start, stop) for h in range(1, num_heads)]
+    return np.stack(cols, axis=1)
+
+
+def layer_key(seed) -> jax.Array:
+    """The key of a system's per-layer perturbations (``dynamics = "layered"``)."""
+    return jax.random.fold_in(jax.random.key(seed), _LAYERS_TAG)
+
+
+def ff_key(seed) -> jax.Array:
+    """The key of a system's random feed-forward W (``ff_weight = "random"``)."""
+    return jax.random.fold_in(jax.random.key(seed), _FF_TAG)
+
+
+def rescaled_from_raw(R, num_layers: int, x):
+    r""":math:`z = R^{-L} x` for tokens x (..., n, d): L solves with one LU factorisation of R.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.fields import rescaled_from_raw
+        >>> rescaled_from_raw(2.0 * jnp.eye(2), 3, jnp.ones((1, 2))).tolist()
+        [[0.125, 0.125]]
+    """
+    lu = jax.scipy.linalg.lu_factor(R)
+    flat = x.reshape(-1, x.shape[-1]).T
+    z = jax.lax.fori_loop(0, num_layers, lambda _, y: jax.scipy.linalg.lu_solve(lu, y), flat)
+    return z.T.reshape(x.shape)
+
+
+def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers: int, dtype):
+    r"""Step the token clouds x0 (C, n, d) of one system (:func:`initial_clouds`); (z, x) at the last layer.
+
+    ``Q, K, V`` are the system's weights, already normalised (V divided by the spectral radius
+    of V, or of S for several heads) and cast to ``dtype``: (m, d), (m, d), (d, d), or
+    (H, m, d), (H, m, d), (H, d, d) for several heads. ``seed`` is the system's seed (its
+    perturbation and feed-forward keys). Traceable (the sweep vmaps it over systems).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.sweep.fields import SweepDynamics, initial_clouds, run_final_layer
+        >>> spec = SweepDynamics("sphere", 1, "relu", "identity", 0.0)
+        >>> I = jnp.eye(2)
+        >>> z, x = run_final_layer(spec, 0, I, I, I, jax.random.normal(jax.random.key(0), (1, 4, 2)),
+        ...                        dt=0.1, layers=5, dtype=jnp.float32)
+        >>> bool(jnp.allclose(jnp.linalg.norm(x, axis=-1), 1.0, atol=1e-6))
+        True
+    """
+    d = x0.shape[-1]
+    shift = plain_shift
+    if spec.name in ("attention", "causal") or (spec.name == "multihead" and spec.num_heads == 1):
+        field = DiscreteRescaledFlow(Q, K, V, 1.0, mask="causal" if spec.name == "causal" else None)
+    elif spec.name == "multihead":
+        field = AttentionFlow(AttentionWeights(Q, K, V, axes=("head",)))
+    elif spec.name == "feedforward":
+        W = None
+        if spec.ff_weight == "random":
+            W = jax.random.normal(ff_key(seed), (d, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+        field = section12_2_flow(Q, K, V, W=W, activation=spec.activation)
+    elif spec.name == "layered":
+        field = LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), layers, spec.epsilon, layer_key(seed)))
+    else:  # sphere
+        field, shift = sphere_flow(Q, K, V, 1.0), sphere_shift
+    stepper = EulerStepper(dt, layers, save_every=layers, shift=shift)
+    dyn = stepper.bind(FoldedBatch(field))
+    traj = stepper.solve(dyn, x0)
+    last = traj.ys[-1]
+    if spec.raw_picture:
+        S = V.sum(axis=0) if V.ndim == 3 else V
+        R = jnp.eye(d, dtype=dtype) + jnp.asarray(dt, dtype) * S
+        return rescaled_from_raw(R, layers, last), last
+    return last, dyn.tokens(traj.ts[-1], last)
+
+
+def initial_clouds(spec: SweepDynamics, seed, clouds: int, n: int, d: int, dtype):
+    """The system's ``clouds`` random token clouds, i.i.d. N(0, I/d), normalised for the sphere.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.fields import SweepDynamics, initial_clouds
+        >>> initial_clouds(SweepDynamics("attention", 1, "relu", "identity", 0.0), 3, 2, 5, 4, jnp.float32).shape
+        (2, 5, 4)
+    """
+    x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+    return normalise(x0) if spec.name == "sphere" else x0
