@@ -44,7 +44,7 @@ OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
            "abs_lambda2", "gap", "qk_phi1", "cond1", "cond2", "good", "qk_spd", "qk_min_eig", "paranormal",
            "num_pos_real_part", "predicted", "observed", "consistent", "num_clusters", "num_levels",
-           "num_subspaces", "f_clusters", "finite", "dynamics"]
+           "num_subspaces", "f_clusters", "finite", "max_norm_z", "max_norm_x", "dynamics"]
 
 
 def dynamics_groups(config: dict) -> list[dict]:
@@ -122,10 +122,11 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
         all_crit = jnp.all(obs.criteria, axis=0)
         label = jnp.where(finite, jnp.argmax(all_crit), len(GEOMETRY_LABELS))
         return (label, all_crit, finite, jnp.max(obs.num_clusters), jnp.max(obs.num_levels),
-                jnp.max(obs.num_subspaces), jnp.max(obs.f_clusters))
+                jnp.max(obs.num_subspaces), jnp.max(obs.f_clusters), jnp.max(jnp.linalg.norm(zT, axis=-1)),
+                jnp.max(obs.max_norm_x))
 
     st = sb.stats
-    label, crit, finite, nc, nl, ns, fc = jax.vmap(one)(
+    label, crit, finite, nc, nl, ns, fc, mz, mx = jax.vmap(one)(
         seeds.astype(jnp.uint32), Q, K, V, st.lambda1, sb.phi_dual, sb.paranormal, sb.para_dim_F, proj, k)
     # map the prediction (spectral GEOMETRIES order) to the criteria (GEOMETRY_LABELS order)
     to_obs = jnp.asarray([GEOMETRY_LABELS.index(g) for g in GEOMETRIES])
@@ -136,7 +137,7 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
             "qk_spd": sb.qk_spd, "qk_min_eig": sb.qk_min_eig, "paranormal": sb.paranormal,
             "num_pos_real_part": st.num_pos_real_part, "predicted_code": predicted, "observed_code": label,
             "consistent": consistent, "num_clusters": nc, "num_levels": nl, "num_subspaces": ns,
-            "f_clusters": fc, "finite": finite}
+            "f_clusters": fc, "finite": finite, "max_norm_z": mz, "max_norm_x": mx}
 
 
 def make_chunk_fn(group: dict, config: dict, route: str, mesh):
