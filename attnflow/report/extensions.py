@@ -3,10 +3,13 @@ r"""``attnflow extensions``: studies beyond the theorems (issue 13), predicted v
 Five studies, each a function of its config table that returns a :class:`Study` (settings,
 graded checks with a fixed tolerance, measurements, figures):
 
-* ``sec12_2``: the paper's Section 12.2 feed-forward flow
-  :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))` on a good triple (d = 2). The paper's
-  observations are the predictions: ReLU with W = I keeps three hyperplanes; tanh with W = I and
-  ReLU with a random W collapse to 0. The plain flow (W = I, identity) is the Thm 4.2 control.
+* ``sec12_2``: the paper's Section 12.2 feed-forward flow on a good triple (d = 2), in two
+  readings: SPEC's :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))` (P from :math:`e^{tV}z`)
+  and the nonlinearity on the raw attention output, :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)`
+  read in :math:`z[k] = (I + \Delta t V)^{-k}x[k]`. Graded: what follows from the dynamics (the
+  plain flow's Thm 4.2 in both readings; ReLU with W = I only raises coordinates of z; tanh's
+  speed bound and the collapse it implies). The paper's three observations (ReLU, W = I: three
+  hyperplanes; tanh, W = I and ReLU, random W: collapse to 0) are "paper says / we observe" rows.
 * ``multihead``: H = 1, 2, 4, 8 heads, each a random good triple (entrywise positive V_h, so
   Def 4.1 (1) holds by Perron-Frobenius); levels of :math:`\varphi_S^*(z)`, :math:`z[k] = (I +
   \Delta t S)^{-k} x[k]`, :math:`S = \sum_h V_h`, and the layer at which the count settles.
@@ -39,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dynamics import AttentionFlow, LayeredFlow, normalise, perturbed_layers, section12_2_flow, sphere_flow
+from ..dynamics import (AttentionFlow, LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow,
+                        sphere_flow)
 from .._x64 import float64_scope
 from ..errors import InputError
 from ..integrate import EulerStepper, sphere_shift
@@ -77,10 +81,17 @@ class Study:
     figures: list = field(default_factory=list)
     seconds: float = 0.0
 
-    def check(self, name: str, predicted: str, observed: str, passed: bool | None, tolerance: str) -> None:
-        """A graded comparison (``passed`` None: a measurement without prediction)."""
-        self.checks.append({"study": self.name, "name": name, "predicted": predicted, "observed": observed,
-                            "passed": None if passed is None else bool(passed), "tolerance": tolerance})
+    def check(self, name: str, predicted: str, observed: str, passed: bool | None, tolerance: str,
+              verdict: str | None = None) -> None:
+        """A graded comparison (``passed`` None: a measurement without prediction; ``verdict`` then
+        replaces "measured" in the table, e.g. whether a paper's observation was reproduced)."""
+        row = {"study": self.name, "name": name, "predicted": predicted, "observed": observed,
+               "passed": None if passed is None else bool(passed), "tolerance": tolerance}
+        if verdict is not None:
+            if passed is not None:
+                raise ValueError("a verdict text is only for ungraded rows")
+            row["verdict"] = verdict
+        self.checks.append(row)
 
     def measure(self, **row) -> None:
         self.measurements.append({k: _plain(v) for k, v in row.items()})
@@ -180,54 +191,138 @@ def _fig_curves(folder: Path, name: str, x, curves: dict, *, xlabel: str, ylabel
 
 # ------------------------------------------------------------------------------------------------
 # studies
+#: the two readings of the paper's Section 12.2 flow (benchmarks/sec12_2_grid.py, docs/extensions.md)
+SEC12_2_PICTURES = {
+    "z": "z picture (SPEC 3): dz_i/dt = W sigma(V sum_j P_ij (z_j - z_i)), P from e^{tV} z",
+    "x": "x picture: dx_i/dt = W sigma(sum_j P_ij V x_j), read in z[k] = (I + dt V)^{-k} x[k]",
+}
+
+
+def _sec12_2_field(picture: str, Q, K, V, W, act: str):
+    if picture == "z":
+        return section12_2_flow(Q, K, V, W=W, activation=act)
+    return Wrapped(AttentionFlow(Q, K, V), W, act)
+
+
+def _sec12_2_run(picture, Q, K, V, W, act, z0, cfg, every):
+    """Euler layers of one reading; (times, rescaled z (B, T, n, d), raw x (B, T, n, d))."""
+    ts, y = run_layers(_sec12_2_field(picture, Q, K, V, W, act), z0, dt=cfg["dt"], layers=cfg["layers"],
+                       save_every=every)
+    ks = np.round(ts / cfg["dt"])
+    if picture == "z":
+        return ts, y, None
+    return ts, _rescale(np.eye(len(V)) + cfg["dt"] * V, ks, y), y
+
+
+def _paper_verdict(hits: int, total: int) -> str:
+    return "paper: reproduced" if hits == total else ("paper: not reproduced" if hits == 0 else
+                                                      f"paper: partly ({hits}/{total})")
+
+
 def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
-    st = Study("sec12_2", "Section 12.2: feed-forward flow dz_i/dt = W sigma(V sum_j P_ij (z_j - z_i))")
+    st = Study("sec12_2", "Section 12.2: feed-forward flow, W sigma(attention), in two readings")
     V = np.asarray(cfg["V"], float)
     if V.ndim != 2 or V.shape[0] != V.shape[1] or not check_good_triple(np.eye(len(V)), np.eye(len(V)), V).condition1:
         raise InputError(f"config key 'sec12_2.V' must be a square matrix whose top-modulus eigenvalue is real, "
                          f"positive and simple (Def 4.1 (1)), got {cfg['V']}.")
-    d, n, B = V.shape[0], cfg["n"], cfg["clouds"]
+    d, n, B, L, dt = V.shape[0], cfg["n"], cfg["clouds"], cfg["layers"], cfg["dt"]
+    t1 = dt * L
     Q, K = good_qk(rng, V)
-    W_rand = rng.normal(size=(d, d)) / math.sqrt(d)
+    W_draws = [rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(cfg["random_W_draws"])]
     _, phi_dual, lam = leading_vectors(V)
     z0 = rng.normal(size=(B, n, d))
-    st.settings = {"V": V, "Q": Q, "K": K, "W_random": W_rand, "n": n, "clouds": B, "dt": cfg["dt"],
-                   "t1": cfg["dt"] * cfg["layers"], "lambda1": float(np.real(lam))}
-    runs = {
-        "identity, W = I (Thm 4.2 control)": ("identity", np.eye(d), "levels"),
-        "ReLU, W = I": ("relu", np.eye(d), "levels"),
-        "tanh, W = I": ("tanh", np.eye(d), "collapse"),
-        "ReLU, random W": ("relu", W_rand, "collapse"),
-    }
-    panels, level_curves = [], {}
-    every = max(1, cfg["layers"] // 40)
-    for label, (act, W, expect) in runs.items():
-        f = section12_2_flow(Q, K, V, W=W, activation=act)
-        ts, z = run_layers(f, z0, dt=cfg["dt"], layers=cfg["layers"], save_every=every)
+    st.settings = {"V": V, "eigenvalues of V": np.round(np.sort(np.linalg.eigvals(V).real), 4), "Q": Q, "K": K,
+                   "random W": f"{len(W_draws)} draws with N(0, 1/d) entries (the first is plotted)",
+                   "n": n, "clouds": B, "dt": dt, "t1": t1, **{f"{p} picture": txt for p, txt in SEC12_2_PICTURES.items()},
+                   "grid": "benchmarks/sec12_2_grid.py runs both readings over V kinds, Q, K, beta and t "
+                           "(docs/extensions.md)"}
+    settings = {"identity, W = I": ("identity", np.eye(d)), "ReLU, W = I": ("relu", np.eye(d)),
+                "tanh, W = I": ("tanh", np.eye(d)), "ReLU, random W": ("relu", W_draws[0])}
+    every = max(1, L // 40)
+    tol_levels = f"levels: gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|"
+    tol_collapse = f"collapse: max|z(t1)| <= {cfg['collapse_tol']} max|z(0)|"
+    panels, level_curves, ratio_curves, seen = [], {}, {}, {}
+
+    def observe(z):
         s = z @ phi_dual  # (B, T, n)
         scale = np.abs(s[:, 0]).max(axis=1)
         levels = [_levels(s[b, -1], scale[b], cfg["level_tol"]) for b in range(B)]
-        ratio = np.linalg.norm(z[:, -1], axis=-1).max(axis=1) / np.linalg.norm(z[:, 0], axis=-1).max(axis=1)
-        st.measure(setting=label, levels=levels, norm_ratio=np.round(ratio, 4))
-        level_curves[label] = [np.mean([_levels(s[b, t], scale[b], cfg["level_tol"]) for b in range(B)])
-                               for t in range(len(ts))]
-        panels.append((label, z[0]))
-        tol_levels = f"levels: gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|"
-        tol_collapse = f"collapse: max|z(t1)| <= {cfg['collapse_tol']} max|z(0)|"
-        if expect == "levels":
-            st.check(f"{label}: at most three hyperplanes", "<= 3 levels of phi_1^*(z_i(t1)), no collapse",
-                     f"levels per cloud {levels}; max|z(t1)|/max|z(0)| {np.round(ratio, 3).tolist()}",
-                     all(k <= 3 for k in levels) and bool(np.all(ratio > cfg["collapse_tol"])), tol_levels)
-        else:
-            st.check(f"{label}: collapse to 0", "max|z(t1)| / max|z(0)| -> 0",
-                     f"{np.round(ratio, 4).tolist()} (levels {levels})",
-                     bool(np.all(ratio <= cfg["collapse_tol"])), tol_collapse)
+        norms = np.linalg.norm(z, axis=-1).max(axis=-1)  # (B, T)
+        return s, scale, levels, norms[:, -1] / norms[:, 0], norms / norms[:, :1]
+
+    for picture in SEC12_2_PICTURES:
+        for label, (act, W) in settings.items():
+            ts, z, x = _sec12_2_run(picture, Q, K, V, W, act, z0, cfg, every)
+            s, scale, levels, ratio, ratio_t = observe(z)
+            name = f"{picture}: {label}"
+            seen[name] = (levels, ratio)
+            st.measure(picture=picture, setting=label, levels=levels, norm_ratio=np.round(ratio, 6))
+            level_curves[name] = [np.mean([_levels(s[b, t], scale[b], cfg["level_tol"]) for b in range(B)])
+                                  for t in range(len(ts))]
+            ratio_curves[name] = np.exp(np.log(np.maximum(ratio_t, 1e-300)).mean(axis=0))
+            panels.append((name, z[0]))
+            if label == "identity, W = I":  # sigma = identity, W = I: the plain flow, Thm 4.2
+                st.check(f"{picture}: identity, W = I is the plain flow: at most three hyperplanes (Thm 4.2)",
+                         "<= 3 levels of phi_1^*(z_i(t1)), no collapse",
+                         f"levels per cloud {levels}; max|z(t1)|/max|z(0)| {np.round(ratio, 3).tolist()}",
+                         all(k <= 3 for k in levels) and bool(np.all(ratio > cfg["collapse_tol"])), tol_levels)
+            if picture == "z" and label == "ReLU, W = I":
+                # z[k+1] = z[k] + dt relu(.) >= z[k] coordinatewise, exactly (also in floating point)
+                drop = float(np.max(-np.diff(z, axis=1)))
+                st.check("z: ReLU, W = I moves every coordinate of every token up only (so tokens freeze)",
+                         "z_i[k+1] - z_i[k] >= 0 in every coordinate", f"largest decrease {drop if drop > 0 else 0.0:.1e}",
+                         drop <= 0.0, "0 (exact: dt relu(.) >= 0)")
+            if picture == "x" and label == "tanh, W = I":
+                # |dx_i/dt|_inf < 1: |x_i(t) - x_i(0)|_inf <= t; hence |z(t1)| <= ||R^{-L}||_2 (|x(0)| + sqrt(d) t1)
+                move = float(np.max(np.abs(x[:, -1] - x[:, 0]).max(axis=-1)))
+                st.check("x: tanh, W = I has speed < 1 per coordinate", f"max_i |x_i(t1) - x_i(0)|_inf <= t1 = {t1:g}",
+                         f"{move:.4g}", move <= t1 + ROUNDING_TOL, f"{ROUNDING_TOL:g} (rounding)")
+                R_inv_L = np.linalg.matrix_power(np.linalg.inv(np.eye(d) + dt * V), L)
+                norm0 = np.linalg.norm(z0, axis=-1).max(axis=-1)
+                bound = np.linalg.norm(R_inv_L, 2) * (norm0 + math.sqrt(d) * t1) / norm0
+                implied = "implies collapse" if bound.max() <= cfg["collapse_tol"] else "does not imply collapse"
+                st.check("x: tanh, W = I: rescaled size below the speed bound (V with spectrum > 0: -> 0)",
+                         "max|z(t1)|/max|z(0)| <= ||R^-L||_2 (max|x(0)| + sqrt(d) t1)/max|x(0)|, R = I + dt V",
+                         f"{np.array2string(ratio, precision=2)} <= {np.array2string(bound, precision=2)} "
+                         f"(the bound {implied} at t1 = {t1:g})",
+                         bool(np.all(ratio <= bound * (1 + 1e-9))), "1e-9 relative (rounding)")
+    # random W: the paper's collapse, over several draws of W
+    collapsed = {p: [] for p in SEC12_2_PICTURES}
+    for W in W_draws:
+        for picture in SEC12_2_PICTURES:
+            _, z, _ = _sec12_2_run(picture, Q, K, V, W, "relu", z0, cfg, L)
+            collapsed[picture].append(bool(np.all(observe(z)[3] <= cfg["collapse_tol"])))
+    st.measure(picture="both", setting="ReLU, random W draws: collapsed (all clouds)",
+               levels="-", norm_ratio={p: c for p, c in collapsed.items()})
+    # the paper's three observations: what it says, what we observe, in each reading
+    for picture in SEC12_2_PICTURES:
+        levels, ratio = seen[f"{picture}: ReLU, W = I"]
+        hits = sum(k <= 3 and r > cfg["collapse_tol"] for k, r in zip(levels, ratio))
+        st.check(f"{picture}: paper says ReLU, W = I follows three hyperplanes", "<= 3 levels, no collapse",
+                 f"levels per cloud {levels}; ratio {np.round(ratio, 3).tolist()}", None, tol_levels,
+                 verdict=_paper_verdict(hits, B))
+        levels, ratio = seen[f"{picture}: tanh, W = I"]
+        hits = int(np.sum(ratio <= cfg["collapse_tol"]))
+        st.check(f"{picture}: paper says tanh, W = I collapses to 0", "max|z(t1)|/max|z(0)| -> 0",
+                 f"{np.array2string(ratio, precision=2)} (levels {levels})", None, tol_collapse,
+                 verdict=_paper_verdict(hits, B))
+        hits = sum(collapsed[picture])
+        st.check(f"{picture}: paper says ReLU, random W collapses to 0",
+                 f"collapse for random W ({len(W_draws)} draws)",
+                 f"{hits} of {len(W_draws)} draws collapse in every cloud", None, tol_collapse,
+                 verdict=_paper_verdict(hits, len(W_draws)))
     st.figures.append((_fig_paths(folder, "sec12_2_paths", panels),
-                       "Rescaled tokens z_i(t), cloud 0, for each activation / W."))
+                       "Rescaled tokens z_i(t), cloud 0, each reading (z: SPEC's form; x: sigma on the raw "
+                       "attention output) and activation / W (random W: the first draw)."))
     st.figures.append((_fig_curves(folder, "sec12_2_levels", ts, level_curves, xlabel="t",
                                    ylabel="levels of phi_1^*(z)", title="Section 12.2: hyperplane levels "
                                    "(mean over clouds)", logy=True),
                        "Number of levels of phi_1^*(z_i(t)) against t (3 or fewer: Thm 4.2 geometry)."))
+    st.figures.append((_fig_curves(folder, "sec12_2_collapse", ts, ratio_curves, xlabel="t",
+                                   ylabel="max|z(t)| / max|z(0)|", title="Section 12.2: collapse to 0? "
+                                   "(geometric mean over clouds)", logy=True),
+                       "Size of the rescaled cloud against t; collapse to 0 is a line falling below "
+                       f"{cfg['collapse_tol']}."))
     return st
 
 
@@ -445,6 +540,8 @@ def _settings(cfg: dict, name: str, quick: bool) -> dict:
             raise InputError(f"config key '{name}.{key}' must be a positive integer, got {s[key]!r}.")
     if "dt" in s and not s["dt"] > 0:
         raise InputError(f"config key '{name}.dt' must be > 0, got {s['dt']!r}.")
+    if name == "sec12_2" and (not isinstance(s["random_W_draws"], int) or s["random_W_draws"] < 1):
+        raise InputError(f"config key 'sec12_2.random_W_draws' must be a positive integer, got {s['random_W_draws']!r}.")
     if name == "albert" and any(e < 0 for e in s["epsilons"]):
         raise InputError(f"config key 'albert.epsilons' must be >= 0, got {s['epsilons']}.")
     return s
@@ -454,13 +551,15 @@ def _render(studies: list[Study], prov: dict, quick: bool) -> str:
     fmt_pass = {True: "PASS", False: "FAIL", None: "measured"}
     lines = ["# attnflow extensions: beyond the theorems", "",
              f"{'Quick smoke run. ' if quick else ''}Generated {prov['time_utc']} (git {prov['git_commit']}).",
-             "Predictions are the paper's Section 12.2 observations, Thm 4.2 where it applies, and the known "
-             "sphere results; 'measured' rows have no prediction (open problems).", "",
+             "Graded rows (PASS / FAIL) are consequences of the verified dynamics, Thm 4.2 where it applies and "
+             "the known sphere results; 'paper: ...' rows set the paper's Section 12.2 observations against ours "
+             "(not graded: an observation that differs is a finding); 'measured' rows have no prediction "
+             "(open problems).", "",
              "| study | check | predicted | observed | tolerance | verdict |", "|---|---|---|---|---|---|"]
     for st in studies:
         for c in st.checks:
             lines.append(f"| {st.name} | {c['name']} | {c['predicted']} | {c['observed']} | {c['tolerance']} | "
-                         f"{fmt_pass[c['passed']]} |")
+                         f"{c.get('verdict') or fmt_pass[c['passed']]} |")
     for st in studies:
         lines += ["", f"## {st.title}", "", f"Run time {st.seconds:.1f} s.", "", "Settings:", ""]
         for k, v in st.settings.items():
