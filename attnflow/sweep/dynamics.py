@@ -38,7 +38,7 @@ from .classify import classify_batch, left_eig, projector_from_left_eig
 from .fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
 from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
 
-__all__ = ["COLUMNS", "OBSERVED", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
+__all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
 
 OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
