@@ -19,7 +19,7 @@ import pytest
 import scipy.linalg
 
 from attnflow import AttentionFlow, AttentionWeights
-from attnflow.dynamics import LayeredFlow, normalise, perturbed_layers, section12_2_flow, sphere_flow
+from attnflow.dynamics import LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow, sphere_flow
 from attnflow.ensembles import draw_systems, system_seeds, token_key
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
@@ -28,22 +28,24 @@ from attnflow.runio import load_config
 from attnflow.sweep.dynamics import dynamics_groups, run_dynamics_sweep
 from attnflow.sweep.fields import ff_key, layer_key
 
-CASES = {
-    "causal": {},
-    "multihead": {"heads": 3},
-    "feedforward": {"activation": "tanh", "ff_weight": "random"},
-    "layered": {"epsilon": 0.3},
-    "sphere": {},
+CASES = {  # test id: (dynamics, extra config keys)
+    "causal": ("causal", {}),
+    "multihead": ("multihead", {"heads": 3}),
+    "feedforward-z": ("feedforward", {"activation": "tanh", "ff_weight": "random"}),
+    "feedforward-x": ("feedforward", {"activation": "relu", "ff_reading": "x"}),
+    "layered": ("layered", {"epsilon": 0.3}),
+    "sphere": ("sphere", {}),
 }
 D, N, CLOUDS, DT, LAYERS = 3, 6, 2, 0.1, 10
 GROUP = f"V=ginibre/QK=uniform/d={D}"
 REL_TOL = 0.2  # coarse on purpose: at t1 = 1 the counts then sit between 1 and n
 
 
-def _config(name: str) -> dict:
+def _config(case: str) -> dict:
+    name, extra = CASES.get(case, (case, {}))
     cfg = load_config(None, "ginibre-dynamics.toml")
     cfg.update(v_ensembles=["ginibre"], qk_ensembles=["uniform"], d=[D], systems=2, n=N, clouds=CLOUDS,
-               t1=DT * LAYERS, dt=DT, dtype="float64", rel_tol=REL_TOL, dynamics=name, **CASES.get(name, {}))
+               t1=DT * LAYERS, dt=DT, dtype="float64", rel_tol=REL_TOL, dynamics=name, **extra)
     cfg["run"].update(progress=False, chunk_size=2)
     return cfg
 
@@ -63,27 +65,31 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
         x0 = np.asarray(normalise(jnp.asarray(x0)))
     R_L = np.linalg.matrix_power(np.eye(D) + DT * S, LAYERS)
     stepper = EulerStepper(DT, LAYERS)
+    z_of_raw = lambda xL: np.linalg.solve(R_L, np.swapaxes(xL, -1, -2)).swapaxes(-1, -2)  # z = R^{-L} x
+    if name == "causal":
+        field = AttentionFlow(Q[0], K[0], V[0], mask="causal")
+    elif name == "multihead":
+        field = AttentionFlow(AttentionWeights(Q, K, V, axes=("head",)))
+    elif name == "layered":
+        field = LayeredFlow(perturbed_layers(AttentionWeights(Q[0], K[0], V[0]), LAYERS, cfg["epsilon"],
+                                             layer_key(seed)))
+    elif name == "feedforward" and cfg["ff_reading"] == "x":
+        field = Wrapped(AttentionFlow(Q[0], K[0], V[0]), np.eye(D) if cfg["ff_weight"] == "identity" else None,
+                        cfg["activation"])
+    elif name == "feedforward":
+        W = np.asarray(jax.random.normal(ff_key(seed), (D, D))) / np.sqrt(D)
+        field = section12_2_flow(Q[0], K[0], V[0], W=W, activation=cfg["activation"])
+    else:
+        field, stepper = sphere_flow(Q[0], K[0], V[0]), EulerStepper(DT, LAYERS, shift=sphere_shift)
+    last = np.asarray(jax.jit(jax.vmap(lambda x: stepper.solve(field, x).ys[-1]))(x0))  # every cloud
+    if name == "feedforward" and cfg["ff_reading"] == "z":
+        zs, xs = last, last @ scipy.linalg.expm(DT * LAYERS * V[0]).T
+    elif name == "sphere":
+        zs = xs = last
+    else:
+        zs, xs = z_of_raw(last), last
     out = []
-    for x in x0:
-        if name == "causal":
-            xL = stepper.solve(AttentionFlow(Q[0], K[0], V[0], mask="causal"), x).ys[-1]
-            zL = np.linalg.solve(R_L, np.asarray(xL).T).T
-        elif name == "multihead":
-            xL = stepper.solve(AttentionFlow(AttentionWeights(Q, K, V, axes=("head",))), x).ys[-1]
-            zL = np.linalg.solve(R_L, np.asarray(xL).T).T
-        elif name == "layered":
-            w = perturbed_layers(AttentionWeights(Q[0], K[0], V[0]), LAYERS, cfg["epsilon"], layer_key(seed))
-            xL = stepper.solve(LayeredFlow(w), x).ys[-1]
-            zL = np.linalg.solve(R_L, np.asarray(xL).T).T
-        elif name == "feedforward":
-            W = np.asarray(jax.random.normal(ff_key(seed), (D, D))) / np.sqrt(D)
-            field = section12_2_flow(Q[0], K[0], V[0], W=W, activation=cfg["activation"])
-            zL = np.asarray(stepper.solve(field, x).ys[-1])
-            xL = zL @ scipy.linalg.expm(DT * LAYERS * V[0]).T
-        else:
-            xL = EulerStepper(DT, LAYERS, shift=sphere_shift).solve(sphere_flow(Q[0], K[0], V[0]), x).ys[-1]
-            zL = np.asarray(xL)
-        xL = np.asarray(xL)
+    for x, zL, xL in zip(x0, zs, xs):
         obs = classify_geometry(zL, S, x=xL, scale=np.linalg.norm(x, axis=-1).max(), rel_tol=REL_TOL)
         out.append((obs, zL, xL))
     met = [all(o.criteria[g] for o, _, _ in out) for g in GEOMETRY_LABELS]
@@ -95,9 +101,10 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
             "max_norm_x": max(np.linalg.norm(x, axis=-1).max() for _, _, x in out)}
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_sweep_row_equals_direct_run_of_the_module(name, tmp_path):
-    cfg = _config(name)
+@pytest.mark.parametrize("case", list(CASES))
+def test_sweep_row_equals_direct_run_of_the_module(case, tmp_path):
+    cfg = _config(case)
+    name = cfg["dynamics"]
     summary = run_dynamics_sweep(cfg, tmp_path / "out")
     assert summary["dynamics"]["dynamics"] == name
     rows = list(csv.DictReader((tmp_path / "out" / "table.csv").open()))
@@ -117,7 +124,8 @@ def test_dynamics_keys_validated_before_work():
     base = _config("attention")
     for bad, match in (({"dynamics": "mlp"}, "dynamics must be one of"), ({"heads": 0}, "heads"),
                        ({"activation": "sigmoid"}, "activation"), ({"ff_weight": "ones"}, "ff_weight"),
-                       ({"epsilon": -0.1}, "epsilon"),
+                       ({"epsilon": -0.1}, "epsilon"), ({"ff_reading": "y"}, "ff_reading"),
+                       ({"dynamics": "feedforward", "ff_reading": "x", "dtype": "float32"}, "float64"),
                        ({"dynamics": "layered", "dtype": "float32"}, "float64"),
                        ({"dynamics": "multihead", "heads": 2, "dtype": "float32"}, "float64")):
         with pytest.raises(InputError, match=match):

@@ -13,9 +13,13 @@ multihead       ``heads = 1``: as attention. ``heads = H >= 2``: H independent  
                 draws (Q_h, K_h, V_h) from the configured ensembles,            z = R_S^{-L} x
                 ``AttentionFlow(AttentionWeights(.., axes=("head",)))``,
                 :math:`\dot x_i = \sum_h\sum_j P^h_{ij} V_h x_j`
-feedforward     ``section12_2_flow(Q, K, V, W=W, activation=...)``,             z                 the plain flow's
-                :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`, P from
-                :math:`e^{tV}z`; W = I or Gaussian/sqrt(d) (``ff_weight``)
+feedforward     ``ff_reading = "z"``: ``section12_2_flow(Q, K, V, W=W,            z                 the plain flow's
+                activation=...)``, :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`,
+                P from :math:`e^{tV}z` (SPEC 3). ``ff_reading = "x"``:          raw x; then
+                ``Wrapped(AttentionFlow(Q, K, V), W, activation)``,             z = R^{-L} x
+                :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)` (the reading
+                that shows the paper's observations, docs/extensions.md).
+                W = I or Gaussian/sqrt(d) (``ff_weight``)
 layered         ``LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), L,    raw x; then       the shared
                 epsilon, key))``: :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F` z = R^{-L} x       weights'
 sphere          ``sphere_flow(Q, K, V)`` with the projected step                x on the sphere   none (no theorem)
@@ -33,7 +37,8 @@ and nothing is predicted; the spectral columns of such a system are those of
 Rescaling a raw run amplifies its rounding errors by up to :math:`\|R^{-L}\|` (e.g.
 :math:`0.9^{-120} \approx 3\cdot 10^5` for an eigenvalue -1 of V with dt = 0.1, 120 layers),
 on top of tokens of size :math:`e^{t_1}`; float32 would leave no correct digit, so the
-raw-picture dynamics (layered, multihead with H >= 2) require ``dtype = "float64"``.
+raw-picture dynamics (layered, multihead with H >= 2, feedforward in the x reading) require
+``dtype = "float64"``.
 """
 
 from __future__ import annotations
@@ -44,20 +49,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dynamics import (ACTIVATIONS, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, LayeredFlow, normalise,
-                        perturbed_layers, section12_2_flow, sphere_flow)
+from ..dynamics import (ACTIVATIONS, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, LayeredFlow, Wrapped,
+                        normalise, perturbed_layers, section12_2_flow, sphere_flow)
 from ..ensembles import system_seeds, token_key
 from ..errors import InputError
 from ..integrate import EulerStepper, plain_shift, sphere_shift
 from ..weights import AttentionWeights
 
-__all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
+__all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
            "ff_key", "initial_clouds", "run_final_layer", "rescaled_from_raw"]
 
 #: values of the sweep's ``dynamics`` key
 SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere")
 #: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
 FF_WEIGHTS = ("identity", "random")
+#: the two readings of Section 12.2: sigma inside the rescaled drift (SPEC 3), or on the raw attention output
+FF_READINGS = ("z", "x")
 #: fold_in tags of a system's key for its per-layer perturbations and its feed-forward W
 #: (:mod:`attnflow.ensembles` uses 1, 2, 3 for V, Q^T K and the tokens)
 _LAYERS_TAG, _FF_TAG = 4, 5
@@ -72,6 +79,7 @@ class SweepDynamics:
     activation: str
     ff_weight: str
     epsilon: float
+    ff_reading: str = "z"
 
     @property
     def num_heads(self) -> int:
@@ -81,7 +89,7 @@ class SweepDynamics:
     @property
     def raw_picture(self) -> bool:
         """Whether the run steps raw tokens and is rescaled at the end (needs float64)."""
-        return self.name == "layered" or self.num_heads > 1
+        return self.name == "layered" or self.num_heads > 1 or (self.name == "feedforward" and self.ff_reading == "x")
 
     @property
     def predicts(self) -> bool:
@@ -94,7 +102,7 @@ class SweepDynamics:
         if self.name == "multihead":
             out["heads"] = self.heads
         if self.name == "feedforward":
-            out.update(activation=self.activation, ff_weight=self.ff_weight)
+            out.update(activation=self.activation, ff_weight=self.ff_weight, ff_reading=self.ff_reading)
         if self.name == "layered":
             out["epsilon"] = self.epsilon
         return out
@@ -106,7 +114,7 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     Example:
         >>> from attnflow.sweep.fields import sweep_dynamics
         >>> cfg = dict(dynamics="multihead", heads=4, activation="relu", ff_weight="identity", epsilon=0.1,
-        ...            dtype="float64")
+        ...            ff_reading="z", dtype="float64")
         >>> sweep_dynamics(cfg).num_heads, sweep_dynamics(cfg).predicts
         (4, False)
     """
@@ -123,13 +131,17 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     if config["ff_weight"] not in FF_WEIGHTS:
         raise InputError(f"ff_weight (the feed-forward W, dynamics = 'feedforward') must be one of {FF_WEIGHTS}, "
                          f"got {config['ff_weight']!r}.")
+    if config["ff_reading"] not in FF_READINGS:
+        raise InputError(f"ff_reading (dynamics = 'feedforward': sigma inside the rescaled drift 'z', or on the raw "
+                         f"attention output 'x') must be one of {FF_READINGS}, got {config['ff_reading']!r}.")
     eps = config["epsilon"]
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps < 0:
         raise InputError(f"epsilon (relative Frobenius size of the per-layer perturbation, dynamics = 'layered') "
                          f"must be a finite number >= 0, got {eps!r}.")
-    spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps))
+    spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps), config["ff_reading"])
     if spec.raw_picture and config["dtype"] != "float64":
-        raise InputError(f"dynamics = {name!r}{' with heads >= 2' if name == 'multihead' else ''} runs raw tokens "
+        which = {"multihead": " with heads >= 2", "feedforward": " with ff_reading = 'x'"}.get(name, "")
+        raise InputError(f"dynamics = {name!r}{which} runs raw tokens "
                          "and rescales them at the last layer, which float32 cannot do accurately: set "
                          "dtype = \"float64\".")
     return spec
@@ -209,7 +221,10 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
         W = None
         if spec.ff_weight == "random":
             W = jax.random.normal(ff_key(seed), (d, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-        field = section12_2_flow(Q, K, V, W=W, activation=spec.activation)
+        if spec.ff_reading == "z":
+            field = section12_2_flow(Q, K, V, W=W, activation=spec.activation)
+        else:
+            field = Wrapped(AttentionFlow(Q, K, V), W, spec.activation)
     elif spec.name == "layered":
         field = LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), layers, spec.epsilon, layer_key(seed)))
     else:  # sphere
