@@ -46,6 +46,8 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep-seconds", type=float, default=120.0, help="time limit of the sweep rows (child process)")
+    p.add_argument("--sweep-only", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -56,6 +58,8 @@ def main(argv=None) -> int:
     # JAX takes 75% of the GPU's memory at start; leave room for the PyTorch rows in this process.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if args.sweep_only:
+        return _sweep_only(args)
     t_start = time.perf_counter()
 
     import jax
@@ -94,8 +98,23 @@ def main(argv=None) -> int:
     info["matmul_precision"] = args.precision
     print(f"attnflow GPU check on {info['device_kind'] or device} (backend {backend}) -> {run_dir}")
 
+    checks, rows, extra = [], [], {}
+
+    def save() -> dict:
+        """Write what is finished so far: an interrupted run keeps every finished row."""
+        cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
+                "frac_matmul", "torch_median_s", "speedup_vs_torch", "note"]
+        fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+        table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                          + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
+        summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed, **extra,
+                       all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
+        atomic_write_json(run_dir / "summary.json", summary)
+        atomic_write_text(run_dir / "table.md", table + "\n")
+        return summary
+
+    mm: dict = {}
     # ---- 1. correctness against the CPU float64 reference --------------------------------
-    checks = []
     for (B, n, d), impl, method in [
         ((2, 300, 16), "dense", "euler"),
         ((2, 300, 16), "chunked", "euler"),
@@ -141,9 +160,9 @@ def main(argv=None) -> int:
               f"{'ok' if ok else 'FAIL'}")
 
     # ---- 2. timing ---------------------------------------------------------------------
-    mm = {dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")}
+    save()
+    mm.update({dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")})
     print("matmul rate: " + ", ".join(f"{dt} {r['flops_per_s'] / 1e12:.2f} TF/s" for dt, r in mm.items()))
-    rows = []
     t_timing = time.perf_counter()
     for B, n, d in sizes:
         x0, Q, K, V = make_problem(B, n, d, seed=args.seed)
@@ -191,41 +210,28 @@ def main(argv=None) -> int:
                        finite=bool(np.all(np.isfinite(np.asarray(out)))))
             print(f"  {B}x{n}x{d} {name:14s} {dtype} [{impl}]: {k} steps, {med:.3f} s, {rec['ms_per_eval']:.2f} ms/eval, "
                   f"{rate / 1e12:.2f} TF/s = {100 * rec['frac_matmul']:.0f}% of matmul")
+            save()
 
     # ---- 3. the PyTorch rows on the same device -----------------------------------------------
     try:
-        extra = {"torch": _torch_rows(rows, args, mm)}
+        extra["torch"] = _torch_rows(rows, args, mm)
     except Exception as e:  # the JAX rows are the point: keep them
-        extra = {"torch": [{"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}]}
+        extra["torch"] = [{"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}]
         print(f"  PyTorch rows: {extra['torch'][0]['note']}")
+    save()
 
-    # ---- 4. sweep throughput and gradient rows ---------------------------------------------
-    try:
-        extra["sweep"] = _sweep_row(args, device, mm)
-    except Exception as e:  # say so, keep going
-        extra["sweep"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    print(f"  sweep row: {extra['sweep']}")
-    try:
-        extra["gradient"] = _gradient_row(args, device, mm)
-    except Exception as e:
-        extra["gradient"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    print(f"  gradient row: {extra['gradient']}")
-    try:
-        extra["gradient_torch"] = _torch_gradient_row(args)
-    except Exception as e:
-        extra["gradient_torch"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    print(f"  PyTorch gradient row: {extra['gradient_torch']}")
-
-    cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
-            "frac_matmul", "torch_median_s", "speedup_vs_torch", "note"]
-    fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-    table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-                      + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
-    summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed, **extra,
-                   all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
-    atomic_write_json(run_dir / "summary.json", summary)
-    atomic_write_text(run_dir / "table.md", table + "\n")
-    print(table)
+    # ---- 4. gradient rows, then the sweep row (in a child process with a time limit) ----------
+    for key, row_fn in (("gradient", lambda: _gradient_row(args, device, mm)),
+                        ("gradient_torch", lambda: _torch_gradient_row(args))):
+        try:
+            extra[key] = row_fn()
+        except Exception as e:  # say so, keep going
+            extra[key] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+        print(f"  {key} row: {extra[key]}")
+        save()
+    extra["sweep"] = _sweep_rows_in_child(args, run_dir, mm)
+    summary = save()
+    print((run_dir / "table.md").read_text())
     print(f"correctness: {'all ok' if summary['all_checks_ok'] else 'FAILURES'}; "
           f"total {summary['elapsed_s']:.0f} s; results in {run_dir}")
     return 0 if summary["all_checks_ok"] else 1
@@ -243,26 +249,64 @@ def _best(fn, repeats: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
-def _sweep_row(args, device, mm) -> dict:
-    """Systems/s of the dynamics sweep's chunk function (d = 128, n = 256, 20 Euler layers)."""
-    import jax.numpy as jnp
+def _sweep_rows_in_child(args, run_dir: Path, mm) -> list[dict]:
+    """The sweep rows in a child process under ``--sweep-seconds``: on the H200 (JAX 0.11.2) the
+    d = 128 chunk function's compile ran past two minutes ("Very slow compile" of a reduce
+    fusion), and a compile cannot be interrupted from inside the process."""
+    import json
+    import subprocess
 
+    out = run_dir / "sweep_rows.json"
+    env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.2"}
+    cmd = [sys.executable, __file__, "--sweep-only", str(out), "--repeats", str(args.repeats)] + (["--cpu"] if args.cpu else [])
+    try:
+        subprocess.run(cmd, env=env, timeout=args.sweep_seconds, check=False)
+        note = None
+    except subprocess.TimeoutExpired:
+        note = f"stopped after {args.sweep_seconds:.0f} s (compile or run); rows finished before are kept"
+    found = json.loads(out.read_text()) if out.exists() else []
+    if note:
+        found.append({"note": note})
+    for r in found:
+        print(f"  sweep row: {r}")
+    return found
+
+
+def _sweep_only(args) -> int:
+    """Child-process entry: the sweep rows, small size first, each written when it finishes."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from benchmarks.common import atomic_write_json, matmul_rate
+
+    mm = {"float32": matmul_rate("float32", n=1024 if args.cpu else 8192)}
+    rows = []
+    sizes = [(8, 32, 64, 10)] if args.cpu else [(256, 32, 64, 10), (1024, 128, 256, 20)]
+    for systems, d, n, layers in sizes:
+        rows.append(_sweep_row(args, mm, systems=systems, d=d, n=n, layers=layers))
+        atomic_write_json(Path(args.sweep_only), rows)
+    return 0
+
+
+def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
+    """Systems/s of the dynamics sweep's chunk function (spectral stage, Euler layers, classifier)."""
     from attnflow.ensembles import system_seeds
     from attnflow.spectral.batched import eig_route
     from attnflow.sweep.dynamics import make_chunk_fn
     from attnflow.sweep.runner import make_mesh
 
-    d, n, layers = (32, 64, 10) if args.cpu else (128, 256, 20)
-    systems = 8 if args.cpu else 1024
     from attnflow.runio import load_config
 
+    t0 = time.perf_counter()
     cfg = {**load_config(None, "ginibre-dynamics.toml"), "n": n, "clouds": 1, "dt": 0.1, "t1": 0.1 * layers,
            "dtype": "float32"}
     fn = make_chunk_fn({"v": "ginibre", "qk": "identity", "d": d}, cfg, eig_route("auto"), make_mesh(1))
     seeds = system_seeds(0, "gpu-sweep", 0, systems)
     best, times = _best(lambda: fn(seeds), args.repeats)
+    first_s = time.perf_counter() - t0 - sum(times)
     flops = systems * layers * (4 * n * n * d + 2 * n * d * (3 * d))
-    return {"d": d, "n": n, "layers": layers, "systems": systems, "best_s": best, "times_s": times,
+    return {"d": d, "n": n, "layers": layers, "systems": systems, "route": eig_route("auto"),
+            "compile_and_first_s": first_s, "best_s": best, "times_s": times,
             "systems_per_s": systems / best, "euler_frac_matmul_f32": flops / best / mm["float32"]["flops_per_s"]}
 
 
