@@ -5,7 +5,7 @@ systems, the test redraws the weights from the row's seed, builds the field from
 attnflow.dynamics modules itself, steps it with a plain EulerStepper (the raw picture wherever
 one exists, rescaled afterwards with numpy) and classifies the final layer with the host
 classifier. The row's label and counts must be equal, and its continuous columns
-(max |z_i(t1)|, max |x_i(t1)|) equal to 1e-9 relative: float64 throughout, 10 layers, so the two
+(max |z_i(t1)|, max |x_i(t1)|, kept in the chunk files) equal to 1e-9 relative: float64 throughout, 10 layers, so the two
 routes (e.g. the sweep's exact discrete rescaling against the raw run rescaled by
 R^{-10} with cond(R^10) < 10) differ by rounding only.
 """
@@ -109,7 +109,11 @@ def test_sweep_row_equals_direct_run_of_the_module(case, tmp_path):
     assert summary["dynamics"]["dynamics"] == name
     rows = list(csv.DictReader((tmp_path / "out" / "table.csv").open()))
     assert len(rows) == 2 and all(r["dynamics"] == name and r["finite"] == "true" for r in rows)
-    for r in rows:
+    (chunk,) = (tmp_path / "out" / "chunks").glob("*.npz")  # one chunk of both systems: its float columns
+    with np.load(chunk) as f:
+        norms = {key: f[key] for key in ("max_norm_z", "max_norm_x")}
+    for i, r in enumerate(rows):
+        r.update({key: norms[key][i] for key in norms})
         ref = _direct(cfg, int(r["system"]), int(r["seed"]))
         assert r["observed"] == ref["observed"]
         for key in ("num_clusters", "num_levels", "num_subspaces"):
