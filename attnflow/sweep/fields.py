@@ -4,27 +4,26 @@ One field, many dynamics: every option below is a module of :mod:`attnflow.dynam
 per system from the drawn (and spectrally normalised) weights; nothing here re-implements a
 field. The sweep then classifies the last layer exactly as for the plain flow.
 
-==============  ==============================================================  ================  ===================
-``dynamics``    field stepped by :class:`~attnflow.integrate.EulerStepper`      state             predicted geometry
-==============  ==============================================================  ================  ===================
-attention       ``DiscreteRescaledFlow(Q, K, V)`` (Remark 3.4, exact)           z                 the theorems'
-causal          the same with ``mask="causal"`` (token i attends to j <= i)     z                 full attention's
-multihead       ``heads = 1``: as attention. ``heads = H >= 2``: H independent  raw x; then       none (no theorem)
-                draws (Q_h, K_h, V_h) from the configured ensembles,            z = R_S^{-L} x
-                ``AttentionFlow(AttentionWeights(.., axes=("head",)))``,
-                :math:`\dot x_i = \sum_h\sum_j P^h_{ij} V_h x_j`
-feedforward     ``ff_reading = "z"``: ``section12_2_flow(Q, K, V, W=W,            z                 the plain flow's
-                activation=...)``, :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`,
-                P from :math:`e^{tV}z` (SPEC 3). ``ff_reading = "x"``:          raw x; then
-                ``Wrapped(AttentionFlow(Q, K, V), W, activation)``,             z = R^{-L} x
-                :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)` (the reading
-                that shows the paper's observations, docs/extensions.md).
-                W = I or Gaussian/sqrt(d) (``ff_weight``)
-layered         ``LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), L,    raw x; then       the shared
-                epsilon, key))``: :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F` z = R^{-L} x       weights'
-sphere          ``sphere_flow(Q, K, V)`` with the projected step                x on the sphere   none (no theorem)
-                (``sphere_shift``), starts normalised                           (z = x)
-==============  ==============================================================  ================  ===================
+* ``attention``: ``DiscreteRescaledFlow(Q, K, V)`` (Remark 3.4, exact); state z; predicted: the
+  theorems' geometry.
+* ``causal``: the same with ``mask="causal"`` (token i attends to j <= i); state z; predicted:
+  the full-attention geometry.
+* ``multihead``: ``heads = 1`` is ``attention``; ``heads = H >= 2`` draws H independent triples
+  :math:`(Q_h, K_h, V_h)` from the configured ensembles and steps
+  ``AttentionFlow(AttentionWeights(.., axes=("head",)))``,
+  :math:`\dot x_i = \sum_h\sum_j P^h_{ij} V_h x_j`; raw x, read in :math:`z = R_S^{-L} x`;
+  predicted: none (no theorem).
+* ``feedforward``: ``ff_reading = "z"``: ``section12_2_flow(Q, K, V, W=W, activation=...)``,
+  :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`, P from :math:`e^{tV}z` (SPEC 3), state z;
+  ``ff_reading = "x"``: ``Wrapped(AttentionFlow(Q, K, V), W, activation)``,
+  :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)`, raw x read in :math:`z = R^{-L} x` (the reading
+  in which the paper's observations appear, docs/extensions.md). W = I or Gaussian / sqrt(d)
+  (``ff_weight``); predicted: the plain flow's geometry.
+* ``layered``: ``LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), L, epsilon, key))``,
+  :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F`; raw x read in :math:`z = R^{-L} x`; predicted:
+  the shared weights' geometry.
+* ``sphere``: ``sphere_flow(Q, K, V)`` with the projected step (``sphere_shift``) from normalised
+  starts; state x on the sphere (z = x); predicted: none (no theorem).
 
 Here :math:`R = I + \Delta t V` (:math:`R_S = I + \Delta t S`, :math:`S = \sum_h V_h`) and L is
 the number of layers: a raw-picture run is rescaled at its last layer by L solves with one LU
