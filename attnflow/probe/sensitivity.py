@@ -123,6 +123,7 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
                      "grad_frobenius": [float(np.linalg.norm(G[0])), float(np.linalg.norm(G[1]))],
                      "da_dV": G[0].tolist(), "db_dV": G[1].tolist(),
                      "abs_S_a": np.abs(Sa).tolist(), "abs_S_b": np.abs(Sb).tolist(),
+                     "structure": [_structure(G[i], S) for i, S in enumerate((Sa, Sb))],
                      "fd_rel_error": rel})
         figs.append(atomic_save_figure(_figure(G, np.stack([Sa, Sb]), label), out / f"sensitivity_{b}.png", dpi=110))
     worst = max(r["fd_rel_error"] for r in rows)
@@ -130,6 +131,17 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
                "triples": len(rows), "layers": layers, "rows": rows,
                "max_fd_rel_error": worst, "fd_check_passed": bool(worst <= ch["fd_tolerance"])}
     return summary, _markdown(summary, config, figs), figs
+
+
+def _structure(G, S):
+    """Shape of one gradient: share of its squared Frobenius norm in its best rank-one
+    approximation, in its largest column (index), and in row 1 of the eigenbasis map S."""
+    total = float(np.sum(G ** 2)) or 1.0
+    sv = np.linalg.svd(G, compute_uv=False)
+    col = np.sum(G ** 2, axis=0)
+    S2 = np.abs(S) ** 2
+    return {"rank_one_share": float(sv[0] ** 2 / total), "top_column": int(np.argmax(col)),
+            "top_column_share": float(np.max(col) / total), "eigen_row1_share": float(S2[0].sum() / (S2.sum() or 1.0))}
 
 
 def _figure(G, S, label):
@@ -165,15 +177,24 @@ def _markdown(summary, config, figs):
         f"check along a random direction: worst relative error {summary['max_fd_rel_error']:.2e} "
         f"({'passed' if summary['fd_check_passed'] else 'FAILED'}, tolerance {config['check']['fd_tolerance']}).",
         "",
+        "Structure of each gradient G = da/dV (and db/dV): share of its squared Frobenius norm in its best rank-one "
+        "approximation, in its largest column (V's input coordinate), and in row 1 of the eigenbasis map "
+        "(perturbations x_1 y_k, which write into the phi_1 direction).",
+        "",
         "| system | a | b | lambda_1 | abs(da/dV) (Frobenius) | largest abs(da/dV) in eigenbasis (j, k) "
-        "| largest abs(db/dV) in eigenbasis (j, k) |",
-        "|---|---|---|---|---|---|---|",
+        "| largest abs(db/dV) in eigenbasis (j, k) | rank-one share a / b | largest column: share a / b "
+        "| eigenbasis row 1 share a / b |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["rows"]:
         Sa, Sb = np.asarray(r["abs_S_a"]), np.asarray(r["abs_S_b"])
         ja, jb = np.unravel_index(np.argmax(Sa), Sa.shape), np.unravel_index(np.argmax(Sb), Sb.shape)
         lam1 = r["lambda"][0]
         lines.append(f"| {r['system']} | {r['a']:.4g} | {r['b']:.4g} | {np.real(lam1):.4g} | {r['grad_frobenius'][0]:.3g} | "
-                     f"{Sa[ja]:.3g} at {tuple(int(i) + 1 for i in ja)} | {Sb[jb]:.3g} at {tuple(int(i) + 1 for i in jb)} |")
+                     f"{Sa[ja]:.3g} at {tuple(int(i) + 1 for i in ja)} | {Sb[jb]:.3g} at {tuple(int(i) + 1 for i in jb)} | "
+                     + " | ".join(" / ".join(fmt(st) for st in r["structure"]) for fmt in (
+                         lambda st: f"{st['rank_one_share']:.3f}",
+                         lambda st: f"{st['top_column']} ({st['top_column_share']:.2f})",
+                         lambda st: f"{st['eigen_row1_share']:.3f}")) + " |")
     lines += ["", *[f"![{f}]({f})" for f in figs], ""]
     return "\n".join(lines)
