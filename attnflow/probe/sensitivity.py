@@ -182,7 +182,7 @@ def _markdown(summary, config, figs):
         "(perturbations x_1 y_k, which write into the phi_1 direction).",
         "",
         "| system | a | b | lambda_1 | abs(da/dV) (Frobenius) | largest abs(da/dV) in eigenbasis (j, k) "
-        "| largest abs(db/dV) in eigenbasis (j, k) | rank-one share a / b | largest column: share a / b "
+        "| largest abs(db/dV) in eigenbasis (j, k) | rank-one share a / b | largest column (from 0): share a / b "
         "| eigenbasis row 1 share a / b |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
