@@ -12,7 +12,10 @@ Needs only JAX (+ GPU plugin), equinox, diffrax and this source tree:
    at B x n up to 10^6 tokens (n >= 4096 runs the tiled O(n d) path), median of repeats after
    a warm-up, as a fraction of the device's matmul rate measured in the same run. Rows that
    would not finish inside ``--budget`` seconds are skipped with a message.
-3. A sweep throughput row (the dynamics sweep's jitted chunk function: spectral checks,
+3. The same Euler rows in PyTorch on the same device (the users' alternative; ``torch.bmm`` and
+   ``torch.softmax`` for n <= 1024, ``scaled_dot_product_attention`` (its fused kernels) for
+   n >= 4096), and PyTorch autograd for the gradient row, when PyTorch sees the device.
+4. A sweep throughput row (the dynamics sweep's jitted chunk function: spectral checks,
    Euler layers of the exact discrete rescaling, classifier; systems/s and fraction of the
    matmul rate) and a gradient row (reverse-mode gradient of a loss of the final Euler state
    with respect to V, against the forward solve: time ratio).
@@ -37,12 +40,14 @@ CPU_SIZES = [(8, 256, 32), (2, 1024, 32), (1, 4096, 32)]
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cpu", action="store_true", help="run on CPU with small sizes (no GPU needed)")
-    p.add_argument("--budget", type=float, default=None, help="seconds for the timing part (default 330 GPU, 150 CPU; the whole script stays under 8 min on an H200-class GPU)")
+    p.add_argument("--budget", type=float, default=None, help="seconds for the timing part (default 240 GPU, 150 CPU; the whole script stays under 8 min on an H200-class GPU)")
     p.add_argument("--row-seconds", type=float, default=None, help="target seconds per timed call (sets steps)")
     p.add_argument("--precision", default="highest", choices=["highest", "high", "default"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep-seconds", type=float, default=120.0, help="time limit of the sweep rows (child process)")
+    p.add_argument("--sweep-only", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -50,7 +55,11 @@ def main(argv=None) -> int:
     args = parse(argv)
     if args.cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
+    # JAX takes 75% of the GPU's memory at start; leave room for the PyTorch rows in this process.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if args.sweep_only:
+        return _sweep_only(args)
     t_start = time.perf_counter()
 
     import jax
@@ -79,8 +88,8 @@ def main(argv=None) -> int:
         return 2
     device = jax.devices()[0]
     cpu = jax.devices("cpu")[0]
-    budget = args.budget or (150.0 if args.cpu else 330.0)
-    row_seconds = args.row_seconds or (3.0 if args.cpu else 6.0)
+    budget = args.budget or (150.0 if args.cpu else 240.0)
+    row_seconds = args.row_seconds or (3.0 if args.cpu else 2.0)
     sizes = CPU_SIZES if args.cpu else GPU_SIZES
     run_dir = make_run_dir(args.out, prefix="gpu")
     info = machine_info()
@@ -89,8 +98,23 @@ def main(argv=None) -> int:
     info["matmul_precision"] = args.precision
     print(f"attnflow GPU check on {info['device_kind'] or device} (backend {backend}) -> {run_dir}")
 
+    checks, rows, extra = [], [], {}
+
+    def save() -> dict:
+        """Write what is finished so far: an interrupted run keeps every finished row."""
+        cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
+                "frac_matmul", "torch_median_s", "speedup_vs_torch", "note"]
+        fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+        table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                          + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
+        summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed, **extra,
+                       all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
+        atomic_write_json(run_dir / "summary.json", summary)
+        atomic_write_text(run_dir / "table.md", table + "\n")
+        return summary
+
+    mm: dict = {}
     # ---- 1. correctness against the CPU float64 reference --------------------------------
-    checks = []
     for (B, n, d), impl, method in [
         ((2, 300, 16), "dense", "euler"),
         ((2, 300, 16), "chunked", "euler"),
@@ -136,9 +160,9 @@ def main(argv=None) -> int:
               f"{'ok' if ok else 'FAIL'}")
 
     # ---- 2. timing ---------------------------------------------------------------------
-    mm = {dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")}
+    save()
+    mm.update({dt: matmul_rate(dt, n=1024 if args.cpu else 8192) for dt in ("float32", "float64")})
     print("matmul rate: " + ", ".join(f"{dt} {r['flops_per_s'] / 1e12:.2f} TF/s" for dt, r in mm.items()))
-    rows = []
     t_timing = time.perf_counter()
     for B, n, d in sizes:
         x0, Q, K, V = make_problem(B, n, d, seed=args.seed)
@@ -186,30 +210,28 @@ def main(argv=None) -> int:
                        finite=bool(np.all(np.isfinite(np.asarray(out)))))
             print(f"  {B}x{n}x{d} {name:14s} {dtype} [{impl}]: {k} steps, {med:.3f} s, {rec['ms_per_eval']:.2f} ms/eval, "
                   f"{rate / 1e12:.2f} TF/s = {100 * rec['frac_matmul']:.0f}% of matmul")
+            save()
 
-    # ---- 3. sweep throughput and gradient rows ---------------------------------------------
-    extra = {}
+    # ---- 3. the PyTorch rows on the same device -----------------------------------------------
     try:
-        extra["sweep"] = _sweep_row(args, device, mm)
-    except Exception as e:  # say so, keep going
-        extra["sweep"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    print(f"  sweep row: {extra['sweep']}")
-    try:
-        extra["gradient"] = _gradient_row(args, device, mm)
-    except Exception as e:
-        extra["gradient"] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    print(f"  gradient row: {extra['gradient']}")
+        extra["torch"] = _torch_rows(rows, args, mm)
+    except Exception as e:  # the JAX rows are the point: keep them
+        extra["torch"] = [{"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}]
+        print(f"  PyTorch rows: {extra['torch'][0]['note']}")
+    save()
 
-    cols = ["B", "n", "d", "tokens", "method", "impl", "dtype", "steps", "median_s", "ms_per_eval", "tflops",
-            "frac_matmul", "note"]
-    fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-    table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-                      + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
-    summary = dict(machine=info, checks=checks, matmul_rate=mm, rows=rows, seed=args.seed, **extra,
-                   all_checks_ok=all(c["ok"] for c in checks), elapsed_s=time.perf_counter() - t_start)
-    atomic_write_json(run_dir / "summary.json", summary)
-    atomic_write_text(run_dir / "table.md", table + "\n")
-    print(table)
+    # ---- 4. gradient rows, then the sweep row (in a child process with a time limit) ----------
+    for key, row_fn in (("gradient", lambda: _gradient_row(args, device, mm)),
+                        ("gradient_torch", lambda: _torch_gradient_row(args))):
+        try:
+            extra[key] = row_fn()
+        except Exception as e:  # say so, keep going
+            extra[key] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+        print(f"  {key} row: {extra[key]}")
+        save()
+    extra["sweep"] = _sweep_rows_in_child(args, run_dir, mm)
+    summary = save()
+    print((run_dir / "table.md").read_text())
     print(f"correctness: {'all ok' if summary['all_checks_ok'] else 'FAILURES'}; "
           f"total {summary['elapsed_s']:.0f} s; results in {run_dir}")
     return 0 if summary["all_checks_ok"] else 1
@@ -227,24 +249,64 @@ def _best(fn, repeats: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
-def _sweep_row(args, device, mm) -> dict:
-    """Systems/s of the dynamics sweep's chunk function (d = 128, n = 256, 20 Euler layers)."""
-    import jax.numpy as jnp
+def _sweep_rows_in_child(args, run_dir: Path, mm) -> list[dict]:
+    """The sweep rows in a child process under ``--sweep-seconds``: on the H200 (JAX 0.11.2) the
+    d = 128 chunk function's compile ran past two minutes ("Very slow compile" of a reduce
+    fusion), and a compile cannot be interrupted from inside the process."""
+    import json
+    import subprocess
 
+    out = run_dir / "sweep_rows.json"
+    env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.2"}
+    cmd = [sys.executable, __file__, "--sweep-only", str(out), "--repeats", str(args.repeats)] + (["--cpu"] if args.cpu else [])
+    try:
+        subprocess.run(cmd, env=env, timeout=args.sweep_seconds, check=False)
+        note = None
+    except subprocess.TimeoutExpired:
+        note = f"stopped after {args.sweep_seconds:.0f} s (compile or run); rows finished before are kept"
+    found = json.loads(out.read_text()) if out.exists() else []
+    if note:
+        found.append({"note": note})
+    for r in found:
+        print(f"  sweep row: {r}")
+    return found
+
+
+def _sweep_only(args) -> int:
+    """Child-process entry: the sweep rows, small size first, each written when it finishes."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from benchmarks.common import atomic_write_json, matmul_rate
+
+    mm = {"float32": matmul_rate("float32", n=1024 if args.cpu else 8192)}
+    rows = []
+    sizes = [(8, 32, 64, 10)] if args.cpu else [(256, 32, 64, 10), (1024, 128, 256, 20)]
+    for systems, d, n, layers in sizes:
+        rows.append(_sweep_row(args, mm, systems=systems, d=d, n=n, layers=layers))
+        atomic_write_json(Path(args.sweep_only), rows)
+    return 0
+
+
+def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
+    """Systems/s of the dynamics sweep's chunk function (spectral stage, Euler layers, classifier)."""
     from attnflow.ensembles import system_seeds
     from attnflow.spectral.batched import eig_route
     from attnflow.sweep.dynamics import make_chunk_fn
     from attnflow.sweep.runner import make_mesh
 
-    d, n, layers = (32, 64, 10) if args.cpu else (128, 256, 20)
-    systems = 8 if args.cpu else 1024
-    cfg = {"n": n, "clouds": 1, "dt": 0.1, "t1": 0.1 * layers, "dtype": "float32", "rel_tol": 0.02,
-           "max_clusters": 0, "density": 0.1}
+    from attnflow.runio import load_config
+
+    t0 = time.perf_counter()
+    cfg = {**load_config(None, "ginibre-dynamics.toml"), "n": n, "clouds": 1, "dt": 0.1, "t1": 0.1 * layers,
+           "dtype": "float32"}
     fn = make_chunk_fn({"v": "ginibre", "qk": "identity", "d": d}, cfg, eig_route("auto"), make_mesh(1))
     seeds = system_seeds(0, "gpu-sweep", 0, systems)
     best, times = _best(lambda: fn(seeds), args.repeats)
+    first_s = time.perf_counter() - t0 - sum(times)
     flops = systems * layers * (4 * n * n * d + 2 * n * d * (3 * d))
-    return {"d": d, "n": n, "layers": layers, "systems": systems, "best_s": best, "times_s": times,
+    return {"d": d, "n": n, "layers": layers, "systems": systems, "route": eig_route("auto"),
+            "compile_and_first_s": first_s, "best_s": best, "times_s": times,
             "systems_per_s": systems / best, "euler_frac_matmul_f32": flops / best / mm["float32"]["flops_per_s"]}
 
 
@@ -268,6 +330,125 @@ def _gradient_row(args, device, mm) -> dict:
     grad = jax.jit(jax.grad(loss))
     t_fwd, _ = _best(lambda: fwd(V), args.repeats)
     t_grad, _ = _best(lambda: grad(V), args.repeats)
+    return {"B": B, "n": n, "d": d, "steps": steps, "forward_s": t_fwd, "gradient_s": t_grad,
+            "gradient_over_forward": t_grad / t_fwd}
+
+
+def _torch_device(args):
+    """The torch device matching the JAX one, or None (with the reason) when there is none."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if args.cpu:
+        return torch.device("cpu"), None
+    if not torch.cuda.is_available():
+        return None, "PyTorch sees no CUDA device"
+    torch.backends.cuda.matmul.allow_tf32 = args.precision != "highest"  # same arithmetic as JAX's rows
+    torch.backends.cudnn.allow_tf32 = args.precision != "highest"
+    return torch.device("cuda"), None
+
+
+def _torch_time(fn, repeats: int, sync) -> list[float]:
+    fn()
+    sync()  # warm-up (kernel selection, allocator)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def _torch_rows(rows, args, mm) -> list[dict]:
+    """The float32 Euler rows again in PyTorch, same sizes, steps and dt, on the same device."""
+    import numpy as np
+
+    dev, why = _torch_device(args)
+    if dev is None:
+        print(f"  PyTorch rows: skipped ({why})")
+        return [{"note": f"skipped: {why}"}]
+    import torch
+    import torch.nn.functional as F
+
+    from benchmarks.common import attention_flops
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    out = []
+    for r in rows:
+        if r["method"] != "euler" or r["dtype"] != "float32" or "median_s" not in r:
+            continue
+        B, n, d, steps = r["B"], r["n"], r["d"], r["steps"]
+        x0, Q, K, V = (torch.as_tensor(np.asarray(a), dtype=torch.float32, device=dev)
+                       for a in make_problem(B, n, d, seed=args.seed))
+        dt = 0.01
+        fused = n >= 4096
+        rec = dict(B=B, n=n, d=d, steps=steps, path="sdpa" if fused else "bmm+softmax")
+
+        def run():
+            x = x0
+            with torch.inference_mode():
+                for _ in range(steps):
+                    q, k, v = x @ Q.T, x @ K.T, x @ V.T
+                    if fused:
+                        att = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], scale=1.0)[:, 0]
+                    else:
+                        att = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v)
+                    x = x + dt * att
+            return x
+
+        try:
+            times = _torch_time(run, args.repeats, sync)
+        except Exception as e:  # e.g. out of memory: say so, keep going
+            rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            out.append(rec)
+            print(f"  torch {B}x{n}x{d}: {rec['note']}")
+            continue
+        med = float(np.median(times))
+        rate = steps * attention_flops(B, n, d) / med
+        rec.update(median_s=med, times_s=times, ms_per_eval=1e3 * med / steps, tflops=rate / 1e12,
+                   frac_matmul=rate / mm["float32"]["flops_per_s"], speedup_vs_torch=med / r["median_s"])
+        r["torch_median_s"], r["speedup_vs_torch"] = med, med / r["median_s"]
+        out.append(rec)
+        print(f"  torch {B}x{n}x{d} euler float32 [{rec['path']}]: {med:.3f} s, {rec['ms_per_eval']:.2f} ms/eval, "
+              f"{100 * rec['frac_matmul']:.0f}% of matmul; attnflow is {med / r['median_s']:.2f}x faster")
+        del x0, Q, K, V
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def _torch_gradient_row(args) -> dict:
+    """The gradient row of :func:`_gradient_row` in PyTorch autograd on the same device."""
+    import numpy as np
+
+    dev, why = _torch_device(args)
+    if dev is None:
+        return {"note": f"skipped: {why}"}
+    import torch
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    B, n, d, steps = (2, 128, 16, 20) if args.cpu else (16, 1024, 64, 100)
+    x0, Q, K, V = (torch.as_tensor(np.asarray(a), dtype=torch.float32, device=dev)
+                   for a in make_problem(B, n, d, seed=args.seed))
+
+    def loss(V):
+        x = x0
+        for _ in range(steps):
+            x = x + 0.01 * torch.bmm(torch.softmax(torch.bmm(x @ Q.T, (x @ K.T).transpose(1, 2)), dim=-1), x @ V.T)
+        return (x ** 2).sum()
+
+    def fwd():
+        with torch.no_grad():
+            loss(V)
+
+    def grad():
+        Vg = V.clone().requires_grad_(True)
+        loss(Vg).backward()
+
+    t_fwd = min(_torch_time(fwd, args.repeats, sync))
+    t_grad = min(_torch_time(grad, args.repeats, sync))
     return {"B": B, "n": n, "d": d, "steps": steps, "forward_s": t_fwd, "gradient_s": t_grad,
             "gradient_over_forward": t_grad / t_fwd}
 
