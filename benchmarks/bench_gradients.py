@@ -89,23 +89,37 @@ def _interleaved(fns: dict, repeats: int) -> dict:
     median, min and max wall time (``block_until_ready``)."""
     for f in fns.values():
         jax.block_until_ready(f())
+    times, cpu = _timed_rounds(fns, repeats)
+    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v),
+                "cpu_median_s": statistics.median(cpu[k])} for k, v in times.items()}
+
+
+def _timed_rounds(fns: dict, repeats: int):
+    """``repeats`` rounds calling every function once; wall times and this process's CPU times
+    (``time.process_time``, all threads: on a loaded machine it counts the work done, not the
+    time spent waiting for a core)."""
     times = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
     for _ in range(repeats):
         for k, f in fns.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             jax.block_until_ready(f())
             times[k].append(time.perf_counter() - t)
-    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v)} for k, v in times.items()}
+            cpu[k].append(time.process_time() - c)
+    return times, cpu
 
 
 def _row(t, mem_f, mem_g):
     f, g = t["forward"], t["grad"]
     return {"forward_s": f["median_s"], "grad_s": g["median_s"], "ratio": g["median_s"] / f["median_s"],
+            "cpu_ratio": g["cpu_median_s"] / f["cpu_median_s"],
             "forward_min_max_s": [f["min_s"], f["max_s"]], "grad_min_max_s": [g["min_s"], g["max_s"]],
             "forward_temp_bytes": mem_f, "grad_temp_bytes": mem_g}
 
 
-def bench_jax(kind, steps, params, impl, repeats):
+def _compile_jax(kind, steps, params, impl):
+    """Jitted forward and value-and-gradient of one row, compiled (and run once), with their
+    compiled temporary-buffer sizes."""
     solve, loss = _loss_jax(kind, steps, impl)
     fwd = jax.jit(solve)
     grad = jax.jit(jax.value_and_grad(loss))
@@ -119,8 +133,34 @@ def bench_jax(kind, steps, params, impl, repeats):
     else:
         mem_g = grad.lower(params).compile().memory_analysis().temp_size_in_bytes
     mem_f = fwd.lower(params).compile().memory_analysis().temp_size_in_bytes
+    return fwd, grad, int(mem_f), int(mem_g)
+
+
+def bench_jax(kind, steps, params, impl, repeats):
+    fwd, grad, mem_f, mem_g = _compile_jax(kind, steps, params, impl)
     t = _interleaved({"forward": lambda: fwd(params), "grad": lambda: grad(params)}, repeats)
-    return _row(t, int(mem_f), int(mem_g))
+    return _row(t, mem_f, mem_g)
+
+
+def euler_variants_interleaved(steps, params, impl, repeats) -> dict:
+    """The three Euler gradients (defaults, store-all, autodiff softmax) and the forward solve
+    in ONE interleaved loop, so that they share the machine's load: per repeat the ratio of each
+    gradient to that round's forward time; median, min and max of those ratios."""
+    kinds = ("euler", "euler-store-all", "euler-autodiff-softmax")
+    built = {k: _compile_jax(k, steps, params, impl) for k in kinds}
+    fns = {"forward": lambda: built["euler"][0](params)}
+    fns.update({k: (lambda g=built[k][1]: g(params)) for k in kinds})
+    for f in fns.values():
+        jax.block_until_ready(f())
+    times, cpu = _timed_rounds(fns, repeats)
+    out = {"steps": steps, "forward_median_s": statistics.median(times["forward"]), "load": _load()}
+    for k in kinds:
+        r = [g / f for g, f in zip(times[k], times["forward"])]
+        rc = [g / f for g, f in zip(cpu[k], cpu["forward"])]
+        out[k] = {"grad_median_s": statistics.median(times[k]), "ratio_median": statistics.median(r),
+                  "ratio_min": min(r), "ratio_max": max(r), "cpu_ratio_median": statistics.median(rc),
+                  "cpu_ratio_min": min(rc), "cpu_ratio_max": max(rc), "grad_temp_bytes": built[k][3]}
+    return out
 
 
 def bench_torch(steps, problem, repeats, threads, dtype="float32"):
@@ -206,6 +246,8 @@ def main(argv=None) -> dict:
     p.add_argument("--impl", default="dense", help="attention path of the attnflow rows")
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--no-backsolve", dest="backsolve", action="store_false")
+    p.add_argument("--together", type=int, default=7, metavar="REPEATS",
+                   help="also time the three Euler gradients and the forward in one interleaved loop (0: skip)")
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (default 1, see bench_torch)")
     p.add_argument("--out", default="bench_gradients.json")
     args = p.parse_args(argv)
@@ -239,7 +281,18 @@ def main(argv=None) -> dict:
                 print(f"{kind:22s} steps={str(r['steps']):>8s} forward {r['forward_s'] * 1e3:8.1f} ms "
                       f"[{r['forward_min_max_s'][0] * 1e3:.1f}, {r['forward_min_max_s'][1] * 1e3:.1f}]  grad "
                       f"{r['grad_s'] * 1e3:8.1f} ms [{r['grad_min_max_s'][0] * 1e3:.1f}, {r['grad_min_max_s'][1] * 1e3:.1f}]"
-                      f"  grad/forward {r['ratio']:5.2f}  grad memory {mem}  load {r['load_after']}", flush=True)
+                      f"  grad/forward {r['ratio']:5.2f} (CPU time {r['cpu_ratio']:5.2f})  grad memory {mem}  "
+                      f"load {r['load_after']}", flush=True)
+        together = []
+        if args.together:
+            for steps in steps_list:
+                r = euler_variants_interleaved(steps, params, args.impl, args.together)
+                together.append(r)
+                print(f"interleaved together, {steps} steps (load {r['load']}): gradient / forward per round, "
+                      "median [min, max]: " + "; ".join(
+                          f"{k} {r[k]['ratio_median']:.2f} [{r[k]['ratio_min']:.2f}, {r[k]['ratio_max']:.2f}] "
+                          f"(CPU time {r[k]['cpu_ratio_median']:.2f} [{r[k]['cpu_ratio_min']:.2f}, {r[k]['cpu_ratio_max']:.2f}])"
+                          for k in ("euler", "euler-store-all", "euler-autodiff-softmax")), flush=True)
     growth = {}
     for kind in ("euler", "euler-store-all", "euler-autodiff-softmax", "euler-diffrax", "torch-euler"):
         by = {r["steps"]: r["grad_temp_bytes"] for r in rows if r["kind"] == kind}
@@ -247,6 +300,7 @@ def main(argv=None) -> dict:
             growth[kind] = by[steps_list[1]] / by[steps_list[0]]
     out = {"machine": machine_info(), "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
            "torch_threads": args.torch_threads, "dtype": args.dtype, "repeats_interleaved": args.repeats, "rows": rows,
+           "euler_variants_interleaved": together,
            "backsolve_error": backsolve_error() if args.backsolve else None,
            "memory_growth_factor": {k: v for k, v in growth.items()},
            "steps_factor": steps_list[1] / steps_list[0] if len(steps_list) >= 2 else None,
