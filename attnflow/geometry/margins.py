@@ -1,19 +1,20 @@
 r"""Differentiable margins of the paper's hypotheses on (Q, K, V), traceable by construction.
 
-Everything here is plain JAX: ``jnp.linalg.eig`` (LAPACK on CPU, cuSOLVER ``geev`` on GPUs
-with eigenvalues and right vectors only, which is all it asks for) wrapped in a
-``jax.custom_jvp`` whose tangent rules are the exact first-order perturbation formulas for
-**simple** eigenvalues. There is no host callback and no cached route: ``jax.grad``,
+Everything here is plain JAX with exact first-order perturbation formulas for **simple**
+eigenvalues (``jax.custom_jvp``); there is no host callback and no cached route: ``jax.grad``,
 ``jax.jvp``, ``jax.jit`` and ``jax.vmap`` work in any order.
 
-Perturbation formulas (:math:`V = X\Lambda Y`, :math:`Y = X^{-1}`, rows :math:`y_k` of Y are
-the left eigenvectors with :math:`y_k x_k = 1`, :math:`M = Y\,dV\,X`):
-
-* :math:`d\lambda_k = y_k\, dV\, x_k = M_{kk}` (:math:`= u^H dV v / u^H v` with
-  :math:`u^H = y_k`);
-* :math:`dx_k = \sum_{j\ne k} x_j M_{jk}/(\lambda_k - \lambda_j) + c_k x_k`, the gauge term
-  :math:`c_k` keeping :math:`|x_k| = 1` and the largest entry of :math:`x_k` real positive;
-  :math:`dY = -Y\,dX\,Y` (so :math:`\varphi_1^*(\varphi_1) = 1` is kept exactly);
+* The leading eigenpair (:math:`\lambda_1`, :math:`\varphi_1`, :math:`\varphi_1^*`) is
+  :func:`attnflow.spectral.leading_eigenpair_jax` (re-exported here), the one implementation the
+  spectral checks use too: null vectors of :math:`V - \lambda_1 I`, derivative through the
+  reduced resolvent, exact when :math:`\lambda_1` alone is simple.
+* :func:`eig_sorted` -- the full decomposition, for what needs every eigenvector (spectral
+  projectors, V's eigenbasis): ``jnp.linalg.eig`` (LAPACK on CPU, cuSOLVER ``geev`` on GPUs
+  with eigenvalues and right vectors only). With :math:`V = X\Lambda Y`, :math:`Y = X^{-1}`,
+  :math:`M = Y\,dV\,X`: :math:`d\lambda_k = M_{kk}`,
+  :math:`dx_k = \sum_{j\ne k} x_j M_{jk}/(\lambda_k - \lambda_j) + c_k x_k` (gauge :math:`c_k`:
+  :math:`|x_k| = 1`, largest entry real positive), :math:`dY = -Y\,dX\,Y` (all eigenvalues
+  simple).
 * spectral projector of a group G of eigenvalues,
   :math:`d\Pi_G = \sum_{k\in G, j\notin G} (P_j\,dV P_k + P_k\,dV P_j)/(\lambda_k - \lambda_j)`,
   :math:`P_k = x_k y_k` (only cross-group gaps appear: valid when eigenvalues inside G coincide).
@@ -38,6 +39,8 @@ from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
 from ..errors import InputError
+from ..spectral.batched import eigvals_sorted
+from ..spectral.eigenpair import leading_eigenpair_jax, modulus_order
 from .smooth import safe_norm
 
 
@@ -79,7 +82,7 @@ def eig_sorted(V: Float[Array, "d d"]) -> tuple[Complex[Array, " d"], Complex[Ar
         1.0
     """
     w, X = jnp.linalg.eig(V)
-    order = jnp.lexsort((-w.imag, -w.real, -jnp.abs(w)))
+    order = modulus_order(w)
     w, X = w[order], X[:, order]
     X = X / jnp.linalg.norm(X, axis=0, keepdims=True)
     p = jnp.argmax(jnp.abs(X), axis=0)
@@ -107,24 +110,6 @@ def _eig_sorted_jvp(primals, tangents):
     dX = dX0 + X * (re_c + 1j * im_c)[None, :]
     dY = -Y @ dX @ Y
     return (w, X, Y), (dw, dX, dY)
-
-
-def leading_eigenpair_jax(V: Float[Array, "d d"]) -> tuple[Complex[Array, ""], Complex[Array, " d"], Complex[Array, " d"]]:
-    r"""(:math:`\lambda_1`, :math:`\varphi_1`, :math:`\varphi_1^*`): the eigenvalue of largest modulus,
-    its unit right eigenvector (largest entry real positive, as
-    :func:`attnflow.spectral.leading_eigenpair`) and the left one with
-    :math:`\varphi_1^*(\varphi_1) = 1`. Complex dtype; real parts are the real vectors when
-    :math:`\lambda_1` is real.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.geometry import leading_eigenpair_jax
-        >>> lam, phi, dual = leading_eigenpair_jax(jnp.array([[2.0, 1.0], [0.0, 1.0]]))
-        >>> float(lam.real), round(float((dual @ phi).real), 12)
-        (2.0, 1.0)
-    """
-    w, X, Y = eig_sorted(V)
-    return w[0], X[:, 0], Y[0, :]
 
 
 @jax.custom_jvp
@@ -197,11 +182,10 @@ def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float
     for name, A in (("Q", Q), ("K", K)):
         if v.check_rank(name, A, (2,), "an (m, d) matrix")[1] != d:
             raise InputError(f"{name} must have d = {d} columns like V, got shape {v.shape_of(name, A)}.")
-    w, X, Y = eig_sorted(V)
-    lam1 = w[0]
-    second = jnp.abs(w[1]) if w.shape[0] > 1 else jnp.zeros((), V.dtype)
+    lam1, phi, _ = leading_eigenpair_jax(V)
+    # |lambda_2|: eigenvalues only (JAX's eig derivative), so coinciding lower eigenvalues are fine
+    second = jnp.abs(eigvals_sorted(V, "device")[1]) if d > 1 else jnp.zeros((), V.dtype)
     gap = jnp.abs(lam1) - second
-    phi = X[:, 0]
     cd = _complex_dtype(V)
     qk = jnp.real(jnp.vdot(Q.astype(cd) @ phi, K.astype(cd) @ phi))
     cond1 = jnp.minimum(gap, lam1.real) - jnp.abs(lam1.imag)

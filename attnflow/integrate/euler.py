@@ -14,6 +14,7 @@ stepped with a dt other than its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -167,7 +168,9 @@ class EulerStepper(eqx.Module):
 
             step = layer if count % seg == 0 else masked
 
-            @jax.checkpoint
+            # inside lax.scan the loop already stops XLA from CSE-ing the recomputation into the
+            # forward pass, so the optimisation barriers of prevent_cse are pure cost (JAX docs)
+            @functools.partial(jax.checkpoint, prevent_cse=False)
             def segment(carry, s):
                 carry, _ = jax.lax.scan(step, carry, first + s * seg + jnp.arange(seg))
                 return carry, None

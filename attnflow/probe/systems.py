@@ -11,6 +11,7 @@ from jaxtyping import Array, Float
 from ..dynamics import DiscreteRescaledFlow
 from ..errors import InputError
 from ..integrate import solve_euler
+from ..weights import AttentionWeights
 
 __all__ = ["sample_good_triples", "final_tokens", "num_layers"]
 
@@ -59,10 +60,12 @@ def sample_good_triples(seed: int, num: int, d: int, n: int, min_gap: float, max
 
 def final_tokens(
     Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float[Array, "d d"], x0: Float[Array, "n d"],
-    *, dt: float, layers: int,
+    *, dt: float, layers: int, beta=1.0, biases=None,
 ) -> Float[Array, "n d"]:
     r"""Rescaled tokens :math:`z[L] = R^{-L} x[L]` after L forward-Euler layers of step dt
-    (:math:`R = I + \Delta t V`), via :class:`~attnflow.DiscreteRescaledFlow` (exact, Remark 3.4).
+    (:math:`R = I + \Delta t V`), via :class:`~attnflow.DiscreteRescaledFlow` (exact, Remark 3.4);
+    scores :math:`\beta\langle Qx_i + b_q, Kx_j + b_k\rangle`, values :math:`Vx_j + b_v` with
+    ``biases = (b_q, b_k, b_v)`` (None: no biases).
 
     Example:
         >>> import jax.numpy as jnp
@@ -71,5 +74,6 @@ def final_tokens(
         >>> z.shape
         (2, 2)
     """
-    flow = DiscreteRescaledFlow(Q, K, V, attention_impl="dense")
+    qb, kb, vb = (None, None, None) if biases is None else biases
+    flow = DiscreteRescaledFlow(AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb), attention_impl="dense")
     return solve_euler(flow, x0, dt=dt, num_steps=layers, save_every=layers).ys[-1]

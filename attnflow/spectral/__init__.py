@@ -16,6 +16,7 @@ from .assumptions import (
     predict_geometry,
     spectral_one,
 )
+from .eigenpair import eigenpair_at, leading_eigenpair_jax, modulus_order
 from .batched import (
     EIG_ROUTES,
     GEOMETRIES,
@@ -56,4 +57,7 @@ __all__ = [
     "left_eig",
     "projector_from_left_eig",
     "unstable_projector",
+    "eigenpair_at",
+    "leading_eigenpair_jax",
+    "modulus_order",
 ]

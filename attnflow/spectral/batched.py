@@ -63,6 +63,7 @@ from jaxtyping import Array, Bool, Complex, Float, Int
 
 from ..errors import InputError
 from ..linalg import lapack_needs_loop, loop_over_systems
+from .eigenpair import eigenpair_at, modulus_order
 
 __all__ = [
     "EIG_ROUTES",
@@ -147,7 +148,8 @@ def eig_route(route: str = "auto", backend: str | None = None, *, traced: bool =
 
 
 def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
-    """Sort by decreasing modulus, ties by decreasing real part.
+    """Sort by decreasing modulus, ties by decreasing real part, then imaginary part
+    (:func:`attnflow.spectral.eigenpair.modulus_order`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -156,7 +158,7 @@ def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
         [2.0, -2.0, 1.0, 0.5]
     """
     def one(row):
-        return row[jnp.lexsort((-row.real, -jnp.abs(row)))]
+        return row[modulus_order(row)]
 
     flat = w.reshape(-1, w.shape[-1])
     return jax.vmap(one)(flat).reshape(w.shape)
@@ -313,13 +315,10 @@ def _one_system(Q, K, V, w, st: EigenStats):
     scale = jnp.maximum(1.0, jnp.abs(lam1))
     real1 = jnp.abs(lam1.imag) <= _TOL * scale
     lam = lam1.real
-    # Null vectors of V - lam I from its SVD: right -> phi, left -> phi*.
+    # phi, phi*: the one leading-eigenpair implementation (null vectors of V - lam I, exact
+    # derivative for a simple lam); the SVD below (same matrix) gives rank, F and G.
+    _, phi, dual = eigenpair_at(V, jax.lax.stop_gradient(lam))
     u, s, vt = jnp.linalg.svd(V - lam * eye)
-    phi = vt[-1]
-    phi = phi * jnp.where(phi[jnp.argmax(jnp.abs(phi))] < 0, -1.0, 1.0)
-    phi = phi / jnp.linalg.norm(phi)
-    dual = u[:, -1]
-    dual = dual / (dual @ phi)
     nan = jnp.full_like(phi, jnp.nan)
     phi, dual = jnp.where(real1, phi, nan), jnp.where(real1, dual, nan)
     qk = jnp.where(real1, (Q @ phi) @ (K @ phi), jnp.nan)
