@@ -20,6 +20,8 @@ import scipy.linalg
 
 from attnflow import AttentionFlow, AttentionWeights
 from attnflow.dynamics import LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow, sphere_flow
+from attnflow.dynamics.feedforward import FeedForward, TransformerBlock
+from attnflow.dynamics.normalised import PreNorm
 from attnflow.ensembles import draw_systems, system_seeds, token_key
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
@@ -35,6 +37,9 @@ CASES = {  # test id: (dynamics, extra config keys)
     "feedforward-x": ("feedforward", {"activation": "relu", "ff_reading": "x"}),
     "layered": ("layered", {"epsilon": 0.3}),
     "sphere": ("sphere", {}),
+    "prenorm": ("prenorm", {}),
+    "mean": ("mean", {}),
+    "block": ("block", {"activation": "gelu", "ff_hidden": 5}),
 }
 D, N, CLOUDS, DT, LAYERS = 3, 6, 2, 0.1, 10
 GROUP = f"V=ginibre/QK=uniform/d={D}"
@@ -79,6 +84,16 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
     elif name == "feedforward":
         W = np.asarray(jax.random.normal(ff_key(seed), (D, D))) / np.sqrt(D)
         field = section12_2_flow(Q[0], K[0], V[0], W=W, activation=cfg["activation"])
+    elif name == "prenorm":
+        field = PreNorm(AttentionFlow(Q[0], K[0], V[0]))
+    elif name == "mean":
+        field = AttentionFlow(Q[0], K[0], V[0], normalisation="mean")
+    elif name == "block":  # W1 (h, d) ~ N(0, 1/d), W2 (d, h) ~ N(0, 1/h), from the system's feed-forward key
+        h = cfg["ff_hidden"]
+        k1, k2 = jax.random.split(ff_key(seed))
+        W1 = np.asarray(jax.random.normal(k1, (h, D))) / np.sqrt(D)
+        W2 = np.asarray(jax.random.normal(k2, (D, h))) / np.sqrt(h)
+        field = TransformerBlock(AttentionFlow(Q[0], K[0], V[0]), FeedForward(W1, W2, activation=cfg["activation"]))
     else:
         field, stepper = sphere_flow(Q[0], K[0], V[0]), EulerStepper(DT, LAYERS, shift=sphere_shift)
     last = np.asarray(jax.jit(jax.vmap(lambda x: stepper.solve(field, x).ys[-1]))(x0))  # every cloud
@@ -120,7 +135,7 @@ def test_sweep_row_equals_direct_run_of_the_module(case, tmp_path):
             assert int(r[key]) == ref[key], key
         for key in ("max_norm_z", "max_norm_x"):
             np.testing.assert_allclose(float(r[key]), ref[key], rtol=1e-9, err_msg=key)
-        if name in ("multihead", "sphere"):
+        if name in ("multihead", "sphere", "prenorm", "mean", "block"):
             assert r["predicted"] == "none"  # no theorem
 
 

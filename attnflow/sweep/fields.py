@@ -24,6 +24,17 @@ field. The sweep then classifies the last layer exactly as for the plain flow.
   the shared weights' geometry.
 * ``sphere``: ``sphere_flow(Q, K, V)`` with the projected step (``sphere_shift``) from normalised
   starts; state x on the sphere (z = x); predicted: none (no theorem).
+* ``prenorm``: ``PreNorm(AttentionFlow(Q, K, V))``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`
+  with :math:`N(x_j) = x_j/|x_j|` (pre-LN: the residual stream is not normalised); raw x read in
+  :math:`z = R^{-L} x`; predicted: none (no theorem).
+* ``mean``: ``AttentionFlow(Q, K, V, normalisation="mean")``, unnormalised attention,
+  :math:`\dot x_i = \frac1n\sum_j e^{\langle Qx_i, Kx_j\rangle} V x_j`; raw x read in
+  :math:`z = R^{-L} x` (a run whose scores overflow is recorded as not finite); predicted: none.
+* ``block``: ``TransformerBlock(AttentionFlow(Q, K, V), FeedForward(W1, W2, activation))``, one
+  layer :math:`x' = x + \Delta t\,\mathrm{attn}(x)`, :math:`x \leftarrow x' + \Delta t\, W_2
+  \sigma(W_1 x')` with hidden width ``ff_hidden`` (0: 4d) and Gaussian
+  :math:`W_1/\sqrt d`, :math:`W_2/\sqrt h` drawn per system; raw x read in :math:`z = R^{-L} x`;
+  predicted: none.
 
 Here :math:`R = I + \Delta t V` (:math:`R_S = I + \Delta t S`, :math:`S = \sum_h V_h`) and L is
 the number of layers: a raw-picture run is rescaled at its last layer by L solves with one LU
@@ -36,7 +47,8 @@ and nothing is predicted; the spectral columns of such a system are those of
 Rescaling a raw run amplifies its rounding errors by up to :math:`\|R^{-L}\|` (e.g.
 :math:`0.9^{-120} \approx 3\cdot 10^5` for an eigenvalue -1 of V with dt = 0.1, 120 layers),
 on top of tokens of size :math:`e^{t_1}`; float32 would leave no correct digit, so the
-raw-picture dynamics (layered, multihead with H >= 2, feedforward in the x reading) require
+raw-picture dynamics (layered, multihead with H >= 2, feedforward in the x reading, prenorm,
+mean, block) require
 ``dtype = "float64"``.
 """
 
@@ -50,16 +62,22 @@ import numpy as np
 
 from ..dynamics import (ACTIVATIONS, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, LayeredFlow, Wrapped,
                         normalise, perturbed_layers, section12_2_flow, sphere_flow)
+from ..dynamics.feedforward import FeedForward, TransformerBlock
+from ..dynamics.normalised import PreNorm
 from ..ensembles import system_seeds, token_key
 from ..errors import InputError
 from ..integrate import EulerStepper, plain_shift, sphere_shift
 from ..weights import AttentionWeights
 
 __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
-           "ff_key", "initial_clouds", "run_final_layer", "rescaled_from_raw"]
+           "ff_key", "block_mlp", "initial_clouds", "run_final_layer", "rescaled_from_raw"]
 
 #: values of the sweep's ``dynamics`` key
-SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere")
+SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "mean", "block")
+#: the dynamics that step raw tokens whatever their options (read in z = R^{-L} x at the end)
+_RAW = ("layered", "prenorm", "mean", "block")
+#: the dynamics with no theorem (predicted "none")
+_NO_THEOREM = ("sphere", "prenorm", "mean", "block")
 #: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
 FF_WEIGHTS = ("identity", "random")
 #: the two readings of Section 12.2: sigma inside the rescaled drift (SPEC 3), or on the raw attention output
@@ -79,6 +97,7 @@ class SweepDynamics:
     ff_weight: str
     epsilon: float
     ff_reading: str = "z"
+    ff_hidden: int = 0
 
     @property
     def num_heads(self) -> int:
@@ -88,12 +107,12 @@ class SweepDynamics:
     @property
     def raw_picture(self) -> bool:
         """Whether the run steps raw tokens and is rescaled at the end (needs float64)."""
-        return self.name == "layered" or self.num_heads > 1 or (self.name == "feedforward" and self.ff_reading == "x")
+        return self.name in _RAW or self.num_heads > 1 or (self.name == "feedforward" and self.ff_reading == "x")
 
     @property
     def predicts(self) -> bool:
         """Whether a predicted geometry is reported (no theorem for several heads, or the sphere)."""
-        return not (self.num_heads > 1 or self.name == "sphere")
+        return not (self.num_heads > 1 or self.name in _NO_THEOREM)
 
     def record(self) -> dict:
         """The options that matter for this dynamics (for summary.json)."""
@@ -104,7 +123,13 @@ class SweepDynamics:
             out.update(activation=self.activation, ff_weight=self.ff_weight, ff_reading=self.ff_reading)
         if self.name == "layered":
             out["epsilon"] = self.epsilon
+        if self.name == "block":
+            out.update(activation=self.activation, ff_hidden=self.ff_hidden)
         return out
+
+    def hidden_width(self, d: int) -> int:
+        """The block's MLP hidden width (``ff_hidden``; 0 means 4 d)."""
+        return self.ff_hidden or 4 * d
 
 
 def sweep_dynamics(config: dict) -> SweepDynamics:
@@ -137,7 +162,12 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not np.isfinite(eps) or eps < 0:
         raise InputError(f"epsilon (relative Frobenius size of the per-layer perturbation, dynamics = 'layered') "
                          f"must be a finite number >= 0, got {eps!r}.")
-    spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps), config["ff_reading"])
+    hidden = config.get("ff_hidden", 0)
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
+        raise InputError(f"ff_hidden (hidden width of the block's MLP, dynamics = 'block'; 0 = 4 d) must be an "
+                         f"integer >= 0, got {hidden!r}.")
+    spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps), config["ff_reading"],
+                         int(hidden))
     if spec.raw_picture and config["dtype"] != "float64":
         which = {"multihead": " with heads >= 2", "feedforward": " with ff_reading = 'x'"}.get(name, "")
         raise InputError(f"dynamics = {name!r}{which} runs raw tokens "
@@ -173,8 +203,23 @@ def layer_key(seed) -> jax.Array:
 
 
 def ff_key(seed) -> jax.Array:
-    """The key of a system's random feed-forward W (``ff_weight = "random"``)."""
+    """The key of a system's random feed-forward W (``ff_weight = "random"``; the block's W1, W2 split it)."""
     return jax.random.fold_in(jax.random.key(seed), _FF_TAG)
+
+
+def block_mlp(seed, d: int, hidden: int, activation: str, dtype) -> FeedForward:
+    """The block's MLP of one system: W1 (h, d) with N(0, 1/d) entries, W2 (d, h) with N(0, 1/h).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.sweep.fields import block_mlp
+        >>> block_mlp(0, 3, 12, "gelu", jnp.float32).hidden_width
+        12
+    """
+    k1, k2 = jax.random.split(ff_key(seed))
+    W1 = jax.random.normal(k1, (hidden, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+    W2 = jax.random.normal(k2, (d, hidden), dtype) / jnp.sqrt(jnp.asarray(hidden, dtype))
+    return FeedForward(W1, W2, activation=activation)
 
 
 def rescaled_from_raw(R, num_layers: int, x):
@@ -226,6 +271,12 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
             field = Wrapped(AttentionFlow(Q, K, V), W, spec.activation)
     elif spec.name == "layered":
         field = LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), layers, spec.epsilon, layer_key(seed)))
+    elif spec.name == "prenorm":
+        field = PreNorm(AttentionFlow(Q, K, V))
+    elif spec.name == "mean":
+        field = AttentionFlow(Q, K, V, normalisation="mean")
+    elif spec.name == "block":
+        field = TransformerBlock(AttentionFlow(Q, K, V), block_mlp(seed, d, spec.hidden_width(d), spec.activation, dtype))
     else:  # sphere
         field, shift = sphere_flow(Q, K, V, 1.0), sphere_shift
     stepper = EulerStepper(dt, layers, save_every=layers, shift=shift)
