@@ -59,6 +59,13 @@ def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"
         True
     """
     _check_normalisation(normalisation)
+    e, total, s_max = _exponentials(s, axis, where)
+    return _normalise(e, total, s_max, s.shape[axis], normalisation)
+
+
+def _exponentials(s, axis: int = -1, where=None):
+    """The pieces of a max-subtracted softmax along ``axis``: e = exp(s - max s) (0 where masked),
+    the row sums (1 for a row with no admissible entry) and the row maxima (kept dims)."""
     if where is None:
         s_max = jax.lax.stop_gradient(jnp.max(s, axis=axis, keepdims=True))
         e = jnp.exp(s - s_max)
@@ -70,9 +77,17 @@ def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"
         e = jnp.where(where, jnp.exp(jnp.where(where, s - s_max, 0)), 0)
         total = jnp.sum(e, axis=axis, keepdims=True)
         total = jnp.where(total > 0, total, 1)
+    return e, total, s_max
+
+
+def _normalise(u, total, s_max, n: int, normalisation: str):
+    """Rows of u (e itself, or e @ v) divided by the softmax denominator (``"softmax"``), or times
+    e^{max s}/n (``"mean"``). Normalising e @ v (n x r) instead of e (n x n) is the same
+    number up to rounding and costs n r divisions instead of n^2 (a (64, 256, 128) float32 Euler
+    run: 1.2-1.3x faster on a 2-core CPU, benchmarks/RESULTS.md)."""
     if normalisation == "mean":
-        return e * (jnp.exp(s_max) / s.shape[axis])
-    return e / total
+        return u * (jnp.exp(s_max) / n)
+    return u / total
 
 
 def scores(
@@ -196,29 +211,36 @@ def _dense_tangent(P, q, k, v, dq, dk, dv, normalisation):
     return dP @ v + P @ dv
 
 
+def _dense_forward(q, k, v, where, normalisation):
+    """(P v, P) with P = softmax(q k^T): the product is normalised after it (:func:`_normalise`)."""
+    e, total, s_max = _exponentials(q @ k.T, -1, where)
+    norm = lambda u: _normalise(u, total, s_max, k.shape[0], normalisation)
+    return norm(e @ v), norm(e)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _dense_softmax_attend(q, k, v, normalisation):
-    return softmax(q @ k.T, axis=-1, normalisation=normalisation) @ v
+    return _dense_forward(q, k, v, None, normalisation)[0]
 
 
 @_dense_softmax_attend.defjvp
 def _dense_softmax_attend_jvp(normalisation, primals, tangents):
     q, k, v = primals
-    P = softmax(q @ k.T, axis=-1, normalisation=normalisation)
-    return P @ v, _dense_tangent(P, q, k, v, *tangents, normalisation)
+    out, P = _dense_forward(q, k, v, None, normalisation)
+    return out, _dense_tangent(P, q, k, v, *tangents, normalisation)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
 def _dense_softmax_attend_masked(q, k, v, where, normalisation):
-    return softmax(q @ k.T, axis=-1, where=where, normalisation=normalisation) @ v
+    return _dense_forward(q, k, v, where, normalisation)[0]
 
 
 @_dense_softmax_attend_masked.defjvp
 def _dense_softmax_attend_masked_jvp(normalisation, primals, tangents):
     q, k, v, where = primals
     dq, dk, dv, _ = tangents
-    P = softmax(q @ k.T, axis=-1, where=where, normalisation=normalisation)
-    return P @ v, _dense_tangent(P, q, k, v, dq, dk, dv, normalisation)
+    out, P = _dense_forward(q, k, v, where, normalisation)
+    return out, _dense_tangent(P, q, k, v, dq, dk, dv, normalisation)
 
 
 def _fused_attend(q, k, v, implementation=None, mask=None):
