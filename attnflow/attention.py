@@ -211,35 +211,36 @@ def _dense_tangent(P, q, k, v, dq, dk, dv, normalisation):
     return dP @ v + P @ dv
 
 
-def _dense_forward(q, k, v, where, normalisation):
-    """(P v, P) with P = softmax(q k^T): the product is normalised after it (:func:`_normalise`)."""
+def _dense_forward(q, k, v, where, normalisation, with_P: bool = False):
+    """P v with P = softmax(q k^T), normalised after the product (:func:`_normalise`); with
+    ``with_P`` also P itself (the tangent's residual)."""
     e, total, s_max = _exponentials(q @ k.T, -1, where)
     norm = lambda u: _normalise(u, total, s_max, k.shape[0], normalisation)
-    return norm(e @ v), norm(e)
+    return (norm(e @ v), norm(e)) if with_P else norm(e @ v)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _dense_softmax_attend(q, k, v, normalisation):
-    return _dense_forward(q, k, v, None, normalisation)[0]
+    return _dense_forward(q, k, v, None, normalisation)
 
 
 @_dense_softmax_attend.defjvp
 def _dense_softmax_attend_jvp(normalisation, primals, tangents):
     q, k, v = primals
-    out, P = _dense_forward(q, k, v, None, normalisation)
+    out, P = _dense_forward(q, k, v, None, normalisation, with_P=True)
     return out, _dense_tangent(P, q, k, v, *tangents, normalisation)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
 def _dense_softmax_attend_masked(q, k, v, where, normalisation):
-    return _dense_forward(q, k, v, where, normalisation)[0]
+    return _dense_forward(q, k, v, where, normalisation)
 
 
 @_dense_softmax_attend_masked.defjvp
 def _dense_softmax_attend_masked_jvp(normalisation, primals, tangents):
     q, k, v, where = primals
     dq, dk, dv, _ = tangents
-    out, P = _dense_forward(q, k, v, where, normalisation)
+    out, P = _dense_forward(q, k, v, where, normalisation, with_P=True)
     return out, _dense_tangent(P, q, k, v, dq, dk, dv, normalisation)
 
 

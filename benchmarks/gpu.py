@@ -349,6 +349,22 @@ def _torch_device(args):
     return torch.device("cuda"), None
 
 
+def _torch_euler(x, Q, K, V, *, steps: int, dt: float, fused: bool = False):
+    """The Euler layers in PyTorch: x += dt softmax((x Q^T)(x K^T)^T) x V^T, with ``torch.bmm`` and
+    ``torch.softmax``, or (``fused``) ``scaled_dot_product_attention`` with scale 1."""
+    import torch
+    import torch.nn.functional as F
+
+    for _ in range(steps):
+        q, k, v = x @ Q.T, x @ K.T, x @ V.T
+        if fused:
+            att = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], scale=1.0)[:, 0]
+        else:
+            att = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v)
+        x = x + dt * att
+    return x
+
+
 def _torch_time(fn, repeats: int, sync) -> list[float]:
     fn()
     sync()  # warm-up (kernel selection, allocator)
@@ -370,7 +386,6 @@ def _torch_rows(rows, args, mm) -> list[dict]:
         print(f"  PyTorch rows: skipped ({why})")
         return [{"note": f"skipped: {why}"}]
     import torch
-    import torch.nn.functional as F
 
     from benchmarks.common import attention_flops
 
@@ -387,16 +402,8 @@ def _torch_rows(rows, args, mm) -> list[dict]:
         rec = dict(B=B, n=n, d=d, steps=steps, path="sdpa" if fused else "bmm+softmax")
 
         def run():
-            x = x0
             with torch.inference_mode():
-                for _ in range(steps):
-                    q, k, v = x @ Q.T, x @ K.T, x @ V.T
-                    if fused:
-                        att = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], scale=1.0)[:, 0]
-                    else:
-                        att = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v)
-                    x = x + dt * att
-            return x
+                return _torch_euler(x0, Q, K, V, steps=steps, dt=dt, fused=fused)
 
         try:
             times = _torch_time(run, args.repeats, sync)
@@ -434,10 +441,7 @@ def _torch_gradient_row(args) -> dict:
                    for a in make_problem(B, n, d, seed=args.seed))
 
     def loss(V):
-        x = x0
-        for _ in range(steps):
-            x = x + 0.01 * torch.bmm(torch.softmax(torch.bmm(x @ Q.T, (x @ K.T).transpose(1, 2)), dim=-1), x @ V.T)
-        return (x ** 2).sum()
+        return (_torch_euler(x0, Q, K, V, steps=steps, dt=0.01) ** 2).sum()
 
     def fwd():
         with torch.no_grad():

@@ -442,13 +442,19 @@ def _sphere_counts(field, x0, cfg) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return ts, counts, drift, ys
 
 
-def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
-    st = Study("causal", "Causal vs full attention (tokens on the sphere, V = I)")
+def _sphere_start(cfg: dict, rng: np.random.Generator):
+    """The sphere studies' starts: ``clouds`` normalised Gaussian clouds (B, n, d), I_d, and the
+    settings they share."""
     d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
     x0 = np.asarray(normalise(jnp.asarray(rng.normal(size=(B, n, d)))))
-    I = np.eye(d)
-    st.settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"],
-                   "betas": cfg["betas"], "weights": "Q = K = V = I", "step": "projected Euler (renormalise)"}
+    settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"], "betas": cfg["betas"]}
+    return x0, np.eye(d), settings
+
+
+def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+    st = Study("causal", "Causal vs full attention (tokens on the sphere, V = I)")
+    x0, I, st.settings = _sphere_start(cfg, rng)
+    st.settings.update(weights="Q = K = V = I", step="projected Euler (renormalise)")
     curves = {}
     for beta in cfg["betas"]:
         for mask in (None, "causal"):
@@ -478,12 +484,10 @@ def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
 
 def study_sphere(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("sphere", "Tokens on the sphere (Q = K = V = I): one cluster vs metastable clusters")
-    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
-    x0 = np.asarray(normalise(jnp.asarray(rng.normal(size=(B, n, d)))))
-    I = np.eye(d)
-    st.settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"],
-                   "betas": cfg["betas"], "metastable": f"2 <= clusters(t) <= n/2 (tokens grouped, not yet one "
-                   f"cluster; chordal tolerance {cfg['cluster_tol']}), time on the save grid, censored at t1"}
+    x0, I, st.settings = _sphere_start(cfg, rng)
+    n = cfg["n"]
+    st.settings["metastable"] = (f"2 <= clusters(t) <= n/2 (tokens grouped, not yet one cluster; chordal "
+                                 f"tolerance {cfg['cluster_tol']}), time on the save grid, censored at t1")
     curves, meta, final_all = {}, [], {}
     for beta in cfg["betas"]:
         ts, counts, drift, _ = _sphere_counts(sphere_flow(I, I, I, beta), x0, cfg)
