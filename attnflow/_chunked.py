@@ -40,10 +40,28 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["chunked_attend", "DEFAULT_CHUNK"]
+__all__ = ["chunked_attend", "DEFAULT_CHUNK", "default_chunk"]
 
-#: default tile edge (queries and keys); 512 x 512 tiles keep XLA:CPU matmuls efficient
+#: default tile edge (queries and keys) below :data:`LARGE_N`; 512 x 512 tiles keep XLA:CPU
+#: matmuls efficient there
 DEFAULT_CHUNK = 512
+#: from this many keys on, CPU tiles are :data:`LARGE_CHUNK` wide: measured on two 2-core EPYC
+#: machines (benchmarks/NOTES.md section 2), 1024-wide tiles are 10-18% faster than 512 at
+#: n = 4096 and 8192, while at n = 2048 they are 9-12% slower
+LARGE_N = 4096
+LARGE_CHUNK = 1024
+
+
+def default_chunk(n: int) -> int:
+    """The CPU tile edge for ``n`` keys: :data:`DEFAULT_CHUNK`, or :data:`LARGE_CHUNK` from
+    :data:`LARGE_N` keys on.
+
+    Example:
+        >>> from attnflow._chunked import default_chunk
+        >>> default_chunk(1024), default_chunk(4096)
+        (512, 1024)
+    """
+    return LARGE_CHUNK if n >= LARGE_N else DEFAULT_CHUNK
 
 
 def _pad_rows(a: Array, total: int) -> Array:
