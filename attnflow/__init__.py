@@ -28,7 +28,7 @@ from .dynamics import (  # noqa: E402
 )
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
 from .integrate import EulerStepper, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
-from .linalg import expm_tV  # noqa: E402
+from .linalg import expm_tV, vmap_systems  # noqa: E402
 from .simulation import Simulation, make_dynamics, simulate  # noqa: E402
 from .weights import AttentionWeights  # noqa: E402
 
@@ -56,6 +56,7 @@ __all__ = [
     "Simulation",
     "make_dynamics",
     "expm_tV",
+    "vmap_systems",
     "AttnflowError",
     "InputError",
     "NonFiniteError",

@@ -2,7 +2,8 @@ r"""How a batch of independent systems is run: ``jax.vmap``, or a ``lax.map`` on
 
 Batching is never inferred from an array's rank: callers name the batched inputs and this
 module turns the names into ``in_axes``. On CPU, code with several independent batched
-LAPACK calls runs one system at a time (see :func:`loop_over_systems`).
+LAPACK calls runs one system at a time (see :func:`loop_over_systems`), and attention runs in
+cache-sized groups of systems (see :func:`vmap_systems`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop"]
+__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size",
+           "GROUP_BYTES"]
 
 
 def loop_over_systems(fn: Callable) -> Callable:
@@ -37,10 +40,11 @@ def loop_over_systems(fn: Callable) -> Callable:
     return lambda *arrays: map_over_batch(member, (0,) * len(arrays))(*arrays)
 
 
-def map_over_batch(fn: Callable, in_axes: tuple) -> Callable:
+def map_over_batch(fn: Callable, in_axes: tuple, group: int = 1) -> Callable:
     """``jax.vmap(fn, in_axes=in_axes)`` computed as a ``lax.map``: ``fn`` (written for one
-    member) runs once per member, in sequence. ``in_axes`` holds 0 (batched on the leading axis)
-    or None (shared) per positional argument. See :func:`loop_over_systems` for why.
+    member) runs once per member, in sequence, or vmapped over ``group`` members at a time
+    (``lax.map(..., batch_size=group)``). ``in_axes`` holds 0 (batched on the leading axis) or
+    None (shared) per positional argument. See :func:`loop_over_systems` for why.
 
     Example:
         >>> import jax.numpy as jnp
@@ -56,9 +60,87 @@ def map_over_batch(fn: Callable, in_axes: tuple) -> Callable:
             it = iter(members)
             return fn(*(next(it) if ax is not None else a for a, ax in zip(args, in_axes)))
 
-        return jax.lax.map(one, batched)
+        return jax.lax.map(one, batched, batch_size=group if group > 1 else None)
 
     return mapped
+
+
+#: on XLA:CPU a batch of systems runs as a ``lax.map`` over groups whose attention scores take
+#: about this many bytes together (a vmap over the whole batch streams B score matrices through
+#: memory between fusions). Measured on a 2-core EPYC, float32 Euler, group vs whole-batch vmap:
+#: (64, 256, 128) 190 vs 121 GF/s, (32, 512, 64) 119 vs 53, (16, 1024, 64) 140 vs 112,
+#: (256, 64, 32) equal (the whole batch is one group); benchmarks/NOTES.md section 9.
+GROUP_BYTES = 4 * 2**20
+
+
+def group_size(batch: int, n_tokens: int, itemsize: int = 4, heads: int = 1, impl: str = "auto") -> int:
+    """Systems per group for :func:`vmap_systems`: ``batch`` on accelerators; on CPU as many as
+    keep their attention scores within :data:`GROUP_BYTES` (at least 1, at most ``batch``).
+
+    One system's scores: ``heads`` x (n x n), or one tile of the chunked path when ``impl``
+    (``"auto"`` as :func:`attnflow.attend` picks it) tiles.
+
+    Example:
+        >>> import jax
+        >>> from attnflow.linalg import group_size
+        >>> jax.default_backend() != "cpu" or group_size(64, 256) == 16
+        True
+    """
+    if jax.default_backend() != "cpu":
+        return int(batch)
+    from ._chunked import default_chunk
+    from .attention import select_impl
+
+    impl = select_impl(n_tokens, n_tokens) if impl == "auto" else impl
+    edge = min(n_tokens, default_chunk(n_tokens)) if impl == "chunked" else n_tokens
+    per_system = max(1, heads * edge * edge * int(itemsize))
+    return int(max(1, min(batch, GROUP_BYTES // per_system)))
+
+
+def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = None) -> Callable:
+    """``jax.vmap(fn, in_axes)`` over independent token systems, run in cache-sized groups on CPU.
+
+    Same results as ``jax.vmap`` (to rounding); on XLA:CPU the batch runs as a ``lax.map``
+    over groups of :func:`group_size` systems (from the first batched argument, taken as
+    tokens (B, n, d), its dtype and the automatic attention path), each group vmapped; on
+    GPU/TPU, or when one group holds the whole batch, it is ``jax.vmap``. ``group`` fixes the
+    group size. Traceable under jit, grad and vmap like ``jax.vmap``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import AttentionFlow, vmap_systems
+        >>> from attnflow.integrate import solve_euler
+        >>> flow = AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+        >>> run = lambda x: solve_euler(flow, x, dt=0.1, num_steps=10, save_every=10).ys[-1]
+        >>> x0 = jax.random.normal(jax.random.key(0), (6, 8, 2))
+        >>> out = vmap_systems(run, group=4)(x0)
+        >>> out.shape, bool(jnp.allclose(out, jax.vmap(run)(x0), atol=1e-6))
+        ((6, 8, 2), True)
+    """
+
+    def batched(*args):
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        if len(axes) != len(args):
+            from .errors import InputError
+
+            raise InputError(f"in_axes has {len(axes)} entries for {len(args)} arguments.")
+        if any(ax not in (0, None) for ax in axes):
+            from .errors import InputError
+
+            raise InputError(f"vmap_systems batches on the leading axis: in_axes entries must be 0 or None, got {axes}.")
+        first = next((a for a, ax in zip(args, axes) if ax == 0), None)
+        if first is None:
+            return fn(*args)
+        shape = jnp.shape(first)
+        size = group
+        if size is None:
+            n = shape[1] if len(shape) >= 3 else 1
+            size = group_size(shape[0], n, jnp.dtype(first.dtype).itemsize)
+        if size >= shape[0]:
+            return jax.vmap(fn, in_axes=axes)(*args)
+        return map_over_batch(fn, axes, int(size))(*args)
+
+    return batched
 
 
 def lapack_needs_loop() -> bool:

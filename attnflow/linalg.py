@@ -15,7 +15,7 @@ from ._validate import is_concrete
 from .errors import InputError
 
 __all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer", "loop_over_systems",
-           "map_over_batch", "lapack_needs_loop"]
+           "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size"]
 
 
 def expm_tV(V: Float[Array, "d d"], t: Float[Array, ""] | float) -> Float[Array, "d d"]:
@@ -82,4 +82,4 @@ def check_invertible_transfer(V, dt) -> None:
 
 
 # The batching workarounds live in attnflow._batching; re-exported here for existing callers.
-from ._batching import lapack_needs_loop, loop_over_systems, map_over_batch  # noqa: E402
+from ._batching import group_size, lapack_needs_loop, loop_over_systems, map_over_batch, vmap_systems  # noqa: E402

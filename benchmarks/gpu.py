@@ -315,14 +315,14 @@ def _gradient_row(args, device, mm) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from attnflow import AttentionFlow
+    from attnflow import AttentionFlow, vmap_systems
     from attnflow.integrate import solve_euler
 
     B, n, d, steps = (2, 128, 16, 20) if args.cpu else (16, 1024, 64, 100)
     x0, Q, K, V = (jax.device_put(jnp.asarray(a, jnp.float32), device) for a in make_problem(B, n, d, seed=args.seed))
 
     def loss(V):
-        final = jax.vmap(lambda x: solve_euler(AttentionFlow(Q, K, V), x, dt=0.01, num_steps=steps,
+        final = vmap_systems(lambda x: solve_euler(AttentionFlow(Q, K, V), x, dt=0.01, num_steps=steps,
                                                save_every=steps).ys[-1])(x0)
         return jnp.sum(final ** 2)
 

@@ -9,7 +9,9 @@ headline ratios), ``table.csv`` (one row per measurement), ``table.md`` and
 Problem (shared weights, raw flow of SPEC 1.1, t in [0, 1], 100 steps of dt = 0.01):
 tokens x0 ~ N(0, 1) in R^d, Q, K ~ N(0, d^{-3/2}) (scores of order 1),
 V = I + N(0, 1/(4d)). Flops per evaluation: :func:`benchmarks.common.attention_flops`;
-Euler takes 1 evaluation per step, Tsit5 and dopri5 6 (FSAL).
+Euler takes 1 evaluation per step, Tsit5 and dopri5 6 (FSAL). The attnflow rows batch the
+systems with :func:`attnflow.vmap_systems` (a vmap, run in cache-sized groups on CPU), the
+library's way of running independent systems, as ``simulate(batch=...)`` does.
 
 Run: ``python -m benchmarks.suite [--quick] [--out DIR]``.
 """
@@ -39,7 +41,7 @@ import jax.numpy as jnp  # noqa: E402
 # the benchmark script (an application, not the library) runs float64 rows next to float32 ones
 jax.config.update("jax_enable_x64", True)
 
-from attnflow import AttentionFlow  # noqa: E402
+from attnflow import AttentionFlow, vmap_systems  # noqa: E402
 from attnflow.attention import select_impl  # noqa: E402
 from attnflow.dynamics import FoldedBatch  # noqa: E402
 from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
@@ -72,14 +74,14 @@ def attnflow_runner(method: str, *, steps: int, t1: float, impl: str = "auto", a
         dyn = AttentionFlow(Q, K, V, attention_impl=impl)
         if method == "euler":
             one = lambda x: solve_euler(dyn, x, dt=t1 / steps, num_steps=steps, save_every=steps).ys[-1]
-            return jax.vmap(one)(x0), jnp.asarray(steps)
+            return vmap_systems(one)(x0), jnp.asarray(steps)
         if adaptive:  # shared weights: fold the batch into one state (as torchdiffeq does)
             traj = solve_ode(FoldedBatch(dyn), x0, t0=0.0, t1=t1, solver=method, rtol=rtol, atol=atol,
                              adaptive=True, max_steps=4096)
             return traj.ys[-1], traj.num_steps
         one = lambda x: solve_ode(dyn, x, t0=0.0, t1=t1, solver=method, dt0=t1 / steps, adaptive=False,
                                   max_steps=steps).ys[-1]
-        return jax.vmap(one)(x0), jnp.asarray(steps)
+        return vmap_systems(one)(x0), jnp.asarray(steps)
 
     return jax.jit(eqx.debug.assert_max_traces(run, max_traces=1))
 

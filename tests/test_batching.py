@@ -126,3 +126,33 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
                        env=dict(__import__("os").environ, JAX_PLATFORMS="cpu"))
     assert r.returncode == 0 and "finite True" in r.stdout and "svd finite True" in r.stdout, r.stderr[-2000:]
+
+
+def test_cache_sized_groups_equal_the_whole_batch_vmap(rng, monkeypatch):
+    """On CPU a batch runs in groups of systems (lax.map over vmapped groups); forced here to
+    groups of 2 over B = 5 (a remainder group of 1): same states as one system at a time, for
+    batched tokens (adaptive Tsit5) and batched weights (Euler), and the same gradient as vmap."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow import _batching
+
+    B, n, d = 5, 6, 2
+    monkeypatch.setattr(_batching, "GROUP_BYTES", 2 * n * n * 8)  # two float64 score matrices
+    assert _batching.group_size(B, n, itemsize=8) == (2 if jax.default_backend() == "cpu" else B)
+    x0 = rng.normal(size=(B, n, d))
+    Q, K, V = _weights(rng, B, d)
+    for batch, args, kw in ((("x0",), (x0, Q[0], K[0], V[0]), dict(method="tsit5")),
+                            (("all",), (x0, Q, K, V), dict(method="euler", dt=0.25))):
+        got = af.simulate(*args, t1=1.0, dtype="float64", num_saves=3, batch=batch, **kw)
+        for b in range(B):
+            one = af.simulate(*(a[b] if (batch == ("all",) or i == 0) else a for i, a in enumerate(args)),
+                              t1=1.0, dtype="float64", num_saves=3, **kw)
+            np.testing.assert_allclose(np.asarray(got.states[b]), np.asarray(one.states), rtol=1e-12, atol=1e-12)
+
+    flow = af.AttentionFlow(jnp.asarray(Q[0]), jnp.asarray(K[0]), jnp.asarray(V[0]))
+    run = lambda x: af.solve_euler(flow, x, dt=0.1, num_steps=8, save_every=8).ys[-1]
+    loss = lambda f: lambda x: jnp.sum(f(run)(x) ** 2)
+    x = jnp.asarray(x0)
+    np.testing.assert_allclose(np.asarray(jax.grad(loss(af.vmap_systems))(x)), np.asarray(jax.grad(loss(jax.vmap))(x)),
+                               rtol=1e-12, atol=1e-12)
