@@ -73,12 +73,12 @@ def map_over_batch(fn: Callable, in_axes: tuple, group: int = 1) -> Callable:
 GROUP_BYTES = 4 * 2**20
 
 
-def group_size(batch: int, n_tokens: int, itemsize: int = 4, heads: int = 1, impl: str = "auto") -> int:
+def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, impl: str = "auto") -> int:
     """Systems per group for :func:`vmap_systems`: ``batch`` on accelerators; on CPU as many as
     keep their attention scores within :data:`GROUP_BYTES` (at least 1, at most ``batch``).
 
-    One system's scores: ``heads`` x (n x n), or one tile of the chunked path when ``impl``
-    (``"auto"`` as :func:`attnflow.attend` picks it) tiles.
+    One system's scores: ``matrices`` (heads, clouds, ...) x (n x n), or x the tiles the chunked
+    path holds at once when ``impl`` (``"auto"``: as :func:`attnflow.attend` picks it) tiles.
 
     Example:
         >>> import jax
@@ -88,12 +88,15 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, heads: int = 1, imp
     """
     if jax.default_backend() != "cpu":
         return int(batch)
-    from ._chunked import default_chunk
+    from ._chunked import DEFAULT_CHUNK, _blocks_at_once
     from .attention import select_impl
 
     impl = select_impl(n_tokens, n_tokens) if impl == "auto" else impl
-    edge = min(n_tokens, default_chunk(n_tokens)) if impl == "chunked" else n_tokens
-    per_system = max(1, heads * edge * edge * int(itemsize))
+    rows = cols = n_tokens
+    if impl == "chunked":  # one key tile, times the query blocks the tiled path takes at once
+        cols = min(n_tokens, DEFAULT_CHUNK)
+        rows = min(n_tokens, cols * (_blocks_at_once(-(-n_tokens // cols), cols, cols, f"float{8 * itemsize}") or 1))
+    per_system = max(1, matrices * rows * cols * int(itemsize))
     return int(max(1, min(batch, GROUP_BYTES // per_system)))
 
 

@@ -40,28 +40,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["chunked_attend", "DEFAULT_CHUNK", "default_chunk"]
+__all__ = ["chunked_attend", "DEFAULT_CHUNK"]
 
-#: default tile edge (queries and keys) below :data:`LARGE_N`; 512 x 512 tiles keep XLA:CPU
-#: matmuls efficient there
+#: default tile edge (queries and keys) on CPU; 512 x 512 tiles keep XLA:CPU matmuls efficient, and
+#: the forward pass works on several query blocks at once (:func:`_blocks_at_once`)
 DEFAULT_CHUNK = 512
-#: from this many keys on, CPU tiles are :data:`LARGE_CHUNK` wide: measured on two 2-core EPYC
-#: machines (benchmarks/NOTES.md section 2), 1024-wide tiles are 10-18% faster than 512 at
-#: n = 4096 and 8192, while at n = 2048 they are 9-12% slower
-LARGE_N = 4096
-LARGE_CHUNK = 1024
-
-
-def default_chunk(n: int) -> int:
-    """The CPU tile edge for ``n`` keys: :data:`DEFAULT_CHUNK`, or :data:`LARGE_CHUNK` from
-    :data:`LARGE_N` keys on.
-
-    Example:
-        >>> from attnflow._chunked import default_chunk
-        >>> default_chunk(1024), default_chunk(4096)
-        (512, 1024)
-    """
-    return LARGE_CHUNK if n >= LARGE_N else DEFAULT_CHUNK
 
 
 def _pad_rows(a: Array, total: int) -> Array:
@@ -106,6 +89,19 @@ def _tile_valid(kind, valid, qi_idx, kj_idx, mask_tile):
     elif kind == "array":
         ok = ok & mask_tile
     return ok
+
+
+def _blocks_at_once(num_blocks: int, rows: int, cols: int, dtype) -> int | None:
+    """How many (rows x cols) tiles the ``lax.map`` over blocks processes together
+    (``batch_size``): on XLA:CPU as many as fit in :data:`attnflow._batching.GROUP_BYTES`
+    (one tile at a time left the 2 cores idle between small matmuls: (1, 4096, 64) Euler float32
+    116 -> 147 GF/s with four 512-row blocks at once, benchmarks/NOTES.md section 9); elsewhere one."""
+    from ._batching import GROUP_BYTES
+
+    if jax.default_backend() != "cpu":
+        return None
+    k = min(num_blocks, GROUP_BYTES // max(1, rows * cols * jnp.dtype(dtype).itemsize))
+    return int(k) if k > 1 else None
 
 
 def _safe_lse(m, l):
@@ -154,7 +150,7 @@ def _forward(q, k, v, qc, kc, kind, mask):
         (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, valid_keys, kidx, mrow))
         return acc / jnp.where(l > 0, l, 1)[:, None], _safe_lse(m, l)
 
-    out, lse = jax.lax.map(per_query_block, (qb, qidx, mb))
+    out, lse = jax.lax.map(per_query_block, (qb, qidx, mb), batch_size=_blocks_at_once(qb.shape[0], qc, kc, dtype))
     out = out.reshape(-1, v.shape[1])[:nq]
     lse = lse.reshape(-1)[:nq]
     return out, lse
@@ -219,8 +215,9 @@ def _attend_bwd(qc, kc, kind, res, cotangents):
         dq, _ = jax.lax.scan(body, jnp.zeros_like(qi), (kb, vb, valid_keys, kidx, mrow))
         return dq
 
-    dk, dv = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)))
-    dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db, qidx, mb))
+    dk, dv = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)),
+                         batch_size=_blocks_at_once(kb.shape[0], qc, kc, dtype))
+    dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db, qidx, mb), batch_size=_blocks_at_once(qb.shape[0], qc, kc, dtype))
     dq = dq.reshape(-1, q.shape[1])[:nq]
     dk = dk.reshape(-1, k.shape[1])[:nk]
     dv = dv.reshape(-1, v.shape[1])[:nk]

@@ -309,8 +309,7 @@ def attend(
     * ``"auto"``: fused where it is exact (GPU, half precision), else chunked when
       ``n * n2 >= CHUNK_THRESHOLD`` (``GPU_CHUNK_THRESHOLD`` on GPU), else dense.
 
-    ``chunk_size``: tile edge of the chunked path (default on CPU 512, 1024 from 4096 keys on
-    (:func:`attnflow._chunked.default_chunk`); 4096 on GPU).
+    ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
     ``normalisation``: ``"softmax"`` (default) or ``"mean"``, unnormalised attention
     :math:`\frac1{n_2}\sum_j e^{q_i \cdot k_j} v_j` (see :func:`softmax`); the chunked path
@@ -348,8 +347,8 @@ def attend(
             raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
                              "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
-    from ._chunked import chunked_attend, default_chunk
+    from ._chunked import DEFAULT_CHUNK, chunked_attend
 
     if chunk_size is None:
-        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else default_chunk(k.shape[0])
+        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else DEFAULT_CHUNK
     return chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)
