@@ -69,7 +69,7 @@ def main() -> int:
 
     jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.ensembles import system_seeds
-    from attnflow.runio import atomic_write_json, provenance
+    from attnflow.runio import atomic_write_json, load_config, provenance
     from attnflow.spectral.batched import eig_route
     from attnflow.sweep.dynamics import make_chunk_fn
     from attnflow.sweep.runner import check_eig_route, make_mesh, sharded
@@ -100,8 +100,9 @@ def main() -> int:
         ts = best_time(lambda: fs(seeds), args.repeats)
         row = {"devices": ndev, "spectral_systems_per_s": args.spectral_systems / ts, "spectral_s": ts}
         if not args.skip_dynamics:
-            cfg = {"n": n, "clouds": args.clouds, "dt": 0.1, "t1": 0.1 * args.layers, "dtype": "float32",
-                   "rel_tol": 0.02, "max_clusters": 0, "density": 0.1}
+            # the shipped dynamics config (every key a chunk reads, e.g. `dynamics`), sized here
+            cfg = {**load_config(None, "ginibre-dynamics.toml"), "n": n, "clouds": args.clouds, "dt": 0.1,
+                   "t1": 0.1 * args.layers, "dtype": "float32", "rel_tol": 0.02, "max_clusters": 0, "density": 0.1}
             fd = make_chunk_fn({"v": "ginibre", "qk": "identity", "d": d}, cfg, route, mesh)
             seeds_d = system_seeds(0, "bench-dynamics", 0, args.systems)
             td = best_time(lambda: fd(seeds_d), args.repeats)

@@ -88,3 +88,20 @@ def test_suite_smoke_run_writes_its_folder(tmp_path):
         assert rows[key]["err_ref"] == "f64 euler" and rows[key]["rel_err"] < 1e-5, key
     assert rows[("attnflow tsit5 adaptive", "float64")]["rel_err"] < 1e-8
     assert summary["headline"][0]["euler_speedup_vs_numpy"] > 0
+
+
+def test_sweep_benchmark_smoke_run(tmp_path):
+    """benchmarks/bench_sweeps.py end to end at a toy size (it builds its chunk config from the
+    shipped dynamics config, so a new sweep key cannot break it again); no timing asserted."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sweeps.json"
+    subprocess.run([sys.executable, "benchmarks/bench_sweeps.py", "--d", "4", "--n", "8", "--layers", "2",
+                    "--systems", "2", "--spectral-systems", "4", "--repeats", "1", "--out", str(out)],
+                   cwd=root, check=True, capture_output=True, timeout=300)
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["dynamics_systems_per_s"] > 0 and row["spectral_systems_per_s"] > 0
