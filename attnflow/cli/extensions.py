@@ -18,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}); an existing "
                    "folder must be a previous extensions run")
     p.add_argument("--config", default=None, help="TOML file overriding keys of configs/extensions.toml")
-    p.add_argument("--quick", action="store_true", help="seconds-long smoke run (tiny n, few layers)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 clouds per setting instead of 4 (same n and horizon, which the graded limits need)")
     p.add_argument("--study", action="append", default=None, metavar="NAME", choices=list(STUDIES),
                    help=f"run only this study (repeatable): {', '.join(STUDIES)}")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
