@@ -78,7 +78,7 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, 
     keep their attention scores within :data:`GROUP_BYTES` (at least 1, at most ``batch``).
 
     One system's scores: ``matrices`` (heads, clouds, ...) x (n x n), or x the tiles the chunked
-    path holds at once when ``impl`` (``"auto"``: as :func:`attnflow.attend` picks it) tiles.
+    path holds at once when ``impl`` (any of :func:`attnflow.attend`'s; ``"auto"`` as it picks) tiles.
 
     Example:
         >>> import jax
@@ -95,7 +95,7 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, 
     rows = cols = n_tokens
     if impl == "chunked":  # one key tile, times the query blocks the tiled path takes at once
         cols = min(n_tokens, DEFAULT_CHUNK)
-        rows = min(n_tokens, cols * (_blocks_at_once(-(-n_tokens // cols), cols, cols, f"float{8 * itemsize}") or 1))
+        rows = min(n_tokens, cols * (_blocks_at_once(-(-n_tokens // cols), cols, cols, int(itemsize)) or 1))
     per_system = max(1, matrices * rows * cols * int(itemsize))
     return int(max(1, min(batch, GROUP_BYTES // per_system)))
 
