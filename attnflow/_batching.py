@@ -134,11 +134,12 @@ def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = 
         first = next((a for a, ax in zip(args, axes) if ax == 0), None)
         if first is None:
             return fn(*args)
-        shape = jnp.shape(first)
+        leaf = jax.tree_util.tree_leaves(first)[0]  # batched arguments may be pytrees (weights)
+        shape = jnp.shape(leaf)
         size = group
         if size is None:
             n = shape[1] if len(shape) >= 3 else 1
-            size = group_size(shape[0], n, jnp.dtype(first.dtype).itemsize)
+            size = group_size(shape[0], n, jnp.dtype(leaf.dtype).itemsize)
         if size >= shape[0]:
             return jax.vmap(fn, in_axes=axes)(*args)
         return map_over_batch(fn, axes, int(size))(*args)
