@@ -267,3 +267,24 @@ def test_euler_checkpointing_same_gradient_sublinear_memory(rng):
     # stored layers: L without checkpointing, ~2 sqrt(L) with it
     assert temp(400, "auto") * 4 < temp(400, None)
     assert temp(1600, "auto") < 3 * temp(400, "auto")  # 4x the layers, ~2x the memory
+
+
+def test_euler_unrolled_derivatives_equal_rolled(rng, monkeypatch):
+    """Differentiated, checkpointed segments run unrolled (only for n >= 256 by default; forced here
+    on a tiny system): gradient, JVP and Hessian-vector product equal the stored-layers ones, with a
+    boolean mask passed through jit and a segment length that does not divide the layers."""
+    import attnflow.integrate.euler as euler
+
+    monkeypatch.setattr(euler, "UNROLL_MIN_RESIDUAL_BYTES", 0)
+    x0, Q, K, V = (jnp.asarray(a) for a in _problem(rng, n=8, d=3))
+    mask = jnp.asarray(rng.random((8, 8)) < 0.7).at[:, 0].set(True)
+    dV = jnp.asarray(rng.normal(size=V.shape))
+
+    def loss(checkpoint):
+        return lambda V, mask: jnp.sum(jnp.sin(solve_euler(af.AttentionFlow(Q, K, V, mask=mask), x0, dt=0.02,
+                                                           num_steps=70, save_every=70, checkpoint=checkpoint).ys[-1]))
+
+    for fn in (jax.grad, lambda f: (lambda V, m: jax.jvp(lambda V: f(V, m), (V,), (dV,))[1]),
+               lambda f: (lambda V, m: jax.jvp(lambda V: jax.grad(f)(V, m), (V,), (dV,))[1])):
+        rolled, unrolled = jax.jit(fn(loss(None))), jax.jit(fn(loss(9)))
+        np.testing.assert_allclose(np.asarray(unrolled(V, mask)), np.asarray(rolled(V, mask)), rtol=1e-11, atol=1e-13)

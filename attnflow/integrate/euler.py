@@ -20,6 +20,7 @@ from typing import Callable
 
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
@@ -29,6 +30,51 @@ from ..errors import InputError
 from .solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
 
 __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
+
+#: differentiated, a checkpointed segment's layer loop is unrolled by up to this many layers ...
+UNROLL_DIFFERENTIATED = 32
+#: ... when one layer's n x n attention residual takes at least this many bytes (n >= 256 in
+#: float32). Measured (gradient time unrolled / rolled, float32, 2-core CPU, benchmarks/NOTES.md
+#: section 10): n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small copies; bigger code); n = 256: 0.76;
+#: n = 512: 0.90; n = 1024 (tiled): 0.98.
+UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
+
+
+def _scan_unrolled_when_differentiated(step: Callable, carry: PyTree, ks: Array, unroll: int) -> PyTree:
+    r"""``lax.scan(step, carry, ks)`` (a rolled loop), whose derivatives (JVP, and so the VJP by
+    transposition) run the same scan unrolled by ``unroll``.
+
+    Unrolling a checkpointed segment removes, per layer, the loop's bookkeeping and the copies
+    of every residual into and out of the stacked buffers of the backward sweep: a float32
+    gradient at n = 256, d = 64 takes 20% less time (benchmarks/NOTES.md section 10). A forward
+    run gains nothing robust from it (faster at some shapes, slower at others) and would pay the
+    compile time, so the primal stays rolled. Same numbers either way: same operations, same order.
+    """
+    if unroll <= 1:
+        return jax.lax.scan(step, carry, ks)[0]
+    # every traced value the step closes over (weights, dt, masks, layer bounds) becomes an explicit
+    # argument of the custom JVP (jax.closure_convert would leave integer and boolean ones closed over)
+    closed, out_shape = jax.make_jaxpr(lambda c, k: step(c, k)[0], return_shape=True)(carry, ks[0])
+    out_tree = jax.tree_util.tree_structure(out_shape)
+
+    def run(carry, consts, ks, unroll):
+        def one(c, k):
+            flat = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(closed.jaxpr, list(consts)))(
+                *jax.tree_util.tree_leaves((c, k)))
+            return jax.tree_util.tree_unflatten(out_tree, flat), None
+
+        return jax.lax.scan(one, carry, ks, unroll=unroll)[0]
+
+    @jax.custom_jvp
+    def rolled(carry, consts, ks):
+        return run(carry, consts, ks, 1)
+
+    @rolled.defjvp
+    def unrolled_jvp(primals, tangents):
+        carry, consts, ks = primals
+        return jax.jvp(lambda c, cs: run(c, cs, ks, unroll), (carry, consts), tangents[:2])
+
+    return rolled(carry, tuple(closed.consts), ks)
 
 
 def plain_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -64,8 +110,11 @@ class EulerStepper(eqx.Module):
             segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
             them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
             every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
-            an extra forward pass; forward-only runs are unaffected). ``None``: store every layer.
-            An int: that segment length.
+            an extra forward pass; forward-only runs are unaffected). Differentiated, a segment runs
+            unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): no
+            residual copies in and out of the loop's stacked buffers, ~20% off the gradient there;
+            the forward pass stays a rolled loop. ``None``: store every layer. An int: that
+            segment length.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -155,6 +204,8 @@ class EulerStepper(eqx.Module):
             return (y_next, t_bad), None
 
         seg = self.segment_length()
+        # one layer's n x n attention residual (times any folded batch axes of the state)
+        residual_bytes = math.prod(y0.shape[:-2]) * y0.shape[-2] ** 2 * dtype.itemsize if y0.ndim >= 2 else 0
 
         def run_layers(carry, first, count):
             if seg is None or seg >= count:
@@ -168,19 +219,18 @@ class EulerStepper(eqx.Module):
                 return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
 
             step = layer if count % seg == 0 else masked
+            unroll = min(seg, UNROLL_DIFFERENTIATED) if residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES else 1
 
             # inside lax.scan the loop already stops XLA from CSE-ing the recomputation into the
             # forward pass, so the optimisation barriers of prevent_cse are pure cost (JAX docs)
             @functools.partial(jax.checkpoint, prevent_cse=False)
             def segment(carry, s):
-                carry, _ = jax.lax.scan(step, carry, first + s * seg + jnp.arange(seg))
-                return carry, None
+                return _scan_unrolled_when_differentiated(step, carry, first + s * seg + jnp.arange(seg), unroll), None
 
             # the last segment runs outside jax.checkpoint: its residuals are kept from the forward
             # pass (the backward sweep holds one segment's residuals anyway), so it is not recomputed
             carry, _ = jax.lax.scan(segment, carry, jnp.arange(num_seg - 1))
-            carry, _ = jax.lax.scan(step, carry, first + (num_seg - 1) * seg + jnp.arange(seg))
-            return carry
+            return _scan_unrolled_when_differentiated(step, carry, first + (num_seg - 1) * seg + jnp.arange(seg), unroll)
 
         def block(carry, b):
             carry = run_layers(carry, b * every, every)
