@@ -35,20 +35,25 @@ __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
 UNROLL_DIFFERENTIATED = 32
 #: ... when one layer's n x n attention residual takes at least this many bytes (n >= 256 in
 #: float32). Measured (gradient time unrolled / rolled, float32, 2-core CPU, benchmarks/NOTES.md
-#: section 10): n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small copies; bigger code); n = 256: 0.76;
-#: n = 512: 0.90; n = 1024 (tiled): 0.98.
+#: section 10): n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small residuals; bigger code); n = 256:
+#: 0.76; n = 512: 0.90; n = 1024 (tiled): 0.98.
 UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
+#: ... on these backends only (measured on XLA:CPU; benchmarks/gpu.py times both on a GPU)
+UNROLL_BACKENDS = ("cpu",)
 
 
 def _scan_unrolled_when_differentiated(step: Callable, carry: PyTree, ks: Array, unroll: int) -> PyTree:
     r"""``lax.scan(step, carry, ks)`` (a rolled loop), whose derivatives (JVP, and so the VJP by
     transposition) run the same scan unrolled by ``unroll``.
 
-    Unrolling a checkpointed segment removes, per layer, the loop's bookkeeping and the copies
-    of every residual into and out of the stacked buffers of the backward sweep: a float32
-    gradient at n = 256, d = 64 takes 20% less time (benchmarks/NOTES.md section 10). A forward
-    run gains nothing robust from it (faster at some shapes, slower at others) and would pay the
-    compile time, so the primal stays rolled. Same numbers either way: same operations, same order.
+    For a checkpointed segment this makes the backward sweep straight-line code: at n = 256,
+    d = 64 (float32, 2-core CPU) the rolled backward spent, per layer, 26 us slicing the stored P
+    out of its stack and 13 us storing it, and the whole gradient takes ~20% less time unrolled
+    (benchmarks/NOTES.md section 10). The forward pass stays rolled: unrolled, it was faster at
+    some shapes and slower at others, and it would pay the compile time. Unrolling a loop that
+    stores every layer made the gradient slower (3.41x -> 3.62x the forward at 100 layers, 51 ->
+    75 MiB), so only checkpointed segments use this. Same operations in the same order either
+    way, so the same numbers.
     """
     if unroll <= 1:
         return jax.lax.scan(step, carry, ks)[0]
@@ -111,7 +116,7 @@ class EulerStepper(eqx.Module):
             them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
             every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
             an extra forward pass; forward-only runs are unaffected). Differentiated, a segment runs
-            unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): no
+            unrolled on CPU when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): no
             residual copies in and out of the loop's stacked buffers, ~20% off the gradient there;
             the forward pass stays a rolled loop. ``None``: store every layer. An int: that
             segment length.
@@ -219,7 +224,8 @@ class EulerStepper(eqx.Module):
                 return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
 
             step = layer if count % seg == 0 else masked
-            unroll = min(seg, UNROLL_DIFFERENTIATED) if residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES else 1
+            heavy = residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES and jax.default_backend() in UNROLL_BACKENDS
+            unroll = min(seg, UNROLL_DIFFERENTIATED) if heavy else 1
 
             # inside lax.scan the loop already stops XLA from CSE-ing the recomputation into the
             # forward pass, so the optimisation barriers of prevent_cse are pure cost (JAX docs)
