@@ -330,7 +330,7 @@ def _gradient_row(args, device, mm) -> dict:
     grad = jax.jit(jax.grad(loss))
     t_fwd, _ = _best(lambda: fwd(V), args.repeats)
     t_grad, _ = _best(lambda: grad(V), args.repeats)
-    # the stepper unrolls differentiated checkpointed segments on the backends it was measured on
+    # the stepper unrolls checkpointed segments on the backends it was measured on
     # (attnflow.integrate.euler.UNROLL_BACKENDS, CPU); time the other choice here, so a GPU run decides
     from attnflow.integrate import euler
 

@@ -270,7 +270,7 @@ def test_euler_checkpointing_same_gradient_sublinear_memory(rng):
 
 
 def test_euler_unrolled_derivatives_equal_rolled(rng, monkeypatch):
-    """Differentiated, checkpointed segments run unrolled (only for n >= 256 by default; forced here
+    """Checkpointed segments run unrolled (only for n >= 256 on CPU by default; forced here
     on a tiny system): gradient, JVP and Hessian-vector product equal the stored-layers ones, with a
     boolean mask passed through jit and a segment length that does not divide the layers."""
     import attnflow.integrate.euler as euler

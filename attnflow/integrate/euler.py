@@ -20,7 +20,6 @@ from typing import Callable
 
 import equinox as eqx
 import jax
-import jax.extend
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
@@ -31,55 +30,18 @@ from .solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
 
 __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
 
-#: differentiated, a checkpointed segment's layer loop is unrolled by up to this many layers ...
-UNROLL_DIFFERENTIATED = 32
+#: a checkpointed segment's layer loop is unrolled by up to this many layers ...
+UNROLL_SEGMENT = 32
 #: ... when one layer's n x n attention residual takes at least this many bytes (n >= 256 in
-#: float32). Measured (gradient time unrolled / rolled, float32, 2-core CPU, benchmarks/NOTES.md
-#: section 10): n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small residuals; bigger code); n = 256:
-#: 0.76; n = 512: 0.90; n = 1024 (tiled): 0.98.
+#: float32) ...
 UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
-#: ... on these backends only (measured on XLA:CPU; benchmarks/gpu.py times both on a GPU)
+#: ... on these backends (measured on XLA:CPU only; benchmarks/gpu.py times both on a GPU).
+#: Measured, float32, 2-core CPU (benchmarks/NOTES.md section 10): gradient time unrolled / rolled
+#: n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small residuals, bigger code); n = 256: 0.76; n = 512:
+#: 0.90; n = 1024 (tiled): 0.98. Forward: n = 256-384: 0.84-0.94; n = 512: 1.02; batches of
+#: 4-64 systems: 0.98-1.03. Unrolling a loop that stores every layer made its gradient slower
+#: (100 layers: 3.41x -> 3.62x the forward, 51 -> 75 MiB), so only checkpointed segments unroll.
 UNROLL_BACKENDS = ("cpu",)
-
-
-def _scan_unrolled_when_differentiated(step: Callable, carry: PyTree, ks: Array, unroll: int) -> PyTree:
-    r"""``lax.scan(step, carry, ks)`` (a rolled loop), whose derivatives (JVP, and so the VJP by
-    transposition) run the same scan unrolled by ``unroll``.
-
-    For a checkpointed segment this makes the backward sweep straight-line code: at n = 256,
-    d = 64 (float32, 2-core CPU) the rolled backward spent, per layer, 26 us slicing the stored P
-    out of its stack and 13 us storing it, and the whole gradient takes ~20% less time unrolled
-    (benchmarks/NOTES.md section 10). The forward pass stays rolled: unrolled, it was faster at
-    some shapes and slower at others, and it would pay the compile time. Unrolling a loop that
-    stores every layer made the gradient slower (3.41x -> 3.62x the forward at 100 layers, 51 ->
-    75 MiB), so only checkpointed segments use this. Same operations in the same order either
-    way, so the same numbers.
-    """
-    if unroll <= 1:
-        return jax.lax.scan(step, carry, ks)[0]
-    # every traced value the step closes over (weights, dt, masks, layer bounds) becomes an explicit
-    # argument of the custom JVP (jax.closure_convert would leave integer and boolean ones closed over)
-    closed, out_shape = jax.make_jaxpr(lambda c, k: step(c, k)[0], return_shape=True)(carry, ks[0])
-    out_tree = jax.tree_util.tree_structure(out_shape)
-
-    def run(carry, consts, ks, unroll):
-        def one(c, k):
-            flat = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(closed.jaxpr, list(consts)))(
-                *jax.tree_util.tree_leaves((c, k)))
-            return jax.tree_util.tree_unflatten(out_tree, flat), None
-
-        return jax.lax.scan(one, carry, ks, unroll=unroll)[0]
-
-    @jax.custom_jvp
-    def rolled(carry, consts, ks):
-        return run(carry, consts, ks, 1)
-
-    @rolled.defjvp
-    def unrolled_jvp(primals, tangents):
-        carry, consts, ks = primals
-        return jax.jvp(lambda c, cs: run(c, cs, ks, unroll), (carry, consts), tangents[:2])
-
-    return rolled(carry, tuple(closed.consts), ks)
 
 
 def plain_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -115,11 +77,11 @@ class EulerStepper(eqx.Module):
             segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
             them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
             every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
-            an extra forward pass; forward-only runs are unaffected). Differentiated, a segment runs
-            unrolled on CPU when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): no
-            residual copies in and out of the loop's stacked buffers, ~20% off the gradient there;
-            the forward pass stays a rolled loop. ``None``: store every layer. An int: that
-            segment length.
+            an extra forward pass; forward-only runs are unaffected). On CPU a segment's loop is
+            unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): the
+            backward sweep then slices no residuals out of stacked buffers (~20% off the gradient,
+            ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
+            int: that segment length.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -211,6 +173,8 @@ class EulerStepper(eqx.Module):
         seg = self.segment_length()
         # one layer's n x n attention residual (times any folded batch axes of the state)
         residual_bytes = math.prod(y0.shape[:-2]) * y0.shape[-2] ** 2 * dtype.itemsize if y0.ndim >= 2 else 0
+        heavy = residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES and jax.default_backend() in UNROLL_BACKENDS
+        unroll = min(seg, UNROLL_SEGMENT) if (heavy and seg is not None) else 1
 
         def run_layers(carry, first, count):
             if seg is None or seg >= count:
@@ -224,19 +188,19 @@ class EulerStepper(eqx.Module):
                 return jax.tree_util.tree_map(lambda a, b: jnp.where(k < end, a, b), new, carry), None
 
             step = layer if count % seg == 0 else masked
-            heavy = residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES and jax.default_backend() in UNROLL_BACKENDS
-            unroll = min(seg, UNROLL_DIFFERENTIATED) if heavy else 1
 
             # inside lax.scan the loop already stops XLA from CSE-ing the recomputation into the
             # forward pass, so the optimisation barriers of prevent_cse are pure cost (JAX docs)
             @functools.partial(jax.checkpoint, prevent_cse=False)
             def segment(carry, s):
-                return _scan_unrolled_when_differentiated(step, carry, first + s * seg + jnp.arange(seg), unroll), None
+                carry, _ = jax.lax.scan(step, carry, first + s * seg + jnp.arange(seg), unroll=unroll)
+                return carry, None
 
             # the last segment runs outside jax.checkpoint: its residuals are kept from the forward
             # pass (the backward sweep holds one segment's residuals anyway), so it is not recomputed
             carry, _ = jax.lax.scan(segment, carry, jnp.arange(num_seg - 1))
-            return _scan_unrolled_when_differentiated(step, carry, first + (num_seg - 1) * seg + jnp.arange(seg), unroll)
+            carry, _ = jax.lax.scan(step, carry, first + (num_seg - 1) * seg + jnp.arange(seg), unroll=unroll)
+            return carry
 
         def block(carry, b):
             carry = run_layers(carry, b * every, every)
