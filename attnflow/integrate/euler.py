@@ -77,7 +77,7 @@ class EulerStepper(eqx.Module):
             segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
             them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
             every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
-            an extra forward pass; forward-only runs are unaffected). On CPU a segment's loop is
+            an extra forward pass; a forward-only run pays nothing for it). On CPU a segment's loop is
             unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): the
             backward sweep then slices no residuals out of stacked buffers (~20% off the gradient,
             ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
