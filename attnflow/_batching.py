@@ -100,14 +100,17 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, 
     return int(max(1, min(batch, GROUP_BYTES // per_system)))
 
 
-def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = None) -> Callable:
+def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = None, tokens: int | None = None,
+                 itemsize: int | None = None, matrices: int = 1, impl: str = "auto") -> Callable:
     """``jax.vmap(fn, in_axes)`` over independent token systems, run in cache-sized groups on CPU.
 
     Same results as ``jax.vmap`` (to rounding); on XLA:CPU the batch runs as a ``lax.map``
     over groups of :func:`group_size` systems (from the first batched argument, taken as
     tokens (B, n, d), its dtype and the automatic attention path), each group vmapped; on
     GPU/TPU, or when one group holds the whole batch, it is ``jax.vmap``. ``group`` fixes the
-    group size. Traceable under jit, grad and vmap like ``jax.vmap``.
+    group size; ``tokens``, ``itemsize``, ``matrices`` and ``impl`` describe one system's
+    attention for :func:`group_size` where the first batched argument is not its tokens.
+    Traceable under jit, grad and vmap like ``jax.vmap``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -138,8 +141,8 @@ def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = 
         shape = jnp.shape(leaf)
         size = group
         if size is None:
-            n = shape[1] if len(shape) >= 3 else 1
-            size = group_size(shape[0], n, jnp.dtype(leaf.dtype).itemsize)
+            n = tokens if tokens is not None else (shape[1] if len(shape) >= 3 else 1)
+            size = group_size(shape[0], n, itemsize or jnp.dtype(leaf.dtype).itemsize, matrices, impl)
         if size >= shape[0]:
             return jax.vmap(fn, in_axes=axes)(*args)
         return map_over_batch(fn, axes, int(size))(*args)

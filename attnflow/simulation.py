@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
 from . import _validate as v
-from ._batching import group_size, lapack_needs_loop, map_over_batch, vmap_systems
+from ._batching import lapack_needs_loop, map_over_batch, vmap_systems
 from .attention import IMPLS
 from .dynamics import AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
@@ -505,8 +505,7 @@ def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mod
         # and with Euler plus an SVD in save_fn); one member at a time cannot. Same results.
         return map_over_batch(single, axes)(x0, *weight_args)
     # XLA:CPU: cache-sized groups of systems (attnflow._batching.GROUP_BYTES), same results
-    args = (x0,) + tuple(weight_args)
-    B = next(jax.tree_util.tree_leaves(a)[0].shape[0] for a, ax in zip(args, axes) if ax is not None)
     w = weight_args[0]
     heads = w.Q.shape[-3] if isinstance(w, AttentionWeights) and "head" in w.axes else 1  # (..., head, m, d)
-    return vmap_systems(single, axes, group=group_size(B, x0.shape[-2], jnp.dtype(x0.dtype).itemsize, heads, impl))(*args)
+    return vmap_systems(single, axes, tokens=x0.shape[-2], itemsize=jnp.dtype(x0.dtype).itemsize, matrices=heads,
+                        impl=impl)(x0, *weight_args)

@@ -335,15 +335,13 @@ def _gradient_row(args, device, mm) -> dict:
     from attnflow.integrate import euler
 
     default_backends = euler.UNROLL_BACKENDS
-    other = tuple(b for b in default_backends if b != jax.default_backend()) if jax.default_backend() in \
-        default_backends else default_backends + (jax.default_backend(),)
-    euler.UNROLL_BACKENDS = other
+    unrolled_default = jax.default_backend() in default_backends
+    euler.UNROLL_BACKENDS = () if unrolled_default else (jax.default_backend(),)
     try:
         grad_other = jax.jit(jax.grad(loss))
         t_other, _ = _best(lambda: grad_other(V), args.repeats)
     finally:
         euler.UNROLL_BACKENDS = default_backends
-    unrolled_default = jax.default_backend() in default_backends
     return {"B": B, "n": n, "d": d, "steps": steps, "forward_s": t_fwd, "gradient_s": t_grad,
             "gradient_over_forward": t_grad / t_fwd,
             "segments_unrolled_by_default": unrolled_default,

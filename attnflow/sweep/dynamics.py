@@ -32,7 +32,7 @@ from .. import runio
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
-from ..linalg import group_size, loop_over_systems, vmap_systems
+from ..linalg import loop_over_systems, vmap_systems
 from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
 from .classify import classify_batch, left_eig, projector_from_left_eig
 from .fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
@@ -132,8 +132,8 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
     st = sb.stats
     # XLA:CPU: cache-sized groups of systems (attnflow._batching.GROUP_BYTES); vmap elsewhere
     heads = Q.shape[1] if Q.ndim == 4 else 1
-    group = group_size(seeds.shape[0], n, jnp.dtype(dtype).itemsize, heads * clouds)
-    label, crit, finite, nc, nl, ns, fc, mz, mx = vmap_systems(one, group=group)(
+    label, crit, finite, nc, nl, ns, fc, mz, mx = vmap_systems(
+        one, tokens=n, itemsize=jnp.dtype(dtype).itemsize, matrices=heads * clouds)(
         seeds.astype(jnp.uint32), Q, K, V, st.lambda1, sb.phi_dual, sb.paranormal, sb.para_dim_F, proj, k)
     # map the prediction (spectral GEOMETRIES order) to the criteria (GEOMETRY_LABELS order)
     to_obs = jnp.asarray([GEOMETRY_LABELS.index(g) for g in GEOMETRIES])
