@@ -211,16 +211,19 @@ def backsolve_error(n: int = 16, d: int = 4, tolerances=(1e-4, 1e-6, 1e-8, 1e-10
         from attnflow import RescaledFlow
 
         params = tuple(jnp.asarray(a) for a in (Q, K, V, x0[0]))
-        for tol in tolerances:
-            def loss(params, adjoint):
-                Q, K, V, x0 = params
-                sol = diffrax.diffeqsolve(diffrax.ODETerm(RescaledFlow(Q, K, V).vector_field), diffrax.Tsit5(), 0.0, 2.0,
-                                          None, x0, saveat=diffrax.SaveAt(t1=True), max_steps=4096, adjoint=adjoint,
-                                          stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol))
-                return jnp.mean(sol.ys[-1] ** 2)
 
-            ref = jax.grad(loss)(params, diffrax.RecursiveCheckpointAdjoint())
-            back = jax.grad(loss)(params, diffrax.BacksolveAdjoint())
+        def loss(params, tol, adjoint):
+            Q, K, V, x0 = params
+            sol = diffrax.diffeqsolve(diffrax.ODETerm(RescaledFlow(Q, K, V).vector_field), diffrax.Tsit5(), 0.0, 2.0,
+                                      None, x0, saveat=diffrax.SaveAt(t1=True), max_steps=4096, adjoint=adjoint,
+                                      stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol))
+            return jnp.mean(sol.ys[-1] ** 2)
+
+        # the tolerance is a traced argument: one compilation per adjoint, not one per tolerance
+        grad_ref = jax.jit(jax.grad(lambda p, tol: loss(p, tol, diffrax.RecursiveCheckpointAdjoint())))
+        grad_back = jax.jit(jax.grad(lambda p, tol: loss(p, tol, diffrax.BacksolveAdjoint())))
+        for tol in tolerances:
+            ref, back = grad_ref(params, jnp.asarray(tol)), grad_back(params, jnp.asarray(tol))
             num = max(float(jnp.abs(a - b).max()) for a, b in zip(ref, back))
             den = max(float(jnp.abs(a).max()) for a in ref)
             out.append({"tol": tol, "rel_error": num / den})

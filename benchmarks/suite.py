@@ -156,14 +156,16 @@ def build_rows(size, args, problem) -> list[Row]:
 
     if dense_fits:
         task_row("numpy euler")
+    skipped = lambda package: "skipped: --no-torch" if not args.torch else f"skipped: {package} not installed"
+
     if args.torch and baselines.have_torch():
         task_row("torch euler (bmm)")
     else:
-        rows.append(Row(size, "torch euler (bmm)", "float32", None, note="skipped: torch not installed"))
+        rows.append(Row(size, "torch euler (bmm)", "float32", None, note=skipped("torch")))
     if args.torch and baselines.have_torchdiffeq():
         task_row("torchdiffeq dopri5 adaptive", group="accuracy")
     else:
-        rows.append(Row(size, "torchdiffeq dopri5 adaptive", "float32", None, note="skipped: torchdiffeq not installed"))
+        rows.append(Row(size, "torchdiffeq dopri5 adaptive", "float32", None, note=skipped("torchdiffeq")))
     if n <= args.loop_max_n:
         task_row("python per-token loop", dtype="float64")
     return rows
@@ -538,7 +540,8 @@ def main(argv=None) -> dict:
     if args.gradients:
         from benchmarks import bench_gradients
 
-        sizes = ["--n", "32", "--d", "8", "--steps", "5,50", "--repeats", "1"] if args.quick else []
+        sizes = ["--n", "32", "--d", "8", "--steps", "5,50", "--repeats", "1", "--together", "2"] if args.quick else []
+        sizes += [] if args.torch else ["--no-torch"]
         summary["gradients"] = bench_gradients.main(sizes + ["--out", str(Path(summary["run_dir"]) / "gradients.json")])
     return summary
 

@@ -82,12 +82,20 @@ def test_suite_smoke_run_writes_its_folder(tmp_path):
     for name in ("config.json", "summary.json", "table.csv", "table.md", "throughput.png"):
         assert (out / name).is_file(), name
     rows = {(r["method"], r["dtype"]): r for r in json.loads((out / "summary.json").read_text())["rows"]}
-    assert rows[("torch euler (bmm)", "float32")]["note"].startswith("skipped")
+    assert rows[("torch euler (bmm)", "float32")]["note"] == "skipped: --no-torch"
     # every baseline that ran reproduces attnflow's float64 Euler map (float32 rounding)
     for key in [("numpy euler", "float32"), ("python per-token loop", "float64"), ("attnflow euler [dense]", "float32")]:
         assert rows[key]["err_ref"] == "f64 euler" and rows[key]["rel_err"] < 1e-5, key
     assert rows[("attnflow tsit5 adaptive", "float64")]["rel_err"] < 1e-8
     assert summary["headline"][0]["euler_speedup_vs_numpy"] > 0
+    # the gradient benchmark ran too, honouring --no-torch
+    grads = json.loads((out / "gradients.json").read_text())
+    kinds = {(r["kind"], r["steps"]) for r in grads["rows"]}
+    assert ("euler", 5) in kinds and ("euler", 50) in kinds and ("tsit5-adaptive", "adaptive") in kinds
+    assert not any(k == "torch-euler" for k, _ in kinds)
+    assert all(r["ratio"] > 0 and r["grad_temp_bytes"] > 0 for r in grads["rows"])
+    assert [e["tol"] for e in grads["backsolve_error"]] == [1e-4, 1e-6, 1e-8, 1e-10]
+    assert grads["backsolve_error"][-1]["rel_error"] < 1e-8  # 4.6e-10 measured
 
 
 def test_sweep_benchmark_smoke_run(tmp_path):
