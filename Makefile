@@ -28,19 +28,12 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	ulimit -s 65536 2>/dev/null || true; $(VENV)/bin/attnflow reproduce --out $(OUT)
 
-# The suite runs as several pytest processes. In one long process, after ~250 tests' worth of
-# XLA:CPU compilations, a compile crashed (segfault / abort in backend_compile, at a different
-# test each time; each test passes in a fresh process); each process here compiles far fewer
-# programs, and tests/conftest.py clears JAX's caches after every test module. 64 MiB stack as
-# a precaution. Every group must pass.
-TEST_GROUPS = "tests/test_a*.py tests/test_b*.py tests/test_c*.py tests/test_e*.py" \
-              "tests/test_g*.py tests/test_m*.py tests/test_o*.py tests/test_p*.py" \
-              "tests/test_rea*.py tests/test_ref*.py tests/test_res*.py tests/test_report.py" \
-              "tests/test_s*.py tests/test_t*.py" \
-              "attnflow"
+# The whole suite in one pytest process: every tests/test_*.py and every doctest in attnflow/
+# (pyproject.toml's testpaths), whatever the file's name. tests/conftest.py releases each test
+# module's compiled XLA programs when it ends, which keeps the process's memory flat; the larger
+# stack is a precaution for XLA:CPU's deeply recursive compiler passes.
 test: $(BENCH_STAMP)
-	ulimit -s 65536 2>/dev/null || true; status=0; for group in $(TEST_GROUPS); do \
-	  $(PY) -m pytest -q -p no:cacheprovider $$group || status=1; done; exit $$status
+	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q -p no:cacheprovider tests attnflow
 
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
