@@ -52,7 +52,13 @@ def read_texts(text_or_file: str) -> list[str]:
         raise InputError(f"the text file {path} does not exist (give an existing file with one sentence a line, "
                          "or the sentence itself).")
     if is_file:
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+        try:
+            lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+        except UnicodeDecodeError as err:
+            raise InputError(f"the text file {path} is not UTF-8 text (byte {err.start}: {err.reason}); "
+                             "save it as UTF-8, one sentence a line.") from None
+        except OSError as err:
+            raise InputError(f"the text file {path} cannot be read ({err.strerror}).") from None
         lines = [ln for ln in lines if ln]
         if not lines:
             raise InputError(f"the text file {path} holds no non-empty line; give one sentence a line.")
