@@ -169,3 +169,40 @@ def write_wordlevel_tokenizer(folder: Path) -> None:
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
                                                        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     tok.save(str(Path(folder) / "tokenizer.json"))
+
+
+# ---------------------------------------------------------------- tiny BERT checkpoint
+
+BERT_CONFIG = dict(model_type="bert", vocab_size=len(WORDS), hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=16, max_position_embeddings=16, type_vocab_size=2, layer_norm_eps=1e-12,
+                   hidden_act="gelu", pad_token_id=0)
+
+
+def write_bert(folder: Path, *, seed: int = 0, tokenizer: bool = True) -> dict:
+    """Write config.json + model.safetensors (+ tokenizer.json) of a tiny random BERT
+    (:data:`BERT_CONFIG`, float32); returns the tensors."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    c = BERT_CONFIG
+    d, I = c["hidden_size"], c["intermediate_size"]
+    shapes = {"embeddings.word_embeddings.weight": (c["vocab_size"], d),
+              "embeddings.position_embeddings.weight": (c["max_position_embeddings"], d),
+              "embeddings.token_type_embeddings.weight": (c["type_vocab_size"], d),
+              "embeddings.LayerNorm.weight": (d,), "embeddings.LayerNorm.bias": (d,)}
+    for layer in range(c["num_hidden_layers"]):
+        p = f"encoder.layer.{layer}."
+        for name, (rows, cols) in {"attention.self.query": (d, d), "attention.self.key": (d, d),
+                                   "attention.self.value": (d, d), "attention.output.dense": (d, d),
+                                   "intermediate.dense": (I, d), "output.dense": (d, I)}.items():
+            shapes[p + name + ".weight"], shapes[p + name + ".bias"] = (rows, cols), (rows,)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[p + name + ".weight"], shapes[p + name + ".bias"] = (d,), (d,)
+    t = {k: (0.3 * rng.normal(size=s)).astype(np.float32) for k, s in shapes.items()}
+    save_file(t, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(c))
+    if tokenizer:
+        write_wordlevel_tokenizer(folder)
+    return t

@@ -20,3 +20,16 @@ def test_text_file_lines_are_read(tmp_path):
     path = tmp_path / "sentences.txt"
     path.write_text("Tokens are particles.\n\n  Layers are time.  \n", encoding="utf-8")
     assert read_texts(str(path)) == ["Tokens are particles.", "Layers are time."]
+
+
+def test_track_refuses_a_malformed_model_before_claiming_the_output_folder(tmp_path):
+    from attnflow.models import track
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{not json", encoding="utf-8")
+    (model / "model.safetensors").write_bytes(b"")
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="config.json"):
+        track("Tokens are particles.", out, model=model, progress=False)
+    assert not out.exists()

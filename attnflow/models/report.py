@@ -117,14 +117,15 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
     _validate(cfg)
     texts = read_texts(text_or_file)
     folder = resolve_model_path(model)
-    out, existed = claim_output_dir(out, KIND)  # before any long work: never writes into a foreign folder
     t_start = time.time()
     with jax.enable_x64(True):
+        # the model folder, the tokenizer and --head are checked before the output folder is claimed
         net = load_model(folder)
         tok = load_tokenizer(folder, net.config.max_position)
         items = [tokenize(tok, t) for t in texts]
         rows = assumption_table(net)
         selected = select_head(rows, head)
+        out, existed = claim_output_dir(out, KIND)  # before any long work: never writes into a foreign folder
         resolved = {"model": str(folder), "head": f"{selected[0]}:{selected[1]}", **cfg,
                     "texts_sha": config_fingerprint({"texts": texts})}
         fp = config_fingerprint(resolved)

@@ -12,6 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from .checkpoint import _REPLACE, model_file, read_text
+
+#: the largest tokenizer.json read (multilingual vocabularies take tens of MiB)
+MAX_TOKENIZER_BYTES = 512 * 2**20
 
 __all__ = ["Tokenized", "load_tokenizer", "tokenize"]
 
@@ -26,7 +30,8 @@ class Tokenized:
 
 
 def load_tokenizer(folder: str | Path, max_length: int):
-    """The folder's ``tokenizer.json``, padding off, truncation at ``max_length``.
+    """The folder's ``tokenizer.json``, padding off, truncation at ``max_length``; the file is
+    read only inside the folder (see :func:`~attnflow.models.checkpoint.model_file`).
 
     Example:
         >>> from attnflow.models import default_model_path, load_tokenizer
@@ -36,10 +41,18 @@ def load_tokenizer(folder: str | Path, max_length: int):
     """
     from tokenizers import Tokenizer
 
-    path = Path(folder) / "tokenizer.json"
+    if type(max_length) is not int or max_length < 1:
+        raise InputError(f"max_length must be a positive integer (the model's max_position_embeddings), "
+                         f"got {max_length!r}.")
+    path = model_file(folder, "tokenizer.json")
     if not path.is_file():
         raise InputError(f"the model folder {folder} has no tokenizer.json; it is needed to turn text into tokens.")
-    tok = Tokenizer.from_file(str(path))
+    text = read_text(path, MAX_TOKENIZER_BYTES)
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as err:  # the tokenizers library raises plain Exception for every defect
+        raise InputError(f"{path} is not a tokenizer.json the tokenizers library can read ({err}); "
+                         f"{_REPLACE}.") from None
     tok.no_padding()
     tok.enable_truncation(max_length=max_length)
     return tok
@@ -57,4 +70,6 @@ def tokenize(tokenizer, text: str) -> Tokenized:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"the text to track must be a non-empty string, got {text!r}.")
     enc = tokenizer.encode(text)
+    if not enc.ids:
+        raise InputError(f"the text {text!r} gives no tokens with this tokenizer; give a text with words in it.")
     return Tokenized(text, np.asarray(enc.ids, np.int32), tuple(enc.tokens))
