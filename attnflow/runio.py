@@ -4,8 +4,16 @@
   user config may only use its keys, with values of the same type (one clear error otherwise).
 * Every run writes into its own folder, marked by ``attnflow-run.json``; a folder that exists
   and is not a previous run of the same kind is refused (nothing is overwritten).
-* Files are written atomically (temporary file + rename): an interrupted run never leaves a
-  half-written result.
+* Claiming a folder (:func:`claim_output_dir`) checks, before any work, that it can be written
+  and that its disk has at least ``MIN_FREE_BYTES`` free, and locks it (``fcntl.flock`` on
+  ``DIR/.attnflow.lock``, held until the process ends, so a kill releases it): a second process
+  is refused instead of computing the same results again.
+* Files are written atomically (temporary file ``.{name}.{random}.tmp`` + rename), with the mode
+  the umask gives any new file: an interrupted run never leaves a half-written result, and the
+  temporary files a kill left behind are removed when the folder is claimed again.
+* Stored arrays that a run reads back (sweep chunks, probe checkpoints) carry their identity
+  and a SHA-256 checksum (:func:`save_verified_npz`); a file that is unreadable, misplaced or
+  changed is never used (:func:`load_verified_npz` sets it aside and says so).
 """
 
 from __future__ import annotations
@@ -14,22 +22,27 @@ import contextlib
 import copy
 import datetime as _dt
 import difflib
+import hashlib
 import json
 import os
 import platform
+import re
+import secrets
+import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from ._resources import format_bytes
 from .errors import InputError
 
 __all__ = [
     "CONFIG_DIR",
     "default_config_path",
     "load_config",
+    "read_toml",
     "merge_config",
     "claim_output_dir",
     "atomic_write_bytes",
@@ -40,10 +53,26 @@ __all__ = [
     "write_marker",
     "atomic_path",
     "atomic_save_figure",
+    "remove_stale_temporaries",
+    "save_verified_npz",
+    "load_verified_npz",
+    "set_aside",
+    "MIN_FREE_BYTES",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 MARKER = "attnflow-run.json"
+#: the least free disk space a folder must have to be claimed for a run
+MIN_FREE_BYTES = 50 * 2**20
+#: a temporary file of an atomic write: ``.{name}.{random}.tmp`` or ``.{stem}.{random}.tmp{suffix}``
+_TEMP = re.compile(r"^\.(?P<base>.+)\.[a-z0-9_]{8}\.tmp(?P<suffix>\.[^.]+)?$")
+#: a run folder's lock files: process 0's, and those of the other processes' shares
+_LOCK = re.compile(r"^\.attnflow(-\d+)?\.lock$")
+#: the file :func:`claim_output_dir` creates and removes to check that a folder can be written
+_WRITE_CHECK = ".attnflow-write-check"
+#: the stored entry of :func:`save_verified_npz` that holds the identity and the checksum
+_META = "__meta__"
+_HELD: dict[str, int] = {}  # lock file -> the descriptor through which this process holds it
 
 
 def default_config_path(name: str) -> Path:
@@ -60,11 +89,18 @@ def _type_name(value: Any) -> str:
 
 
 def _check_value(key: str, default: Any, value: Any, where: str) -> Any:
+    """``value`` for ``key`` if it has the default's type (an integer passes for a number; a number must be
+    finite: TOML's ``nan`` and ``inf`` are refused), list entries checked against the default's first."""
+    import math
+
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(default, bool) and isinstance(value, bool)
     elif isinstance(default, float):
         ok = isinstance(value, (int, float))
         value = float(value) if ok else value
+        if ok and not math.isfinite(value):
+            raise InputError(f"config key '{key}' in {where} must be a finite number, got {value!r} "
+                             "(TOML's nan and inf are not accepted).")
     elif isinstance(default, list):
         ok = isinstance(value, list)
         if ok and default:
@@ -109,67 +145,200 @@ def merge_config(defaults: dict, user: dict, where: str = "config", prefix: str 
     return out
 
 
-def load_config(path: str | os.PathLike | None, default_name: str) -> dict:
-    """Load the shipped default ``configs/<default_name>`` and overlay the user's TOML file."""
-    defaults_path = default_config_path(default_name)
-    with open(defaults_path, "rb") as fh:
-        defaults = tomllib.load(fh)
-    if path is None or Path(path).resolve() == defaults_path:
-        return defaults
+def read_toml(path: str | os.PathLike) -> dict:
+    """The table of the TOML file ``path``; a missing, unreadable, non-UTF-8 or invalid file raises
+    :class:`InputError` naming it."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"config file {path} does not exist.")
     try:
         with open(path, "rb") as fh:
-            user = tomllib.load(fh)
+            return tomllib.load(fh)
+    except UnicodeDecodeError as err:
+        raise InputError(f"config file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8 TOML.") from err
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"config file {path} is not valid TOML: {err}.") from err
-    return merge_config(defaults, user, where=str(path))
+    except OSError as err:
+        raise InputError(f"config file {path} cannot be read: {err.strerror}.") from err
+
+
+def load_config(path: str | os.PathLike | None, default_name: str) -> dict:
+    """Load the shipped default ``configs/<default_name>`` and overlay the user's TOML file."""
+    defaults_path = default_config_path(default_name)
+    defaults = read_toml(defaults_path)
+    if path is None or Path(path).resolve() == defaults_path:
+        return defaults
+    return merge_config(defaults, read_toml(path), where=str(path))
 
 
 def config_fingerprint(config: dict) -> str:
     """A stable hash of a resolved config (to refuse resuming a run whose config changed)."""
-    import hashlib
-
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def claim_output_dir(path: str | os.PathLike, kind: str) -> tuple[Path, bool]:
-    """Make sure ``path`` can hold a run of ``kind``; returns (path, existed_as_same_kind).
+def _temp_target(name: str) -> str | None:
+    """The file an atomic write's temporary file ``name`` was to become (None: not one)."""
+    m = _TEMP.match(name)
+    return None if m is None else m["base"] + (m["suffix"] or "")
 
-    Refuses (InputError) a path that is a file, or a non-empty folder that is not a previous
-    attnflow run of the same kind, so that unrelated files are never overwritten.
-    """
-    path = Path(path)
+
+def _previous_run(path: Path, kind: str) -> bool:
+    """True when ``path`` holds a previous run of ``kind``; False when it is absent or holds only
+    the traces of a claim in progress (lock files, the marker's temporary file); refuses
+    anything else."""
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {path} is a file; give a folder for the results.")
-    if path.is_dir() and any(path.iterdir()):
-        marker = path / MARKER
-        try:
-            previous = json.loads(marker.read_text())["kind"]
-        except Exception:
-            raise InputError(
-                f"--out {path} exists and is not an attnflow {kind} folder (no {MARKER}); "
-                "choose a new folder or remove it."
-            ) from None
-        if previous != kind:
-            raise InputError(
-                f"--out {path} holds an attnflow '{previous}' run, not a '{kind}' run; choose another folder."
-            )
-        return path, True
-    path.mkdir(parents=True, exist_ok=True)
-    return path, False
+    if not path.is_dir():
+        return False
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError as err:
+        raise InputError(f"--out {path} cannot be read ({err.strerror or err}); choose a folder you can read "
+                         "and write.") from None
+    if all(_LOCK.match(n) or _temp_target(n) in (MARKER, _WRITE_CHECK) for n in names):
+        return False
+    try:
+        previous = json.loads((path / MARKER).read_text())["kind"]
+    except Exception:
+        raise InputError(
+            f"--out {path} exists and is not an attnflow {kind} folder (no {MARKER}); "
+            "choose a new folder or remove it."
+        ) from None
+    if previous != kind:
+        raise InputError(
+            f"--out {path} holds an attnflow '{previous}' run, not a '{kind}' run; choose another folder."
+        )
+    return True
+
+
+def _check_writable(path: Path) -> None:
+    """Create and remove a file in ``path``; refuse the folder when that fails."""
+    try:
+        fd, probe = _create_temp(path / _WRITE_CHECK)
+        os.close(fd)
+        probe.unlink()
+    except OSError as err:
+        raise InputError(f"--out {path} cannot be written ({err.strerror or err}); choose a folder you can "
+                         "write to or change its permissions.") from None
+
+
+def _check_free_space(path: Path) -> None:
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise InputError(f"--out {path} is on a disk with only {format_bytes(free)} free, less than the "
+                         f"{format_bytes(MIN_FREE_BYTES)} a run needs; free some space or choose a folder on "
+                         "another disk.")
+
+
+def _lock(path: Path, name: str) -> None:
+    """Hold ``fcntl.flock`` on ``path/name`` until this process ends (again in the same process:
+    a no-op); refuse the folder when another process holds it."""
+    import fcntl
+
+    lock = path / name
+    key = str(lock.resolve())
+    held = _HELD.pop(key, None)
+    if held is not None:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(held), os.stat(lock)):
+                _HELD[key] = held
+                return
+        os.close(held)  # the folder was replaced as a whole since: lock its new lock file
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # another user's lock file in a shared folder: locking needs no write
+        fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if not isinstance(err, BlockingIOError):
+            raise InputError(f"--out {path} cannot be locked ({err.strerror or err}); choose a folder on a "
+                             "local disk.") from None
+        pid = f" (pid {holder})" if holder.isdigit() else ""
+        raise InputError(f"--out {path} is in use by another attnflow process{pid}; wait for it to finish "
+                         "or choose another folder.") from None
+    with contextlib.suppress(OSError):  # the holder's pid, for the message above (not for a read-only file)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[key] = fd
+
+
+def remove_stale_temporaries(folder: Path, targets: set[str] | None = None) -> None:
+    """Remove the temporary files of atomic writes in ``folder`` (those of ``targets`` only, when
+    given) that a kill left behind. Call it only while holding the lock that covers their writers."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            target = _temp_target(entry.name)
+            if target is not None and (targets is None or target in targets) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def claim_output_dir(path: str | os.PathLike, kind: str, *, process: int = 0) -> tuple[Path, bool]:
+    """Make sure ``path`` can hold a run of ``kind`` and lock it; returns (path, existed_as_same_kind).
+
+    Refuses (InputError), before anything is written: a path that is a file, a non-empty folder
+    that is not a previous attnflow run of the same kind (unrelated files are never
+    overwritten); then a folder that cannot be created or written, a disk with less than
+    ``MIN_FREE_BYTES`` free, and a folder another process holds. The lock is
+    ``fcntl.flock`` on ``DIR/.attnflow.lock``, held until this process ends (a kill releases it
+    too; this process may claim the folder again). Holding it, the temporary files that killed
+    atomic writes left in the folder and its subfolders are removed, except in ``chunks/``,
+    where each process of a sweep removes those of its own share.
+
+    ``process`` = i > 0 is process i of a multi-process sweep, which shares process 0's folder:
+    it takes ``DIR/.attnflow-{i}.lock``, the lock of its share of the chunks.
+    """
+    path = Path(path)
+    _previous_run(path, kind)  # the refusals that need no write come first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"--out {path} cannot be created ({err.strerror or err}); choose a folder you can "
+                         "write to.") from None
+    _check_writable(path)
+    _check_free_space(path)
+    _lock(path, ".attnflow.lock" if process == 0 else f".attnflow-{process}.lock")
+    existed = _previous_run(path, kind)  # again, under the lock: its last holder may have claimed it
+    if process == 0:
+        for folder, subfolders, _ in os.walk(path):
+            if Path(folder) == path:
+                subfolders[:] = [d for d in subfolders if d != "chunks"]
+            remove_stale_temporaries(Path(folder))
+    return path, existed
 
 
 def write_marker(path: Path, kind: str, extra: dict | None = None) -> None:
     atomic_write_json(path / MARKER, {"kind": kind, **(extra or {})})
 
 
+def _create_temp(path: Path, suffix: str = "") -> tuple[int, Path]:
+    """Create ``.{name}.{random}.tmp{suffix}`` beside ``path``, with the mode the umask gives a new
+    file (``0o666 & ~umask``); returns its descriptor (open for writing) and path."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{suffix}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    Example:
+        >>> import os, tempfile, pathlib
+        >>> from attnflow.runio import atomic_write_bytes
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.bin"
+        >>> atomic_write_bytes(target, b"done")
+        >>> target.read_bytes(), os.listdir(target.parent)
+        (b'done', ['a.bin'])
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -177,8 +346,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -199,14 +367,13 @@ def atomic_path(path: str | os.PathLike):
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    fd, tmp = _create_temp(path.with_name(path.stem), path.suffix)  # .{stem}.{random}.tmp{suffix}
     os.close(fd)
     try:
-        yield Path(tmp)
+        yield tmp
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> str:
@@ -248,6 +415,114 @@ def _json_default(obj: Any) -> Any:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Atomic JSON write; NumPy scalars/arrays are converted, NaN written as null-safe strings."""
     atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n")
+
+
+def _checksum(arrays: dict) -> str:
+    """SHA-256 over every array's name, dtype, shape and bytes, in sorted key order."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(json.dumps([key, a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_verified_npz(path: str | os.PathLike, arrays: dict, identity: dict, *, compress: bool = False) -> None:
+    """Write ``arrays`` atomically as ``.npz`` (zip-deflated when ``compress``), with ``identity``
+    (a JSON-able dict, by convention with ``kind``, ``name`` and the run's ``fingerprint``) and
+    their checksum in a ``__meta__`` entry (JSON bytes as uint8, so that reading needs no pickle)."""
+    import io
+
+    import numpy as np
+
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    meta = json.dumps({"identity": identity, "sha256": _checksum(arrays)}, sort_keys=True).encode()
+    buf = io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, **arrays, **{_META: np.frombuffer(meta, np.uint8)})
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _describe(identity: Any) -> str:
+    if not isinstance(identity, dict):
+        return "an unknown file"
+    return " ".join(str(identity[k]) for k in ("kind", "name") if k in identity) or "an unknown file"
+
+
+def _verify_npz(path: Path, identity: dict) -> tuple[dict | None, str]:
+    """(the arrays, "") of a stored file of ``identity``; (None, why not) otherwise."""
+    import numpy as np
+
+    if path.is_dir():
+        return None, "a folder, not a file"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        if not head:
+            return None, "an empty file (0 bytes)"
+        if head != b"PK\x03\x04":
+            return None, "not an .npz file (it does not begin as a zip archive does)"
+        with np.load(path, allow_pickle=False) as f:
+            data = {k: f[k] for k in f.files}
+    except Exception as err:
+        return None, f"not a readable .npz file ({type(err).__name__}: {err})"
+    try:
+        meta = json.loads(data.pop(_META).tobytes())
+        stored, digest = meta["identity"], meta["sha256"]
+    except Exception:
+        return None, "no identity or checksum inside (written by an older attnflow or another program)"
+    if digest != _checksum(data):
+        return None, "its checksum does not match its contents (changed after it was written)"
+    expected = json.loads(json.dumps(identity))
+    if stored != expected:
+        if isinstance(stored, dict) and {**stored, "fingerprint": None} == {**expected, "fingerprint": None}:
+            return None, (f"written by a run of another config (fingerprint {stored.get('fingerprint')}, "
+                          f"this run {expected.get('fingerprint')})")
+        return None, f"content is {_describe(stored)}, not {_describe(expected)} (misplaced)"
+    return data, ""
+
+
+def set_aside(path: Path, reason: str, then: str) -> None:
+    """Move a stored file that must not be used to ``<path>.damaged`` (replacing an older one) and
+    say on stderr which file, why, and what happens ``then``."""
+    aside = path.with_name(path.name + ".damaged")
+    try:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside)
+        elif aside.exists() and path.is_dir():
+            aside.unlink()
+        os.replace(path, aside)
+    except OSError as err:
+        raise InputError(f"{path} cannot be used ({reason}) nor moved aside ({err.strerror or err}); remove it "
+                         "and run again.") from None
+    print(f"{path}: {reason}; moved to {aside.name}, {then}.", file=sys.stderr, flush=True)
+
+
+def load_verified_npz(path: str | os.PathLike, identity: dict, *, then: str) -> dict | None:
+    """The arrays :func:`save_verified_npz` stored in ``path`` with this ``identity``; None when
+    there is no such file, or when it is unreadable, of another identity or fails its checksum:
+    then it is set aside (:func:`set_aside`, with ``then`` saying what the caller does instead).
+
+    Example:
+        >>> import tempfile, pathlib, numpy as np
+        >>> from attnflow.runio import save_verified_npz, load_verified_npz
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> save_verified_npz(folder / "a.npz", {"x": np.arange(3)}, {"kind": "chunk", "name": "a"})
+        >>> load_verified_npz(folder / "a.npz", {"kind": "chunk", "name": "a"}, then="recomputing it")
+        {'x': array([0, 1, 2])}
+        >>> (folder / "a.npz").rename(folder / "b.npz")
+        PosixPath(...)
+        >>> load_verified_npz(folder / "b.npz", {"kind": "chunk", "name": "b"}, then="recomputing it") is None
+        True
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    data, reason = _verify_npz(path, identity)
+    if data is None:
+        set_aside(path, reason, then)
+    return data
 
 
 def _git_commit() -> str | None:

@@ -50,7 +50,7 @@ def test_track_default_model_single_sentence(tmp_path, capsys):
     assert json.loads((out / "provenance.json").read_text())["versions"]["jax"]
 
 
-def test_track_multi_sentence_albert_and_resume(albert, tmp_path):
+def test_track_multi_sentence_albert_and_resume(albert, tmp_path, capsys):
     """Three sentences on the tiny ALBERT: per-sentence records, aggregates equal the mean of the
     records, the observables recomputed from the stored arrays, and an identical rerun resumes
     (records untouched) while other settings are refused."""
@@ -61,6 +61,8 @@ def test_track_multi_sentence_albert_and_resume(albert, tmp_path):
     assert s["num_sentences"] == 3 and s["model"]["family"] == "albert" and s["model"]["parameter_layers"] == 1
     assert s["selected_head"]["layer"] == 0 and s["selected_head"]["head"] == 0  # the good head, largest gap
     recs = [dict(np.load(out / "sentences" / f"{i:05d}.npz")) for i in range(3)]
+    for r in recs:
+        r.pop("__meta__")  # the stored identity and checksum
     lens = [len(r["input_ids"]) for r in recs]
     assert lens == [6, 11, 5]  # [CLS] words [SEP]
     np.testing.assert_allclose(s["real"]["mean_cos_mean"], np.mean([r["mean_cos"] for r in recs], axis=0))
@@ -74,6 +76,13 @@ def test_track_multi_sentence_albert_and_resume(albert, tmp_path):
     s2 = track(str(texts), out, model=albert, progress=False)
     assert [(out / "sentences" / f"{i:05d}.npz").stat().st_mtime_ns for i in range(3)] == stamp
     assert s2["real"] == s["real"]
+    # a stored sentence replaced by another one's is never used: it is analysed again
+    sent = out / "sentences"
+    (sent / "00001.npz").write_bytes((sent / "00000.npz").read_bytes())
+    capsys.readouterr()
+    s3 = track(str(texts), out, model=albert, progress=False)
+    assert "00001.npz" in capsys.readouterr().err and (sent / "00001.npz.damaged").exists()
+    assert s3["real"] == s["real"]
     with pytest.raises(InputError, match="other settings"):
         track(str(texts), out, model=albert, progress=False, cluster_tol=0.3)
 

@@ -25,7 +25,9 @@ from ..runio import (
     atomic_write_text,
     claim_output_dir,
     config_fingerprint,
+    load_verified_npz,
     provenance,
+    save_verified_npz,
     write_marker,
 )
 
@@ -145,12 +147,11 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
         bar = tqdm(items, desc="attnflow track", unit="sentence", disable=not progress or len(items) == 1)
         for i, item in enumerate(bar):
             path = sent_dir / f"{i:05d}.npz"
-            if path.is_file():
-                with np.load(path) as z:
-                    rec = {k: z[k] for k in z.files}
-            else:
+            identity = {"kind": "track sentence", "name": path.stem, "fingerprint": fp}
+            rec = load_verified_npz(path, identity, then="analysing the sentence again")
+            if rec is None:
                 rec = analyse_sentence(net, w64, item.input_ids, selected, cfg)
-                _save_npz(path, rec)
+                save_verified_npz(path, rec, identity, compress=True)
             records.append(rec)
         _save_npz(out / "forward.npz", {k: records[0][k] for k in _NPZ_KEYS_FORWARD})
         wo, wv = (np.asarray(a, np.float64) for a in head_factors(net))

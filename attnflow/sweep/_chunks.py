@@ -1,8 +1,8 @@
-"""The plan of a sweep in chunks, and their atomic, resumable computation."""
+"""The plan of a sweep in chunks, and their atomic, verified, resumable computation."""
 
 from __future__ import annotations
 
-import io
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import runio
 from ..errors import InputError
+from ._rundir import run_fingerprint
 
 __all__ = ["Chunk", "plan_chunks", "run_chunks", "concat"]
 
@@ -27,16 +28,9 @@ class Chunk:
     def name(self) -> str:
         return f"g{self.group:03d}-{self.start:09d}"
 
-
-def _save_npz(path: Path, columns: dict) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in columns.items()})
-    runio.atomic_write_bytes(path, buf.getvalue())
-
-
-def _load_npz(path: Path) -> dict:
-    with np.load(path, allow_pickle=False) as f:
-        return {k: f[k] for k in f.files}
+    @property
+    def file(self) -> str:
+        return f"{self.name}.npz"
 
 
 def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict], *, progress: bool = True,
@@ -44,27 +38,47 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
                poll_s: float = 2.0) -> tuple[list[dict], int]:
     """Compute the missing chunks (this process's share); return all chunks' columns in plan
     order (process 0 waits for the other processes' files; the others get ``[]``) and the
-    number of chunks this process computed."""
+    number of chunks this process computed.
+
+    Every chunk file carries its identity (group, start, stop, the run's config fingerprint) and
+    a checksum (:func:`attnflow.runio.save_verified_npz`). A stored chunk that is unreadable,
+    misplaced or changed is set aside with a line on stderr and computed again, both when this
+    process resumes its share and when process 0 reads all chunks at the end. The temporary
+    files of this share's chunks that a kill left behind are removed first (the caller holds the
+    lock of this share: :func:`attnflow.sweep.runner.open_run`)."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
     folder.mkdir(exist_ok=True)
+    fingerprint = run_fingerprint(out)
+
+    def identity(c: Chunk) -> dict:
+        return {"kind": "chunk", "name": c.name, "group": c.group, "start": c.start, "stop": c.stop,
+                "fingerprint": fingerprint}
+
+    def stored(c: Chunk) -> dict | None:
+        return runio.load_verified_npz(folder / c.file, identity(c), then="recomputing it")
+
+    def make(c: Chunk) -> None:
+        runio.save_verified_npz(folder / c.file, compute(c), identity(c))
+
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
-    todo = [c for c in mine if not (folder / f"{c.name}.npz").exists()]
+    runio.remove_stale_temporaries(folder, {c.file for c in mine})
+    todo = [c for c in mine if stored(c) is None]
     total = sum(c.stop - c.start for c in mine)
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
                dynamic_ncols=True)
     with bar:
         for c in todo:
-            cols = compute(c)
-            _save_npz(folder / f"{c.name}.npz", cols)
+            make(c)
             bar.update(c.stop - c.start)
+    computed = len(todo)
     if process_index != 0:
-        return [], len(todo)
+        return [], computed
     told = False
     while True:
-        missing = [c for c in chunks if not (folder / f"{c.name}.npz").exists()]
+        missing = [c for c in chunks if not os.path.lexists(folder / c.file)]
         if not missing:
             break
         if not told:
@@ -72,7 +86,15 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
                   f"in {folder}", file=sys.stderr, flush=True)
             told = True
         time.sleep(poll_s)
-    return [_load_npz(folder / f"{c.name}.npz") for c in chunks], len(todo)
+    parts = []
+    for c in chunks:
+        cols = stored(c)
+        if cols is None:  # damaged after it was written: computed again here
+            make(c)
+            computed += 1
+            cols = stored(c)
+        parts.append(cols)
+    return parts, computed
 
 
 def concat(parts: list[dict]) -> dict:

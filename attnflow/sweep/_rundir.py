@@ -1,4 +1,4 @@
-"""A sweep's run folder: claimed once, fingerprinted by its config, refused to another config."""
+"""A sweep's run folder: claimed and locked, fingerprinted by its config, refused to another config."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import runio
 from ..errors import InputError
 
-__all__ = ["EXECUTION_KEYS", "execution_free", "open_run"]
+__all__ = ["EXECUTION_KEYS", "execution_free", "open_run", "run_fingerprint"]
 
 #: run settings that do not change results (not part of the config fingerprint)
 EXECUTION_KEYS = ("devices", "progress", "distributed", "table_formats")
@@ -24,8 +24,15 @@ def execution_free(config: dict) -> dict:
     return cfg
 
 
+def run_fingerprint(out: Path) -> str | None:
+    """The config fingerprint in the marker of the run folder ``out`` (None: no marker)."""
+    marker = out / runio.MARKER
+    return json.loads(marker.read_text()).get("fingerprint") if marker.is_file() else None
+
+
 def open_run(out: str | Path, kind: str, config: dict, seed: int, process_index: int = 0) -> tuple[Path, bool]:
-    """Claim ``out`` for a sweep of ``kind``; refuse it when it holds a sweep of another config.
+    """Claim ``out`` for a sweep of ``kind`` (process 0 locks the folder, process i > 0 its share:
+    :func:`attnflow.runio.claim_output_dir`); refuse it when it holds a sweep of another config.
     Returns (folder, resumed)."""
     fp = runio.config_fingerprint(execution_free(config))
     if process_index != 0:  # process 0 claims the folder; the others wait for its marker
@@ -34,13 +41,13 @@ def open_run(out: str | Path, kind: str, config: dict, seed: int, process_index:
             if time.time() > deadline:
                 raise InputError(f"--out {out}: process 0 did not create the run folder within 600 s.")
             time.sleep(0.5)
-    out, existed = runio.claim_output_dir(out, kind)
+    out, existed = runio.claim_output_dir(out, kind, process=process_index)
     if existed:
-        marker = json.loads((out / runio.MARKER).read_text())
-        if marker.get("fingerprint") != fp:
+        previous = run_fingerprint(out)
+        if previous != fp:
             raise InputError(
                 f"--out {out} holds a {kind} sweep with another config (fingerprint "
-                f"{marker.get('fingerprint')}, this config {fp}); resume it with its own config "
+                f"{previous}, this config {fp}); resume it with its own config "
                 f"({out / 'config.json'}) or choose a new folder."
             )
     elif process_index == 0:

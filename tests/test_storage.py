@@ -1,0 +1,282 @@
+"""Stored results are verified, run folders are locked, file-system problems are found early."""
+
+import collections
+import errno
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from attnflow import runio
+from attnflow.errors import InputError
+from attnflow.probe import optimize
+from attnflow.report import reproduce
+from attnflow.sweep import load_sweep_config, run_sweep
+from attnflow.sweep.runner import Chunk, plan_chunks, run_chunks
+
+REPO = Path(__file__).resolve().parent.parent
+
+SPECTRAL_TOML = """
+kind = "spectral"
+ensembles = ["ginibre"]
+d = [3]
+samples = [30]
+[run]
+chunk_size = 10
+progress = false
+"""
+
+ID = {"kind": "chunk", "name": "g000-000000010", "fingerprint": "f1"}
+
+
+def _spectral(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text(SPECTRAL_TOML)
+    return load_sweep_config(p)
+
+
+def _stored(tmp_path) -> Path:
+    path = tmp_path / "g000-000000010.npz"
+    runio.save_verified_npz(path, {"x": np.arange(4.0), "label": np.array(["a", "b", "c", "d"])}, ID)
+    return path
+
+
+def _plain_npz(path: Path, **arrays) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+
+
+def _edited(path: Path) -> None:  # the labels changed, the identity and checksum kept
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["label"] = np.array(["a", "b", "c", "z"])
+    _plain_npz(path, **arrays)
+
+
+def _misplaced(path: Path) -> None:
+    runio.save_verified_npz(path, {"x": np.arange(4.0)}, {**ID, "name": "g000-000000020"})
+
+
+def _other_config(path: Path) -> None:
+    runio.save_verified_npz(path, {"x": np.arange(4.0)}, {**ID, "fingerprint": "f2"})
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "inside").write_text("x")
+
+
+DAMAGE = {
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[:50]), r"not a readable \.npz file \(BadZipFile"),
+    "garbage": (lambda p: p.write_bytes(b"not an archive at all" * 10), r"not an \.npz file \(it does not begin"),
+    "npy": (lambda p: np.save(p.with_suffix(".npy"), np.arange(4)) or p.with_suffix(".npy").replace(p),
+            r"not an \.npz file"),
+    "empty": (lambda p: p.write_bytes(b""), r"an empty file \(0 bytes\)"),
+    "directory": (_directory, r"a folder, not a file"),
+    "no identity": (lambda p: _plain_npz(p, x=np.arange(4.0)), r"no identity or checksum inside"),
+    "edited": (_edited, r"its checksum does not match its contents"),
+    "misplaced": (_misplaced, r"content is chunk g000-000000020, not chunk g000-000000010 \(misplaced\)"),
+    "other config": (_other_config, r"written by a run of another config \(fingerprint f2, this run f1\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_stored_file_is_set_aside_with_one_line_saying_why(case, tmp_path, capfd):
+    path = _stored(tmp_path)
+    data = runio.load_verified_npz(path, ID, then="recomputing it")
+    assert data["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and data["label"].tolist() == ["a", "b", "c", "d"]
+    assert runio.load_verified_npz(tmp_path / "absent.npz", ID, then="recomputing it") is None
+    damage, reason = DAMAGE[case]
+    damage(path)
+    capfd.readouterr()
+    assert runio.load_verified_npz(path, ID, then="recomputing it") is None
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{path}: ") and err.rstrip().endswith(
+        "; moved to g000-000000010.npz.damaged, recomputing it."), err
+    assert re.search(reason, err), err
+    assert not os.path.lexists(path) and os.path.lexists(tmp_path / "g000-000000010.npz.damaged")
+    # written again, it is used again (an older set-aside copy is replaced next time)
+    _stored(tmp_path)
+    assert runio.load_verified_npz(path, ID, then="recomputing it") is not None
+
+
+def test_resumed_sweep_recomputes_misplaced_and_damaged_chunks_to_the_same_table(tmp_path, capfd):
+    cfg = _spectral(tmp_path)
+    ref = tmp_path / "ref"
+    run_sweep(cfg, ref)
+    table = (ref / "table.csv").read_bytes()
+    chunks = ref / "chunks"
+    shutil.copy(chunks / "g000-000000020.npz", chunks / "g000-000000010.npz")  # rows 10-19 replaced by 20-29
+    (chunks / "g000-000000000.npz").write_bytes(b"")
+    capfd.readouterr()
+    s = run_sweep(cfg, ref)
+    err = capfd.readouterr().err
+    assert f"{chunks / 'g000-000000010.npz'}: content is chunk g000-000000020, not chunk g000-000000010 " \
+           "(misplaced); moved to g000-000000010.npz.damaged, recomputing it." in err, err
+    assert f"{chunks / 'g000-000000000.npz'}: an empty file (0 bytes)" in err, err
+    assert s["chunks_computed_here"] == 2
+    assert (ref / "table.csv").read_bytes() == table
+
+
+def test_process_0_verifies_the_other_processes_chunks_when_it_reads_them_all(tmp_path, capfd):
+    def compute(c: Chunk) -> dict:
+        return {"row": np.arange(c.start, c.stop)}
+
+    chunks = plan_chunks([30], 10)
+    (tmp_path / "chunks").mkdir()
+    # the chunk of process 1 (index 1 of 3) is there, but holds another chunk's rows
+    runio.save_verified_npz(tmp_path / "chunks" / "g000-000000010.npz", compute(chunks[2]),
+                            {"kind": "chunk", "name": "g000-000000020", "group": 0, "start": 20, "stop": 30,
+                             "fingerprint": None})
+    parts, computed = run_chunks(tmp_path, chunks, compute, progress=False, process_index=0, process_count=2)
+    assert np.concatenate([p["row"] for p in parts]).tolist() == list(range(30))
+    assert computed == 3  # its own two, and the damaged one of process 1
+    assert "g000-000000010.npz: content is chunk g000-000000020, not chunk g000-000000010" in capfd.readouterr().err
+
+
+KILLED_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    from attnflow import runio
+    os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)  # killed between write and rename
+    runio.atomic_write_bytes(sys.argv[1], b"state")
+""")
+
+
+def test_a_temporary_file_left_by_a_killed_write_is_removed_on_resume(tmp_path):
+    cfg = _spectral(tmp_path)
+    out = tmp_path / "run"
+    run_sweep(cfg, out)
+    table = (out / "table.csv").read_bytes()
+    p = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(out / "checkpoints" / "clustering.npz")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    left = list((out / "checkpoints").iterdir())
+    assert len(left) == 1 and left[0].name.startswith(".clustering.npz.") and left[0].name.endswith(".tmp")
+    with runio.atomic_path(tmp_path / "table.parquet") as tmp:  # named .table.<random>.tmp.parquet
+        assert tmp.name.startswith(".table.") and tmp.name.endswith(".tmp.parquet")
+    stale = [out / ".provenance.json.0a1b2c3d.tmp", out / "chunks" / ".g000-000000010.npz.abcdefgh.tmp",
+             out / ".table.0a1b2c3d.tmp.parquet"]
+    for f in stale:
+        f.write_text("half written")
+    kept = [out / "notes.tmp", out / "chunks" / ".keep", out / ".hidden.tmp"]  # not attnflow's temporaries
+    for f in kept:
+        f.write_text("mine")
+    run_sweep(cfg, out)
+    assert not list((out / "checkpoints").iterdir())
+    assert not [f for f in stale if f.exists()] and all(f.exists() for f in kept)
+    assert (out / "table.csv").read_bytes() == table
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from attnflow.runio import claim_output_dir
+    claim_output_dir(sys.argv[1], "sweep")
+    print("holding", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_folder_in_use_by_another_process_is_refused(tmp_path):
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        # the holder has claimed the folder but written no marker yet: in use, not "no attnflow-run.json"
+        with pytest.raises(InputError, match=rf"^--out {re.escape(str(out))} is in use by another attnflow process "
+                                             rf"\(pid {holder.pid}\); wait for it to finish or choose another "
+                                             r"folder\.$"):
+            run_sweep(_spectral(tmp_path), out)
+        assert not (out / "chunks").exists()
+        # process 1 of a multi-process sweep takes the lock of its share, beside process 0's
+        assert runio.claim_output_dir(out, "sweep", process=1) == (out, False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert runio.claim_output_dir(out, "sweep") == (out, False)  # a killed holder's lock is released
+    assert runio.claim_output_dir(out, "sweep") == (out, False)  # and this process may claim it again
+
+
+def test_unwritable_or_full_folders_are_refused_before_any_work(tmp_path, monkeypatch):
+    cfg = _spectral(tmp_path)
+    with pytest.raises(InputError, match=r"^--out /dev/null/x cannot be created \(Not a directory\); choose a "
+                                         r"folder you can write to\.$"):
+        run_sweep(cfg, "/dev/null/x")
+    out = tmp_path / "ro"
+    out.mkdir()
+    if os.geteuid() == 0:  # root writes through file modes: the OS refusal is simulated where files are made
+        real = runio._create_temp
+
+        def refused(path, suffix=""):
+            if path.parent == out:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            return real(path, suffix)
+
+        monkeypatch.setattr(runio, "_create_temp", refused)
+    else:
+        out.chmod(0o555)
+    try:
+        for run in (lambda: run_sweep(cfg, out), lambda: reproduce(out, quick=True, cases=["remark7_9"],
+                                                                    progress=False)):
+            with pytest.raises(InputError, match=rf"^--out {re.escape(str(out))} cannot be written \(Permission denied\); choose "
+                                                 r"a folder you can write to or change its permissions\.$"):
+                run()
+        assert list(out.iterdir()) == []
+    finally:
+        out.chmod(0o755)
+    monkeypatch.undo()
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(runio.shutil, "disk_usage", lambda p: usage(2**40, 2**40 - 10 * 2**20, 10 * 2**20))
+    full = tmp_path / "full"
+    with pytest.raises(InputError, match=rf"^--out {re.escape(str(full))} is on a disk with only 10.0 MiB free, less than the "
+                                         r"50.0 MiB a run needs; free some space or choose a folder on another "
+                                         r"disk\.$"):
+        run_sweep(cfg, full)
+    assert list(full.iterdir()) == []
+
+
+def test_atomic_writes_give_the_mode_the_umask_says(tmp_path):
+    old = os.umask(0o027)
+    try:
+        runio.atomic_write_bytes(tmp_path / "a.bin", b"x")
+        with runio.atomic_path(tmp_path / "b.txt") as tmp:
+            tmp.write_text("y")
+        os.umask(0o002)
+        runio.atomic_write_json(tmp_path / "c.json", {"k": 1})
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"a.bin": 0o640, "b.txt": 0o640, "c.json": 0o664}
+
+
+def test_probe_checkpoints_are_verified_on_resume(tmp_path, capfd):
+    def run(path, **kw):
+        return optimize(lambda p, c: (jnp.sum((p - c) ** 2), p.sum()), jnp.zeros((2, 3)), jnp.array([[1.0], [2.0]]),
+                        optimizer=optax.sgd(0.1), num_steps=6, checkpoint=path, fingerprint="f1",
+                        checkpoint_every=2, progress=False, **kw)
+
+    ref = run(None)
+    a, b = tmp_path / "clustering.npz", tmp_path / "def41.npz"
+    with pytest.raises(KeyboardInterrupt):
+        run(a, interrupt_after=3)
+    shutil.copy(a, b)  # the checkpoint of another search, copied in
+    capfd.readouterr()
+    again = run(b)
+    err = capfd.readouterr().err
+    assert again.resumed_from == 0 and np.array_equal(again.params, ref.params)
+    assert f"{b}: content is probe checkpoint clustering, not probe checkpoint def41 (misplaced); moved to " \
+           "def41.npz.damaged, starting this search from step 0." in err, err
+    resumed = run(a)  # its own checkpoint: resumed at step 3, bit for bit the uninterrupted run
+    assert resumed.resumed_from == 3 and np.array_equal(resumed.params, ref.params)
+    assert np.array_equal(resumed.losses, ref.losses)
