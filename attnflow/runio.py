@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import copy
 import datetime as _dt
 import difflib
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ._resources import format_bytes
 from .errors import InputError
@@ -72,6 +73,7 @@ _LOCK = re.compile(r"^\.attnflow(-\d+)?\.lock$")
 _WRITE_CHECK = ".attnflow-write-check"
 #: the stored entry of :func:`save_verified_npz` that holds the identity and the checksum
 _META = "__meta__"
+F = TypeVar("F", bound=Callable)
 _HELD: dict[str, int] = {}  # lock file -> the descriptor through which this process holds it
 
 
@@ -265,6 +267,54 @@ def _lock(path: Path, name: str) -> None:
     _HELD[key] = fd
 
 
+def releases_output_dirs(job: F) -> F:
+    """Decorator of a job: the run folders it claims (:func:`claim_output_dir`) are unlocked when
+    it returns or raises, so that a long-lived process (a notebook) does not keep them from other
+    processes. Folders this process held before the call stay held.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow import runio
+        >>> @runio.releases_output_dirs
+        ... def job(out):
+        ...     return runio.claim_output_dir(out, "demo")[1]
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> job(out), any(k.startswith(str(out.resolve())) for k in runio._HELD)
+        (False, False)
+    """
+
+    @functools.wraps(job)
+    def wrapper(*args, **kwargs):
+        before = set(_HELD)
+        try:
+            return job(*args, **kwargs)
+        finally:
+            for key in set(_HELD) - before:
+                os.close(_HELD.pop(key))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def discard_output_dir(path: str | os.PathLike) -> None:
+    """Unlock and remove a run folder this process claimed when it holds nothing but its lock files
+    (a first run that failed before writing anything); otherwise leave it as it is."""
+    path = Path(path)
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return
+    if not all(_LOCK.match(n) for n in names):
+        return
+    for name in names:
+        fd = _HELD.pop(str((path / name).resolve()), None)
+        if fd is not None:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            (path / name).unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
 def remove_stale_temporaries(folder: Path, targets: set[str] | None = None) -> None:
     """Remove the temporary files of atomic writes in ``folder`` (those of ``targets`` only, when
     given) that a kill left behind. Call it only while holding the lock that covers their writers."""
@@ -283,8 +333,9 @@ def claim_output_dir(path: str | os.PathLike, kind: str, *, process: int = 0) ->
     that is not a previous attnflow run of the same kind (unrelated files are never
     overwritten); then a folder that cannot be created or written, a disk with less than
     ``MIN_FREE_BYTES`` free, and a folder another process holds. The lock is
-    ``fcntl.flock`` on ``DIR/.attnflow.lock``, held until this process ends (a kill releases it
-    too; this process may claim the folder again). Holding it, the temporary files that killed
+    ``fcntl.flock`` on ``DIR/.attnflow.lock``, held until the job returns (jobs are decorated
+    with :func:`releases_output_dirs`) or this process ends (a kill releases it too; this process
+    may claim the folder again). Holding it, the temporary files that killed
     atomic writes left in the folder and its subfolders are removed, except in ``chunks/``,
     where each process of a sweep removes those of its own share.
 

@@ -280,3 +280,44 @@ def test_probe_checkpoints_are_verified_on_resume(tmp_path, capfd):
     resumed = run(a)  # its own checkpoint: resumed at step 3, bit for bit the uninterrupted run
     assert resumed.resumed_from == 3 and np.array_equal(resumed.params, ref.params)
     assert np.array_equal(resumed.losses, ref.losses)
+
+
+CLAIM = textwrap.dedent("""
+    import sys
+    from attnflow.errors import InputError
+    from attnflow.runio import claim_output_dir
+    try:
+        claim_output_dir(sys.argv[1], "sweep")
+        print("claimed")
+    except InputError as err:
+        print("refused:", err)
+""")
+
+
+def _claim_elsewhere(out: Path) -> str:
+    return subprocess.run([sys.executable, "-c", CLAIM, str(out)], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_job_unlocks_its_folder_when_it_returns(tmp_path):
+    out = tmp_path / "run"
+
+    @runio.releases_output_dirs
+    def job():
+        runio.claim_output_dir(out, "sweep")
+        runio.write_marker(out, "sweep")
+        return _claim_elsewhere(out)
+
+    assert job().startswith("refused: --out") and "in use by another attnflow process" in job()
+    assert _claim_elsewhere(out) == "claimed"  # after the job, another process may take the folder
+
+
+def test_a_failed_first_run_leaves_no_folder_behind(tmp_path):
+    out = tmp_path / "run"
+    runio.claim_output_dir(out, "sweep")
+    runio.discard_output_dir(out)
+    assert not out.exists()
+    runio.claim_output_dir(out, "sweep")
+    runio.write_marker(out, "sweep")
+    runio.discard_output_dir(out)  # a folder with results in it is kept
+    assert (out / runio.MARKER).exists()

@@ -27,6 +27,7 @@ from ..runio import (
     config_fingerprint,
     load_verified_npz,
     provenance,
+    releases_output_dirs,
     save_verified_npz,
     write_marker,
 )
@@ -87,6 +88,7 @@ def _validate(cfg: dict) -> None:
         raise InputError(f"pad_multiple must be a positive integer, got {cfg['pad_multiple']!r}.")
 
 
+@releases_output_dirs
 def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike | None = None, head: str = "auto",
           progress: bool = True, **options) -> dict:
     """Run the ``attnflow track`` job and write the report folder ``out``; returns the summary.

@@ -15,12 +15,16 @@ import shutil
 import time
 from pathlib import Path
 
+from .. import _validate as v
+from .._resources import check_count
 from ..errors import InputError
 from ..runio import (
     MARKER,
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
+    discard_output_dir,
+    releases_output_dirs,
     load_config,
     provenance,
     write_marker,
@@ -48,20 +52,47 @@ def case_names() -> list[str]:
     return list(CASES)
 
 
+_fraction = lambda meaning: lambda key, x: v.check_number(key, x, meaning, low=0, high=1)
+_positive = lambda meaning: lambda key, x: v.check_number(key, x, meaning, low=0)
+#: the check of every setting a reproduce config may hold (globally, in [quick] or in a case's table)
+_SETTINGS = {
+    "dtype": lambda key, x: v.check_choice(key, x, ("float32", "float64"), "the precision of the solves"),
+    "batch": lambda key, x: v.check_int(key, x, 1, "random initial configurations per case"),
+    "n": lambda key, x: v.check_int(key, x, 1, "tokens"),
+    "d": lambda key, x: v.check_int(key, x, 1, "the token dimension"),
+    "num_saves": lambda key, x: v.check_int(key, x, 2, "save times from 0 to t1"),
+    "max_steps": lambda key, x: check_count(key, v.check_int(key, x, 1, "steps of an adaptive solve"),
+                                            fix=f"lower {key}"),
+    "gif_frames": lambda key, x: v.check_int(key, x, 0, "frames per animation; 0: none"),
+    "rel_tol": _fraction("the cluster and level tolerance, a fraction of the initial size"),
+    "rank_tol": _fraction("the numerical rank's threshold, relative to the largest singular value"),
+    "t1": _positive("the horizon"),
+    "eps": _positive("the perturbation's size"),
+    "x0_scale": _positive("the initial tokens' standard deviation"),
+}
+
+
+def _check_table(table: dict, prefix: str) -> None:
+    """Check every known setting of one table of the config (``prefix``: ``""``, ``"quick."``, ``"thm2_1."``)."""
+    for key, value in table.items():
+        if key in _SETTINGS:
+            _SETTINGS[key](f"{prefix}{key}", value)
+
+
 def _validate_global(cfg: dict) -> None:
-    if cfg["dtype"] not in ("float32", "float64"):
-        raise InputError(f"config key 'dtype' must be 'float32' or 'float64', got {cfg['dtype']!r}.")
-    for key in ("batch", "num_saves", "max_steps"):
-        if cfg[key] < 1:
-            raise InputError(f"config key '{key}' must be >= 1, got {cfg[key]!r}.")
-    if not 0 < cfg["rel_tol"] < 1:
-        raise InputError(f"config key 'rel_tol' must lie in (0, 1), got {cfg['rel_tol']!r}.")
-    if not 0 < cfg["rank_tol"] < 1:
-        raise InputError(f"config key 'rank_tol' must lie in (0, 1), got {cfg['rank_tol']!r}.")
+    """Every key: seed, cases, the global settings, [quick] and every case's table (selected or not)."""
+    v.check_int("seed", cfg["seed"], 0, "the seed of every case's draws")
+    v.check_names("cases", cfg["cases"], case_names(), "the cases to run; empty: all", allow_empty=True)
+    _check_table({k: cfg[k] for k in GLOBAL_KEYS}, "")
+    _check_table(cfg["quick"], "quick.")
+    for name in case_names():
+        _check_table(cfg.get(name, {}), f"{name}.")
 
 
 def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
-    """Global settings, overlaid by the case's table, overlaid by [quick] (with ``--quick``)."""
+    """Global settings, overlaid by the case's table, overlaid by [quick] (with ``--quick``) (their values
+    checked by ``_validate_global``); refuses a saved trajectory (P at every save: batch x num_saves x n x n)
+    that cannot fit in memory."""
     s = {k: cfg[k] for k in GLOBAL_KEYS}
     s.update(cfg.get(name, {}))
     if quick:
@@ -69,15 +100,18 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
         for key, value in q.items():
             if key in s or key in GLOBAL_KEYS:
                 s[key] = value
-    for key, value in s.items():
-        if key in ("n", "d", "batch") and (not isinstance(value, int) or value < 1):
-            raise InputError(f"config key '{name}.{key}' must be a positive integer, got {value!r}.")
-        if key in ("t1", "eps", "x0_scale") and not value > 0:
-            raise InputError(f"config key '{name}.{key}' must be > 0, got {value!r}.")
+    if "n" in s:
+        n, saves, batch, d = s["n"], s["num_saves"], s["batch"], s.get("d", 3)  # cases without d: d <= 3
+        default = load_config(None, "reproduce.toml")
+        v.check_fits(f"case {name} ({batch} runs of {n} tokens, {saves} saves)",
+                     3.0 * batch * saves * n * n * 8 + 4.0 * batch * saves * n * d * 8,  # P; tokens, states
+                     [(f"{name}.n", n, default[name]["n"], 2), ("batch", batch, default["batch"], 1),
+                      ("num_saves", saves, default["num_saves"], 1)])
     return s
 
 
 @in_float64
+@releases_output_dirs
 def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
               quick: bool = False, cases: list[str] | None = None, progress: bool = True,
               field_factory=None, figures: bool = True, overrides: dict | None = None) -> dict:
@@ -128,8 +162,8 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not existed and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        if not existed:
+            discard_output_dir(out)
         raise
     return summary
 
