@@ -19,7 +19,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float
+
+from . import _validate as v
+from .errors import InputError
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
            "NORMALISATIONS"]
@@ -59,6 +63,13 @@ def softmax(s: Float[Array, "... n"], axis: int = -1, where: Bool[Array, "... n"
         True
     """
     _check_normalisation(normalisation)
+    shape = v.check_array("s", s, "scores with the axis to normalise", min_rank=1)
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -len(shape) <= axis < len(shape) or not shape[axis]:
+        raise InputError(f"axis must be an int naming a non-empty axis of s (shape {shape}), got {axis!r}.")
+    if where is not None and not _broadcasts(v.shape_of("where", where), shape):
+        raise InputError(f"where must be a boolean array broadcastable to the shape {shape} of s, "
+                         f"got shape {v.shape_of('where', where)}.")
+    s = v.as_float(s)
     e, total, s_max = _exponentials(s, axis, where)
     return _normalise(e, total, s_max, s.shape[axis], normalisation)
 
@@ -104,8 +115,23 @@ def scores(
         >>> scores(jnp.eye(2), jnp.eye(2), 2 * jnp.eye(2)).tolist()
         [[2.0, 0.0], [0.0, 2.0]]
     """
-    q, k = project_qk(x, Q, K, beta)
+    _check_tokens_qk(x, Q, K, beta)
+    q, k = project_qk(v.as_float(x), v.as_float(Q), v.as_float(K), beta)
     return q @ k.T
+
+
+def _check_tokens_qk(x, Q, K, beta) -> None:
+    """x (n, d), Q and K (m, d): real, finite when concrete; beta a finite real scalar."""
+    xs = v.check_array("x", x, "tokens (n, d); vmap for a batch", ranks=(2,))
+    for name, a in (("Q", Q), ("K", K)):
+        shape = v.check_array(name, a, "an (m, d) matrix", ranks=(2,))
+        if shape[1] != xs[1]:
+            raise InputError(f"{name} must have shape (m, {xs[1]}) to act on tokens of dimension {xs[1]}, "
+                             f"got {shape}.")
+    if v.shape_of("Q", Q) != v.shape_of("K", K):
+        raise InputError(f"Q and K must have the same shape (m, d), got Q {v.shape_of('Q', Q)} and "
+                         f"K {v.shape_of('K', K)}.")
+    v.check_real("beta", beta, "the inverse temperature, a finite real scalar")
 
 
 def project_qk(
@@ -179,15 +205,35 @@ def causal_mask(n_q: int, n_k: int) -> Bool[Array, "n_q n_k"]:
     return jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None]
 
 
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True when an array of ``shape`` broadcasts to ``target`` (without changing it)."""
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
+def check_mask(mask, n_q: int | None = None, n_k: int | None = None) -> None:
+    """Check a mask argument: None, ``"causal"``, or a boolean (or 0/1 integer) array of rank <= 2,
+    broadcastable to (n_q, n_k) when those are given. Static: also runs under ``jit``."""
+    if mask is None or (isinstance(mask, str) and mask == "causal"):
+        return
+    want = "mask must be None, 'causal' or a boolean array (n_q, n_k)"
+    if isinstance(mask, (str, bytes)):
+        raise InputError(f"{want}, got {mask!r}.")
+    shape, dtype = v.shape_of("mask", mask), v.dtype_of(mask)
+    if dtype.kind not in "biu" or len(shape) > 2:
+        raise InputError(f"{want}, got an array of dtype {dtype} and shape {shape}.")
+    if n_q is not None and not _broadcasts(shape, (n_q, n_k)):
+        raise InputError(f"{want} with (n_q, n_k) = ({n_q}, {n_k}) here, got shape {shape}.")
+
+
 def mask_array(mask, n_q: int, n_k: int) -> Bool[Array, "n_q n_k"] | None:
     """A mask argument (None, ``"causal"`` or a boolean array) as a boolean (n_q, n_k) array."""
+    check_mask(mask, n_q, n_k)
     if mask is None:
         return None
     if isinstance(mask, str):
-        if mask != "causal":
-            from .errors import InputError
-
-            raise InputError(f"mask must be None, 'causal' or a boolean array (n_q, n_k), got {mask!r}.")
         return causal_mask(n_q, n_k)
     return jnp.broadcast_to(jnp.asarray(mask, bool), (n_q, n_k))
 
@@ -283,6 +329,14 @@ def select_impl(n_q: int, n_k: int, q=None, k=None, v=None) -> str:
     return "chunked" if n_q * n_k >= threshold else "dense"
 
 
+def _check_qkv(q, k, v_) -> None:
+    """Static shape checks of attend: q (n, r), k (n2, r), v (n2, e), real arrays."""
+    qs, ks, vs = (v.check_array(name, a, meaning, ranks=(2,)) for name, a, meaning in (
+        ("q", q, "queries (n, r)"), ("k", k, "keys (n2, r)"), ("v", v_, "values (n2, e)")))
+    if ks[1] != qs[1] or vs[0] != ks[0]:
+        raise InputError(f"attend needs q (n, r), k (n2, r) and v (n2, e), got q {qs}, k {ks} and v {vs}.")
+
+
 def attend(
     q: Float[Array, "n r"],
     k: Float[Array, "n2 r"],
@@ -334,10 +388,10 @@ def attend(
 
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
     _check_normalisation(normalisation)
+    _check_qkv(q, k, v)
+    check_mask(mask, q.shape[0], k.shape[0])
     if impl == "auto":
         impl = select_impl(q.shape[0], k.shape[0], *((q, k, v) if normalisation == "softmax" else ()))
-    if isinstance(mask, str):
-        mask_array(mask, 1, 1)  # validates the name
     if impl == "dense":
         return _dense_attend(q, k, v, mask, normalisation)
     if impl == "fused":

@@ -28,6 +28,8 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from . import _validate as v
 from ._batching import lapack_needs_loop, map_over_batch, vmap_systems
+from ._resources import check_count, check_memory
+from ._x64 import float64_enabled, float64_scope
 from .attention import IMPLS
 from .dynamics import AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
@@ -61,7 +63,8 @@ class Simulation(eqx.Module):
         num_steps: steps (layers) taken.
         result: 0 on success, else a code of :mod:`attnflow.integrate.solution`
             (1: solver stopped before t1, 2: non-finite state).
-        t_nonfinite: first time the state was non-finite (inf if never).
+        t_nonfinite: where the solution stops being finite (inf if never; the end of the step
+            at which it blew up, or where the solver stopped: ``Trajectory.t_nonfinite``).
         picture, method: what was run.
     """
 
@@ -183,6 +186,20 @@ def _validate_inputs(x0, weights: AttentionWeights | None, Q, K, V, beta, batch:
     return next(iter(sizes.values())) if sizes else None
 
 
+def _check_output_size(x0, B: int | None, num_saves: int, attention: bool, separate_tokens: bool, weights,
+                       fix: str) -> None:
+    """Refuse saved outputs that cannot fit: B x T x n x (d per saved array + n H for attention) x itemsize.
+
+    ``separate_tokens``: the raw tokens are stored besides the states (rescaled picture, prebuilt field).
+    """
+    n, d = x0.shape[-2:]
+    copies = 2 if separate_tokens else 1  # the states, and the tokens when they differ from the states
+    heads = weights.num_heads if weights is not None else 1
+    per_save = n * (copies * d + (n * heads if attention else 0)) * x0.dtype.itemsize
+    check_memory(f"simulate with {num_saves} saves of {n} tokens in dimension {d}"
+                 f"{f' for {B} systems' if B else ''}", (B or 1) * num_saves * per_save, fix=fix, scale=1)
+
+
 def simulate(
     x0: Float[Array, "*B n d"],
     Q: Float[Array, "*B m d"] | AttentionWeights | None = None,
@@ -232,7 +249,9 @@ def simulate(
         beta: inverse temperature (default 1, the paper's model); with an AttentionWeights
             it is part of the weights.
         dtype: ``"float32"`` (default) or ``"float64"`` (computed in a scoped float64 mode;
-            JAX's global configuration is never changed).
+            JAX's global configuration is never changed). Under jit/vmap/grad a float64 run needs
+            float64 around the transformation (``with jax.enable_x64(True):``); without it
+            ``dtype="float64"`` with traced inputs is an ``InputError``.
         batch: which inputs carry a leading axis of B independent systems: ``"x0"``, a tuple
             of names among ``("x0", "Q", "K", "V", "beta", "weights")``, or ``"all"`` (x0 and
             the weights; add ``"beta"`` to batch beta too).
@@ -271,7 +290,12 @@ def simulate(
         throw = bool(check)
     if dtype not in ("float32", "float64"):
         raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
-    scope = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    if dtype == "float64" and not float64_enabled() and v.is_traced(x0, Q, K, V, beta, dynamics, ts, t0, t1, dt):
+        raise InputError(
+            "simulate(dtype='float64') was called inside a JAX transformation (jit/vmap/grad) while float64 is "
+            "disabled; enter `with jax.enable_x64(True):` around the transformation, or call simulate outside it."
+        )
+    scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
     with scope:
         return _simulate(x0, Q, K, V, t1=t1, t0=t0, picture=picture, method=method, dt=dt, ts=ts,
                          num_saves=num_saves, save_every=save_every, rtol=rtol, atol=atol, beta=beta, dtype=dtype,
@@ -360,14 +384,15 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
 
     if method_name == "euler":
         span = float(t1) - float(t0)
+        check_count("the number of layers (t1 - t0)/dt", span / float(dt), fix="use a larger dt or a shorter span")
         num_layers = int(round(span / float(dt)))
         if num_layers < 1 or abs(num_layers * float(dt) - span) > 1e-9 * max(1.0, abs(span)):
             raise InputError(
                 f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
                 f"got (t1 - t0) = {span!r} and dt = {dt!r}."
             )
-        save_every = 1 if save_every is None else int(save_every)
-        if save_every < 1 or num_layers % save_every:
+        save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
+        if num_layers % save_every:
             raise InputError(
                 f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
             )
@@ -377,22 +402,20 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
         if weights is not None and num_layers > weights.num_layers > 1:
             raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
                              f"{weights.num_layers} (one set per layer).")
+        num_out, fix = num_layers // save_every + 1, "raise save_every (fewer saved layers)"
         config = ("euler", picture, float(t0), float(dt), num_layers, save_every, shift_fn)
-        ts_arr = None
     else:
         if ts is None:
-            if num_saves < 2:
-                raise InputError(f"num_saves must be >= 2 (t0 and t1), got {num_saves}.")
-            ts_arr = jnp.linspace(float(t0), float(t1), int(num_saves), dtype=jdtype)
+            num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
+            fix = "lower num_saves"
         else:
-            ts_np = np.asarray(ts, dtype=np.float64)
-            if ts_np.ndim != 1 or np.any(np.diff(ts_np) < 0) or ts_np[0] < float(t0) or ts_np[-1] > float(t1):
-                raise InputError(
-                    f"ts must be a non-decreasing 1-d array of save times inside [t0, t1] = [{t0}, {t1}], "
-                    f"got shape {ts_np.shape} from {ts_np.min() if ts_np.size else None} to "
-                    f"{ts_np.max() if ts_np.size else None}."
-                )
-            ts_arr = jnp.asarray(ts_np, jdtype)
+            v.check_save_times(ts, t0, t1)
+            num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
+        for name, tol in (("rtol", rtol), ("atol", atol)):
+            if tol is not None:
+                v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
+        if max_steps is not None:
+            v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
         default_rtol, default_atol = _DEFAULT_TOL[dtype]
         config = (
             "ode",
@@ -405,6 +428,10 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
             default_atol if atol is None else float(atol),
             max_steps,
         )
+    _check_output_size(x0, B, num_out, return_attention and save_fn is None,
+                       save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
+    ts_arr = (None if method_name == "euler" else jnp.asarray(ts, jdtype) if ts is not None
+              else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
 
     if dynamics is not None:
         axes, weight_args = (0 if "x0" in names else None, None), (dynamics,)

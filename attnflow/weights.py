@@ -112,10 +112,13 @@ class AttentionWeights(eqx.Module):
             axes, key=AXIS_NAMES.index
         ):
             raise InputError(f"axes must be a tuple drawn from {AXIS_NAMES} in that order, got {axes!r}.")
+        for name, a in (("Q", Q), ("K", K), ("V", V)):
+            v.check_array(name, a, "a weight matrix, or a stack of them along the named axes")
+        v.check_array("beta", beta, "the inverse temperature: a scalar, or one per head/layer")
         lead = check_shapes(Q, K, V, axes)
         m, d = v.shape_of("Q", Q)[-2:]
         for name, a, size in (("q_bias", q_bias, m), ("k_bias", k_bias, m), ("v_bias", v_bias, d)):
-            if a is not None and tuple(np.shape(a)) != lead + (size,):
+            if a is not None and v.check_array(name, a, "a bias vector") != lead + (size,):
                 raise InputError(f"{name} must have shape {lead + (size,)}, got {tuple(np.shape(a))}.")
         b_shape = tuple(np.shape(beta))
         if b_shape not in ((), lead):

@@ -11,7 +11,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "extensions",
         help="studies beyond the theorems: Section 12.2, multi-head, per-layer weights, causal, sphere",
-        description="Run the issue-13 studies (configs/extensions.toml): predicted vs observed with fixed "
+        description="Run the studies beyond the theorems (configs/extensions.toml): predicted vs observed with fixed "
         "tolerances, measurements where nothing is proved, figures. Writes report.md, summary.json, "
         "config.json, provenance.json and PNG figures into --out.",
     )

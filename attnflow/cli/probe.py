@@ -10,8 +10,10 @@ def add_parser(subparsers) -> None:
         "probe",
         help="gradient-based probes of the assumptions (optax; resumable)",
         description="Run the probe study described by CONFIG (study = \"distance-to-failure\", \"beyond-pd\" or "
-        "\"sensitivity\"; the shipped configs/probe-*.toml are the defaults and the schema). Writes report.md, "
-        "summary.json, figures and provenance to --out; running the same command again after an interruption resumes.",
+        "\"sensitivity\"; the shipped configs/probe-*.toml are the defaults and the schema; every key is checked before "
+        "anything runs; distance-to-failure takes your own Q, K, V from [weights] or system.weights_file). Writes "
+        "report.md, summary.json, CSV tables, figures and provenance to --out; running the same command again after an "
+        "interruption resumes.",
     )
     p.add_argument("config", help="TOML config (a path, or a shipped name such as probe-sensitivity.toml)")
     p.add_argument("--out", required=True, help="output folder")

@@ -34,7 +34,10 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PyTree
+
+from ..errors import InputError
 
 __all__ = ["AbstractDynamics", "AbstractAttentionDynamics", "SumOfFields", "FoldedBatch"]
 
@@ -48,6 +51,19 @@ class AbstractDynamics(eqx.Module):
 
     def __call__(self, t, y, args=None):
         return self.vector_field(t, y, args)
+
+    @property
+    def state_dim(self) -> int | None:
+        """The token dimension d the field acts on (None: any)."""
+        return None
+
+    def check_state(self, y) -> None:
+        """Shape check of a state (n, d) (or (B, n, d)) against :attr:`state_dim`; static, so it
+        also runs under ``jit`` (once, at trace time)."""
+        shape, d = np.shape(y), self.state_dim
+        if len(shape) < 2 or (d is not None and shape[-1] != d):
+            raise InputError(f"the state y (y0 of a solve) must be tokens (n, {'d' if d is None else d}) for "
+                             f"{type(self).__name__}, got shape {shape}.")
 
     def tokens(self, t: Float[Array, ""], y: Float[Array, "n d"]) -> Float[Array, "n d"]:
         """The raw tokens x represented by the state y (identity unless the picture is rescaled)."""
@@ -90,6 +106,17 @@ class SumOfFields(AbstractDynamics):
 
     terms: tuple[AbstractDynamics, ...]
 
+    def __check_init__(self):
+        if not self.terms or not all(isinstance(f, AbstractDynamics) for f in self.terms):
+            raise InputError(f"terms must be a non-empty tuple of attnflow dynamics, got {self.terms!r}.")
+        dims = [f.state_dim for f in self.terms]
+        if len({d for d in dims if d is not None}) > 1:
+            raise InputError(f"the terms of a sum of fields must act on one token dimension d, got d = {dims}.")
+
+    @property
+    def state_dim(self):
+        return next((f.state_dim for f in self.terms if f.state_dim is not None), None)
+
     def vector_field(self, t, y, args=None):
         out = self.terms[0].vector_field(t, y, args)
         for term in self.terms[1:]:
@@ -107,8 +134,6 @@ class SumOfFields(AbstractDynamics):
         for term in self.terms:
             if isinstance(term, AbstractAttentionDynamics):
                 return term.attention(t, y)
-        from ..errors import InputError
-
         raise InputError("this sum of fields has no attention term, so it has no attention matrix.")
 
 
@@ -128,6 +153,14 @@ class FoldedBatch(AbstractAttentionDynamics):
     """
 
     dynamics: AbstractDynamics
+
+    def __check_init__(self):
+        if not isinstance(self.dynamics, AbstractDynamics):
+            raise InputError(f"dynamics must be an attnflow dynamics, got {type(self.dynamics).__name__}.")
+
+    @property
+    def state_dim(self):
+        return self.dynamics.state_dim
 
     def vector_field(self, t, y, args=None):
         return jax.vmap(lambda yb: self.dynamics.vector_field(t, yb, args))(y)

@@ -63,19 +63,19 @@ def activation(name: str) -> Callable[[Array], Array]:
 _activation = activation  # constructors below have an argument called ``activation``
 
 
-def _matrix(name: str, a, shape: tuple[int, int]):
-    if tuple(v.shape_of(name, a)) != shape:
-        raise InputError(f"{name} must have shape {shape}, got {tuple(v.shape_of(name, a))}.")
-    v.check_finite(name, a)
-    return jnp.asarray(a)
+def _matrix(name: str, a, shape: tuple[int | None, int | None]):
+    """A real, finite (when concrete) matrix of ``shape`` (None: any size there), as a float array."""
+    got = v.check_array(name, a, f"a {'x'.join('.' if s is None else str(s) for s in shape)} matrix", ranks=(2,))
+    if any(s is not None and s != g for s, g in zip(shape, got)) or 0 in got:
+        raise InputError(f"{name} must have shape {tuple('*' if s is None else s for s in shape)}, got {got}.")
+    return v.as_float(a)
 
 
 def _vector(name: str, a, size: int, dtype):
     if a is None:
         return None
-    if tuple(v.shape_of(name, a)) != (size,):
+    if v.check_array(name, a, f"a vector of {size} entries") != (size,):
         raise InputError(f"{name} must have shape ({size},), got {tuple(v.shape_of(name, a))}.")
-    v.check_finite(name, a)
     return jnp.asarray(a, dtype)
 
 
@@ -106,13 +106,24 @@ class Wrapped(AbstractWrapper):
     def __init__(self, inner: AbstractDynamics, W=None, activation: str = "relu", bias=None):
         _activation(activation)  # validates the name
         self._set_inner(inner)
-        shape = v.shape_of("W", W) if W is not None else v.shape_of("bias", bias) if bias is not None else None
-        d = None if shape is None else shape[-1]
-        self.W = None if W is None else _matrix("W", W, (d, d))
+        d = inner.state_dim
+        if W is not None:
+            W = _matrix("W", W, (d, d))
+            if W.shape[0] != W.shape[1]:
+                raise InputError(f"W must be a square (d, d) matrix, got shape {W.shape}.")
+            d = W.shape[0]
+        if bias is not None and d is None:
+            d = v.check_array("bias", bias, "a (d,) vector", ranks=(1,))[0]
+        self.W = W
         self.bias = _vector("bias", bias, d, None)
         self.activation = activation
 
+    @property
+    def state_dim(self):
+        return self.inner.state_dim if self.W is None else self.W.shape[0]
+
     def vector_field(self, t, y, args=None):
+        self.check_state(y)
         u = self.inner.vector_field(t, y, args)
         if self.bias is not None:
             u = u + self.bias
@@ -163,10 +174,8 @@ class FeedForward(AbstractDynamics):
 
     def __init__(self, W1, W2, b1=None, b2=None, activation: str = "gelu"):
         _activation(activation)
-        h, d = v.shape_of("W1", W1) if len(v.shape_of("W1", W1)) == 2 else (None, None)
-        if h is None:
-            raise InputError(f"W1 must be an (h, d) matrix, got shape {v.shape_of('W1', W1)}.")
-        self.W1 = _matrix("W1", W1, (h, d))
+        self.W1 = _matrix("W1", W1, (None, None))
+        h, d = self.W1.shape
         self.W2 = _matrix("W2", W2, (d, h))
         self.b1 = _vector("b1", b1, h, self.W1.dtype)
         self.b2 = _vector("b2", b2, d, self.W2.dtype)
@@ -176,7 +185,12 @@ class FeedForward(AbstractDynamics):
     def hidden_width(self) -> int:
         return self.W1.shape[0]
 
+    @property
+    def state_dim(self) -> int:
+        return self.W1.shape[1]
+
     def vector_field(self, t, y, args=None):
+        self.check_state(y)
         u = y @ self.W1.T
         if self.b1 is not None:
             u = u + self.b1
@@ -216,6 +230,9 @@ class TransformerBlock(AbstractWrapper):
         if not isinstance(feedforward, AbstractDynamics):
             raise InputError(f"feedforward must be an attnflow dynamics, got {type(feedforward).__name__}.")
         self._set_inner(attention)
+        if None not in (attention.state_dim, feedforward.state_dim) and attention.state_dim != feedforward.state_dim:
+            raise InputError(f"feedforward must act on the token dimension d = {attention.state_dim} of the "
+                             f"attention, got a field on d = {feedforward.state_dim}.")
         self.feedforward, self.dt = feedforward, None
 
     def vector_field(self, t, y, args=None):

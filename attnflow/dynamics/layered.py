@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..attention import IMPLS
+from .. import _validate as v
+from ..attention import IMPLS, NORMALISATIONS
 from ..errors import InputError
 from ..weights import AttentionWeights
 from .attention_flows import AttentionFlow, _check_mask
@@ -59,10 +60,12 @@ def perturbed_layers(weights: AttentionWeights, num_layers: int, epsilon: float,
     """
     if not isinstance(weights, AttentionWeights) or "layer" in weights.axes:
         raise InputError("perturbed_layers needs shared AttentionWeights (without a 'layer' axis).")
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise InputError(f"num_layers must be a positive int, got {num_layers!r}.")
-    if not (isinstance(epsilon, jax.Array) or float(epsilon) >= 0):
+    num_layers = v.check_int("num_layers", num_layers, meaning="the number of perturbed copies")
+    v.check_real("epsilon", epsilon, "the relative Frobenius size of the perturbation, a finite real scalar")
+    if v.is_concrete(epsilon) and not epsilon >= 0:
         raise InputError(f"epsilon (relative Frobenius size of the perturbation) must be >= 0, got {epsilon!r}.")
+    if not (isinstance(key, jax.Array) and key.shape in ((), (2,))):
+        raise InputError(f"key must be a JAX random key (jax.random.key(seed)), got {type(key).__name__}.")
     keys = jax.random.split(key, 3)
 
     def perturb(X, k):
@@ -88,6 +91,8 @@ class _PerTimeAttention(AbstractAttentionDynamics):
     def _options(self, attention_impl, mask, normalisation):
         if attention_impl not in IMPLS:
             raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
+        if normalisation not in NORMALISATIONS:
+            raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
         self.mask = _check_mask(mask)
         self.attention_impl, self.normalisation = attention_impl, normalisation
 
@@ -141,6 +146,10 @@ class LayeredFlow(_PerTimeAttention):
         self._options(attention_impl, mask, normalisation)
         self.weights, self.dt, self.t0 = weights, None, None
 
+    @property
+    def state_dim(self) -> int:
+        return self.weights.d
+
     def on_grid(self, dt, t0, num_layers):
         if num_layers > self.weights.num_layers:
             raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
@@ -184,8 +193,8 @@ class LayerInterpolation(eqx.Module):
     def __init__(self, weights: AttentionWeights, dt: float = 1.0, t0: float = 0.0):
         if not isinstance(weights, AttentionWeights) or "layer" not in weights.axes:
             raise InputError("LayerInterpolation needs AttentionWeights with a 'layer' axis.")
-        if not float(dt) > 0:
-            raise InputError(f"dt (spacing of the layer nodes) must be > 0, got {dt!r}.")
+        v.check_positive("dt", dt, "the spacing of the layer nodes, a finite positive scalar")
+        v.check_real("t0", t0, "the time of the first node, a finite real scalar")
         self.weights, self.dt, self.t0 = weights, float(dt), float(t0)
 
     def __call__(self, t) -> AttentionWeights:

@@ -28,6 +28,10 @@ class AbstractWrapper(AbstractAttentionDynamics):
             raise InputError(f"the wrapped field must be an attnflow dynamics, got {type(inner).__name__}.")
         self.inner = inner
 
+    @property
+    def state_dim(self):
+        return self.inner.state_dim
+
     def tokens(self, t, y):
         return self.inner.tokens(t, y)
 

@@ -47,9 +47,10 @@ def soft_cluster_count(
         >>> round(float(soft_cluster_count(1e-3 * y, scale=1.0, temperature=0.05)), 3)  # collapsed
         1.0
     """
-    v.check_rank("y", y, (2,), "tokens (n, d); vmap for a batch")
-    v.check_positive("temperature", temperature)
-    v.check_positive("scale", scale)
+    v.check_array("y", y, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    v.check_positive("temperature", temperature, "a relative temperature, a finite positive scalar")
+    v.check_positive("scale", scale, "the unit of length, a finite positive scalar")
+    y = v.as_float(y)
     h = jnp.asarray(temperature, y.dtype) * jnp.asarray(scale, y.dtype)
     diff = y[:, None, :] - y[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
@@ -80,10 +81,12 @@ def soft_rank(
         >>> round(float(soft_rank(P, temperature=1e-3)), 4)
         2.0
     """
-    shape = v.check_rank("P", P, (2,), "an attention matrix (n, n); vmap for a batch")
+    shape = v.check_array("P", P, "an attention matrix (n, n); vmap for a batch", ranks=(2,), nonempty=True)
     if shape[0] != shape[1]:
         raise InputError(f"P must be square (n, n), got shape {shape}.")
-    v.check_positive("temperature", temperature)
+    v.check_positive("temperature", temperature, "a relative temperature, a finite positive scalar")
+    v.check_positive("scale", scale, "the unit of P, a finite positive scalar")
+    P = v.as_float(P)
     c = (jnp.asarray(temperature, P.dtype) * jnp.asarray(scale, P.dtype)) ** 2
     G = P @ P.T
     n = G.shape[0]

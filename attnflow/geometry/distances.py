@@ -26,16 +26,27 @@ from .smooth import boltzmann_max, boltzmann_min, safe_sqrt, soft_max, soft_min
 
 def _tokens_and(z, name, other, want):
     """Shape checks at trace time: z (n, d) and ``other`` of shape ``want(d)``."""
-    n_d = v.check_rank("z", z, (2,), "tokens (n, d); vmap for a batch")
-    shape = v.shape_of(name, other)
+    n_d = v.check_array("z", z, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    shape = v.check_array(name, other, "an array")
     expected = want(n_d[1])
     if len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape)):
         raise InputError(f"{name} must have shape {tuple('*' if e is None else e for e in expected)} for tokens "
                          f"of dimension d = {n_d[1]}, got {shape}.")
 
 
-def _temperature(t):
-    v.check_positive("temperature", t)
+def _temperature(t, scale=1.0):
+    """temperature (relative) and scale (the unit of length): finite scalars > 0."""
+    v.check_positive("temperature", t, "a relative temperature, a finite positive scalar")
+    v.check_positive("scale", scale, "the unit of length, a finite positive scalar")
+
+
+def _check_attention(P, temperature) -> Array:
+    """P a finite square (n, n) matrix and a valid temperature; P as a float array."""
+    shape = v.check_array("P", P, "an attention matrix (n, n); vmap for a batch", ranks=(2,), nonempty=True)
+    if shape[0] != shape[1] or shape[0] == 0:
+        raise InputError(f"P must be a non-empty square attention matrix (n, n), got shape {shape}.")
+    _temperature(temperature)
+    return v.as_float(P)
 
 
 __all__ = [
@@ -63,6 +74,9 @@ def hyperplane_levels(
         >>> round(float(a), 3), round(float(b), 3)
         (-1.0, 2.0)
     """
+    v.check_array("s", s, "projections (n,)", ranks=(1,), nonempty=True)
+    _temperature(temperature, scale)
+    s = v.as_float(s)
     T = jnp.asarray(temperature, s.dtype) * jnp.asarray(scale, s.dtype)
     return soft_min(s, T), soft_max(s, T)
 
@@ -89,7 +103,8 @@ def hyperplane_distances(
         [0.0, 0.0, 0.0, 0.5]
     """
     _tokens_and(z, "phi_dual", phi_dual, lambda d: (d,))
-    _temperature(temperature)
+    _temperature(temperature, scale)
+    z = v.as_float(z)
     s = z @ jnp.asarray(phi_dual, z.dtype)
     a, b = hyperplane_levels(s, scale, temperature)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
@@ -116,7 +131,8 @@ def vertex_distances(
         [0.0, 1.0]
     """
     _tokens_and(z, "vertices", vertices, lambda d: (None, d))
-    _temperature(temperature)
+    _temperature(temperature, scale)
+    z = v.as_float(z)
     diff = z[:, None, :] - jnp.asarray(vertices, z.dtype)[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     T = jnp.asarray(temperature, z.dtype) * jnp.asarray(scale, z.dtype)
@@ -149,7 +165,8 @@ def subspace_distances(
     _tokens_and(z, "W", W, lambda d: (None, d))
     k = v.shape_of("W", W)[0]
     _tokens_and(z, "centers", centers, lambda d: (None, k))
-    _temperature(temperature)
+    _temperature(temperature, scale)
+    z = v.as_float(z)
     W = jnp.asarray(W, z.dtype)
     resid = (z @ W.T)[:, None, :] - jnp.asarray(centers, z.dtype)[None, :, :]  # (n, L, k)
     gram = W @ W.T
@@ -174,6 +191,7 @@ def boolean_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> 
         >>> round(float(boolean_distance_soft(jnp.array([[0.9, 0.1], [0.0, 1.0]]), 1e-5)), 3)
         0.1
     """
+    P = _check_attention(P, temperature)
     T = jnp.asarray(temperature, P.dtype)
     return soft_max(1.0 - boltzmann_max(P, T, axis=-1), T)
 
@@ -191,5 +209,6 @@ def uniform_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> 
         >>> round(float(uniform_distance_soft(jnp.array([[0.7, 0.3], [0.5, 0.5]]), 1e-5)), 3)
         0.2
     """
+    P = _check_attention(P, temperature)
     dev = (P - 1.0 / P.shape[-1]).ravel()
     return soft_max(jnp.concatenate([dev, -dev]), jnp.asarray(temperature, P.dtype))

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
@@ -44,11 +45,24 @@ from ..spectral.eigenpair import leading_eigenpair_jax, modulus_order
 from .smooth import safe_norm
 
 
-def _check_square(name, A):
-    shape = v.check_rank(name, A, (2,), "a matrix; vmap for a batch")
-    if shape[0] != shape[1]:
-        raise InputError(f"{name} must be square (d, d), got shape {shape}.")
-    return shape[0]
+def _check_square(name, A) -> int:
+    return v.check_square(name, A, "(d, d); vmap for a batch")
+
+
+def _check_qk(Q, K, d: int | None = None) -> None:
+    """Q and K real (m, d) matrices of one shape (d given: that many columns)."""
+    qs = v.check_array("Q", Q, "an (m, d) matrix", ranks=(2,), nonempty=True)
+    ks = v.check_array("K", K, "an (m, d) matrix", ranks=(2,), nonempty=True)
+    for name, shape in (("Q", qs), ("K", ks)):
+        if d is not None and shape[1] != d:
+            raise InputError(f"{name} must have d = {d} columns like V, got shape {shape}.")
+    if qs != ks:
+        raise InputError(f"Q and K must have the same shape (m, d), got Q {qs} and K {ks}.")
+
+
+def _check_r(r, d: int) -> None:
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 1 <= r <= d:
+        raise InputError(f"r (the dimension of F) must be an int in 1..{d}, got {r!r}.")
 
 __all__ = [
     "eig_sorted",
@@ -144,7 +158,9 @@ def spectral_projector(V: Float[Array, "d d"], r: int) -> Complex[Array, "d d"]:
         >>> jnp.round(Pi.real, 6).tolist()
         [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
     """
-    d = V.shape[-1]
+    d = _check_square("V", V)
+    _check_r(r, d)
+    V = v.as_float(V)
     mask = (jnp.arange(d) < r).astype(V.dtype)
     return _projector_cjvp(V, mask)
 
@@ -179,9 +195,8 @@ def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float
         [[1.0, 0.0], [0.0, -1.0]]
     """
     d = _check_square("V", V)
-    for name, A in (("Q", Q), ("K", K)):
-        if v.check_rank(name, A, (2,), "an (m, d) matrix")[1] != d:
-            raise InputError(f"{name} must have d = {d} columns like V, got shape {v.shape_of(name, A)}.")
+    _check_qk(Q, K, d)
+    Q, K, V = (v.as_float(a) for a in (Q, K, V))
     lam1, phi, _ = leading_eigenpair_jax(V)
     # |lambda_2|: eigenvalues only (JAX's eig derivative), so coinciding lower eigenvalues are fine
     second = jnp.abs(eigvals_sorted(V, "device")[1]) if d > 1 else jnp.zeros((), V.dtype)
@@ -215,8 +230,8 @@ def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
         0.141421
     """
     d = _check_square("V", V)
-    if not isinstance(r, int) or not 1 <= r <= d:
-        raise InputError(f"r (the dimension of F) must be an int in 1..{d}, got {r!r}.")
+    _check_r(r, d)
+    V = v.as_float(V)
     Pi = spectral_projector(V, r)
     cd = Pi.dtype
     lam = jnp.real(jnp.trace(V.astype(cd) @ Pi)) / r
@@ -242,5 +257,6 @@ def qk_lambda_min(Q: Float[Array, "m d"], K: Float[Array, "m d"]) -> Float[Array
         >>> float(qk_lambda_min(jnp.eye(2), jnp.diag(jnp.array([2.0, -0.5]))))
         -0.5
     """
-    A = Q.T @ K
+    _check_qk(Q, K)
+    A = v.as_float(Q).T @ v.as_float(K)
     return jnp.linalg.eigvalsh(0.5 * (A + A.T))[0]

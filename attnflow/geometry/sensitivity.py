@@ -17,7 +17,21 @@ from typing import Callable
 import jax
 from jaxtyping import PyTree
 
+from ..errors import InputError
+
 __all__ = ["hvp", "per_system_grad"]
+
+
+def _check_function(f) -> None:
+    if not callable(f):
+        raise InputError(f"f must be a function of the parameters returning a scalar, got {type(f).__name__}.")
+
+
+def _check_same_structure(params: PyTree, vector: PyTree) -> None:
+    shapes = lambda tree: jax.tree_util.tree_map(jax.numpy.shape, tree)
+    if jax.tree_util.tree_structure(params) != jax.tree_util.tree_structure(vector) or shapes(params) != shapes(vector):
+        raise InputError(f"vector must have the structure and shapes of params, got {shapes(vector)} for "
+                         f"params {shapes(params)}.")
 
 
 def hvp(f: Callable[[PyTree], jax.Array], params: PyTree, vector: PyTree) -> PyTree:
@@ -31,6 +45,8 @@ def hvp(f: Callable[[PyTree], jax.Array], params: PyTree, vector: PyTree) -> PyT
         >>> hvp(f, jnp.array([1.0, 2.0]), jnp.array([1.0, 0.0])).tolist()   # diag(6 x) v
         [6.0, 0.0]
     """
+    _check_function(f)
+    _check_same_structure(params, vector)
     return jax.jvp(jax.grad(f), (params,), (vector,))[1]
 
 
@@ -44,5 +60,9 @@ def per_system_grad(f: Callable[..., jax.Array], batched: PyTree, *shared, argnu
         >>> per_system_grad(lambda v, c: c * jnp.sum(v ** 2), jnp.array([[1.0], [3.0]]), 2.0).tolist()
         [[4.0], [12.0]]
     """
+    _check_function(f)
+    if isinstance(argnums, bool) or not isinstance(argnums, int) or not 0 <= argnums <= len(shared):
+        raise InputError(f"argnums must be an int in 0..{len(shared)} (the argument of f to differentiate), "
+                         f"got {argnums!r}.")
     g = jax.grad(f, argnums=argnums)
     return jax.vmap(g, in_axes=(0,) + (None,) * len(shared))(batched, *shared)

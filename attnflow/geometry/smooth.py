@@ -22,6 +22,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+from ..errors import InputError
+
 __all__ = ["soft_max", "soft_min", "boltzmann_min", "boltzmann_max", "safe_sqrt", "safe_norm"]
 
 
@@ -51,6 +54,14 @@ def safe_norm(A: Array) -> Float[Array, ""]:
     return safe_sqrt(jnp.sum(jnp.real(A) ** 2 + jnp.imag(A) ** 2))
 
 
+def _check_reduction(x, temperature, axis) -> None:
+    """x a real array with the axis to reduce (finite when concrete); T a finite scalar > 0."""
+    shape = v.check_array("x", x, "the values to reduce", min_rank=1)
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -len(shape) <= axis < len(shape) or shape[axis] == 0:
+        raise InputError(f"axis must be an int naming a non-empty axis of x (shape {shape}), got {axis!r}.")
+    v.check_positive("temperature", temperature, "an absolute temperature T, a finite positive scalar")
+
+
 def soft_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
     r"""Log-sum-exp maximum :math:`T\log\sum_k e^{x_k/T}` along ``axis``
     (:math:`\max x \le \cdot \le \max x + T\log N`).
@@ -62,6 +73,8 @@ def soft_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Arra
         >>> bool(3.0 <= soft_max(x, 0.01) <= 3.0 + 0.01 * jnp.log(3.0))
         True
     """
+    _check_reduction(x, temperature, axis)
+    x = v.as_float(x)
     T = jnp.asarray(temperature, x.dtype)
     return T * jax.nn.logsumexp(x / T, axis=axis)
 
@@ -76,7 +89,7 @@ def soft_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Arra
         >>> round(float(soft_min(jnp.array([2.0, -1.0, 5.0]), 1e-3)), 6)
         -1.0
     """
-    return -soft_max(-x, temperature, axis=axis)
+    return -soft_max(-jnp.asarray(x), temperature, axis=axis)
 
 
 def boltzmann_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
@@ -91,6 +104,8 @@ def boltzmann_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float
         >>> bool(1.0 <= boltzmann_min(x, 0.1) <= 1.0 + 2 * 0.1 / jnp.e)
         True
     """
+    _check_reduction(x, temperature, axis)
+    x = v.as_float(x)
     T = jnp.asarray(temperature, x.dtype)
     w = jax.nn.softmax(-x / T, axis=axis)
     return jnp.sum(w * x, axis=axis)
@@ -106,4 +121,4 @@ def boltzmann_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float
         >>> round(float(boltzmann_max(jnp.array([0.2, 0.9, 0.1]), 1e-3)), 6)
         0.9
     """
-    return -boltzmann_min(-x, temperature, axis=axis)
+    return -boltzmann_min(-jnp.asarray(x), temperature, axis=axis)

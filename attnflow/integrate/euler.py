@@ -24,6 +24,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from .. import _validate as v
+from .._resources import check_count, check_memory
+from .._x64 import check_float64_kept
 from ..dynamics.base import AbstractDynamics
 from ..errors import InputError
 from .solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
@@ -102,18 +104,18 @@ class EulerStepper(eqx.Module):
 
     def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int = 1,
                  checkpoint: int | str | None = "auto"):
-        v.check_positive("dt", dt)
-        for name, val in (("dt", dt), ("t0", t0)):
-            v.check_finite(name, val)
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
-            raise InputError(f"num_layers must be a positive int, got {num_layers!r}.")
-        if not isinstance(save_every, int) or save_every < 1 or num_layers % save_every:
+        v.check_positive("dt", dt, "the layer step, a finite positive scalar")
+        v.check_real("t0", t0, "the start time, a finite real scalar")
+        num_layers = v.check_int("num_layers", num_layers, meaning="the number of layers")
+        check_count("num_layers", num_layers, fix="use fewer layers (a larger dt)")
+        save_every = v.check_int("save_every", save_every, meaning="layers per save")
+        if num_layers % save_every:
             raise InputError(
                 f"save_every must be a positive divisor of num_layers = {num_layers}, got {save_every!r}."
             )
         if not callable(shift):
             raise InputError(f"shift must be a function (y, dy) -> y_next, got {type(shift).__name__}.")
-        if not (checkpoint is None or checkpoint == "auto" or (isinstance(checkpoint, int) and checkpoint >= 1)):
+        if not (checkpoint is None or checkpoint == "auto" or (isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 1)):
             raise InputError(f"checkpoint must be 'auto', None or a positive int (segment length), got {checkpoint!r}.")
         self.dt, self.t0, self.num_layers, self.save_every, self.shift = dt, t0, num_layers, save_every, shift
         self.checkpoint = checkpoint
@@ -150,11 +152,19 @@ class EulerStepper(eqx.Module):
 
         ``save_fn(t, y, args)`` replaces the saved state by any pytree of observables.
         Pure JAX: jit-, vmap- and grad-compatible. A non-finite state is recorded
-        (``Trajectory.result``, ``t_nonfinite``), never raised inside jit.
+        (``Trajectory.result``, ``t_nonfinite``: the first non-finite layer), never raised inside
+        jit. A float64 ``y0`` while JAX's float64 mode is off is an ``InputError`` (it would run
+        in float32).
         """
-        v.check_array("y0", y0, "tokens (n, d) (batch with jax.vmap)", min_rank=1)
+        shape = v.check_array("y0", y0, "tokens (n, d) (batch with jax.vmap)", min_rank=1)
+        if save_fn is None:
+            saves = self.num_layers // self.save_every + 1
+            check_memory(f"EulerStepper saving {saves} states of shape {shape}",
+                         saves * math.prod(shape) * jnp.result_type(y0, float).itemsize,
+                         fix="raise save_every (fewer saved layers)", scale=1)
         field = self.bind(dynamics)
         save_fn = save_state if save_fn is None else save_fn
+        check_float64_kept("y0", y0)
         dtype = jnp.result_type(y0.dtype, float)
         y0 = jnp.asarray(y0, dtype)
         dt = jnp.asarray(self.dt, dtype)

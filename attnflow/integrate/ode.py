@@ -8,6 +8,7 @@ whole states (memory O(T x observables) for big sweeps).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import diffrax
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
+from .._x64 import check_float64_kept
 from ..dynamics.base import AbstractDynamics
 from .solution import RESULT_NONFINITE, RESULT_SOLVER_STOPPED, RESULT_SUCCESS, Trajectory, first_nonfinite_time
 
@@ -60,6 +62,79 @@ class _GuardedField(eqx.Module):
         return jnp.where(self.bad_start, jnp.zeros_like(f), f)
 
 
+#: an adaptive solve gives up on a non-finite step once the step is no longer than this many
+#: units in the last place of max(|t0|, |t1|): the time resolution, below which no step progresses
+#: (Tsit5, float32, V = 50 I: 10-20 rejected steps from the first non-finite one, blow-up time
+#: bracketed to ~1e-5)
+BLOW_UP_ULPS = 2**4
+
+
+def _all_finite(tree: PyTree) -> Array:
+    """True when every leaf of ``tree`` (None leaves ignored) is finite."""
+    return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(tree)],
+                            jnp.asarray(True))
+
+
+class _StopAtBlowUp(diffrax.AbstractStepSizeController):
+    r"""``inner``'s step-size control, ending the solve at the first step that cannot be made finite.
+
+    An adaptive controller rejects a step whose candidate state or error estimate is non-finite
+    and retries it smaller; at a genuine blow-up at time :math:`t_*` (e.g. attention scores
+    overflowing as :math:`e^{2ct}` for :math:`V = cI`) the accepted times then creep towards
+    :math:`t_*` without reaching it until ``max_steps``. This controller instead stops the solve
+    (without accepting that step) once a non-finite step from the last finite state at ``t`` is
+    no longer than ``min_dt``, or at once if ``inner`` would keep it (constant steps), and records
+    ``t + dt``: the blow-up lies in :math:`(t, t + dt]`. Finite steps are controlled by ``inner``
+    unchanged.
+
+    Its state is ``(inner state, t_reached, t_blow_up)``: the end of the last accepted step, and
+    the end of the step at which it gave up (``inf`` while it has not).
+    """
+
+    inner: diffrax.AbstractStepSizeController
+    min_dt: Array
+
+    def wrap(self, direction):
+        return eqx.tree_at(lambda c: c.inner, self, self.inner.wrap(direction))
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        t0 = jnp.asarray(t0, jnp.result_type(tnext))
+        return tnext, (state, t0, jnp.full_like(t0, jnp.inf))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        state, t_reached, t_blow_up = controller_state
+        keep, tprev, tnext, made_jump, state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, state)
+        bad = ~_all_finite((y1_candidate, y_error))
+        stop = bad & (keep | ~(jnp.abs(t1 - t0) > self.min_dt))  # a NaN dt stops too
+        keep = keep & ~bad
+        return (
+            keep,
+            jnp.where(stop, t0, tprev),
+            jnp.where(stop, t1, tnext),
+            made_jump,
+            (state, jnp.where(keep, t1, t_reached), jnp.where(stop, t1, t_blow_up)),
+            diffrax.RESULTS.where(stop, diffrax.RESULTS.dt_min_reached, result),
+        )
+
+
+class _AdaptiveStopAtBlowUp(_StopAtBlowUp, diffrax.AbstractAdaptiveStepSizeController):
+    """:class:`_StopAtBlowUp` around an adaptive controller (its tolerances also serve implicit solvers)."""
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
+
+
 def solve_ode(
     dynamics: AbstractDynamics,
     y0: Float[Array, "n d"],
@@ -96,8 +171,13 @@ def solve_ode(
 
     Failures do not raise inside jit: see ``Trajectory.result`` and ``t_nonfinite``, or call
     :func:`~attnflow.integrate.raise_if_failed` / :func:`~attnflow.integrate.error_if_failed`.
-    A non-finite field at the start (e.g. a NaN parameter) is reported at once instead of
-    letting the adaptive controller reject steps until ``max_steps``.
+    The solve ends at the first step it cannot make finite, as the Euler stepper does: a
+    blow-up at :math:`t_*` (a state or field overflowing, e.g. scores growing like
+    :math:`e^{2ct}` for :math:`V = cI`) ends it within a few rejected steps, with
+    ``t_nonfinite`` the end of the step that failed (:math:`t_*` lies within that step),
+    instead of the adaptive controller creeping towards :math:`t_*` until ``max_steps``. A
+    non-finite field at the start (e.g. a NaN parameter) is reported at once, at t0. A float64
+    ``y0`` or ``ts`` while JAX's float64 mode is off is an ``InputError`` (it would run in float32).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -122,18 +202,20 @@ def solve_ode(
     v.check_positive("atol", atol)
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise InputError(f"max_steps must be a positive int (or None), got {max_steps!r}.")
+    if ts is not None:
+        v.check_save_times(ts, t0, t1)
+    for name, a in (("y0", y0), ("ts", ts)):
+        check_float64_kept(name, a)
     dtype = jnp.result_type(y0.dtype, float)
     y0 = jnp.asarray(y0, dtype)
-    if ts is None:
-        ts = jnp.asarray([t0, t1], dtype)
-    ts = jnp.asarray(ts, dtype)
+    ts = jnp.asarray([t0, t1] if ts is None else ts, dtype)
+    t0_arr, t1_arr = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     if adaptive:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol)
+        controller = _AdaptiveStopAtBlowUp(diffrax.PIDController(rtol=rtol, atol=atol), _blow_up_min_dt(t0_arr, t1_arr))
     else:
         if dt0 is None:
             raise InputError("constant-step integration (adaptive=False) needs dt0 > 0, got None.")
-        controller = diffrax.ConstantStepSize()
-    t0_arr = jnp.asarray(t0, dtype)
+        controller = _StopAtBlowUp(diffrax.ConstantStepSize(), _blow_up_min_dt(t0_arr, t1_arr))
     # A field that is non-finite at the start (NaN parameters) would make the adaptive
     # controller reject every step until max_steps: integrate a zero field instead, and report.
     bad_start = ~jnp.all(jnp.isfinite(dynamics.vector_field(t0_arr, y0, args)))
@@ -142,11 +224,12 @@ def solve_ode(
         diffrax.ODETerm(_GuardedField(dynamics, bad_start)),
         make_solver(solver),
         t0=t0_arr,
-        t1=jnp.asarray(t1, dtype),
+        t1=t1_arr,
         dt0=None if dt0 is None else jnp.asarray(dt0, dtype),
         y0=y0,
         args=args,
-        saveat=diffrax.SaveAt(ts=ts) if save_fn is None else diffrax.SaveAt(ts=ts, fn=save_fn),
+        saveat=(diffrax.SaveAt(ts=ts, controller_state=True) if save_fn is None
+                else diffrax.SaveAt(ts=ts, fn=save_fn, controller_state=True)),
         stepsize_controller=controller,
         max_steps=max_steps,
         adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
@@ -154,10 +237,12 @@ def solve_ode(
     )
     ys = jax.tree_util.tree_map(lambda a: jnp.where(bad_start, jnp.nan, a) if jnp.issubdtype(a.dtype, jnp.inexact) else a,
                                 sol.ys)
-    stopped = sol.result != diffrax.RESULTS.successful
-    t_bad = jnp.where(bad_start, t0_arr, first_nonfinite_time(ts, ys))
-    result = jnp.where(stopped & ~bad_start, RESULT_SOLVER_STOPPED,
-                       jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS))
+    _, t_reached, t_blow_up = sol.controller_state
+    t_blow_up = jnp.where(bad_start, t0_arr, t_blow_up)
+    stopped = (sol.result != diffrax.RESULTS.successful) & ~jnp.isfinite(t_blow_up)  # e.g. max_steps
+    t_bad = jnp.where(jnp.isfinite(t_blow_up), t_blow_up,
+                      jnp.where(stopped, t_reached, first_nonfinite_time(ts, ys)))
+    result = jnp.where(stopped, RESULT_SOLVER_STOPPED, jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS))
     return Trajectory(
         ts=ts,
         ys=ys,
@@ -165,3 +250,8 @@ def solve_ode(
         result=result,
         t_nonfinite=t_bad,
     )
+
+
+def _blow_up_min_dt(t0: Array, t1: Array) -> Array:
+    """The step below which a non-finite step ends an adaptive solve (:data:`BLOW_UP_ULPS`)."""
+    return BLOW_UP_ULPS * jnp.finfo(t0.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))

@@ -29,7 +29,7 @@ RESULT_MESSAGES = {
 
 
 class Trajectory(eqx.Module):
-    """Saved output of one solve (or a batch of solves, with leading batch axes).
+    r"""Saved output of one solve (or a batch of solves, with leading batch axes).
 
     Attributes:
         ts: (T,) save times.
@@ -37,8 +37,15 @@ class Trajectory(eqx.Module):
             pytree returned by ``save_fn(t, y, args)`` with a leading T axis.
         num_steps: number of accepted steps (Euler: layers) taken.
         result: 0 on success, else one of the ``RESULT_*`` codes of this module.
-        t_nonfinite: first time at which the state (or saved output) is non-finite
-            (``inf`` when everything is finite).
+        t_nonfinite: where the solution stops being finite, ``inf`` when it never does. For
+            :data:`RESULT_NONFINITE`: the end of the first step whose state (or field) is
+            non-finite, so that the blow-up lies within the step that ends there: the Euler
+            stepper's first non-finite layer :math:`t_k + \Delta t`; a diffrax solve's
+            :math:`t + dt`, where t is its last finite state and dt the step at which it stopped
+            (after shrinking it to the time resolution, when adaptive); t0 for a field that is
+            non-finite at the start; or, when only ``save_fn`` gave non-finite values, the first
+            such save time. For :data:`RESULT_SOLVER_STOPPED`: the time the solver reached (the
+            output is missing after it).
     """
 
     ts: Float[Array, " T"]
@@ -49,11 +56,12 @@ class Trajectory(eqx.Module):
 
     @property
     def failed(self) -> Bool[Array, ""]:
-        """True when the solver stopped before t1."""
-        return self.result == RESULT_SOLVER_STOPPED
+        """True when the solve failed: the solver stopped before t1, or the state became non-finite."""
+        return self.result != RESULT_SUCCESS
 
     @property
     def succeeded(self) -> Bool[Array, ""]:
+        """True when the solve reached t1 with finite output."""
         return self.result == RESULT_SUCCESS
 
 
@@ -88,21 +96,21 @@ def raise_if_failed(traj: Trajectory, what: str = "the simulation") -> None:
         >>> raise_if_failed(ok)  # nothing happens
     """
     t_bad = np.asarray(traj.t_nonfinite)
-    failed = np.asarray(traj.result) == RESULT_SOLVER_STOPPED
+    stopped = np.asarray(traj.result) == RESULT_SOLVER_STOPPED
     ts = np.asarray(traj.ts)
-    if np.any(failed):
-        idx = tuple(np.argwhere(failed)[0]) if failed.ndim else ()
-        n_bad = int(np.sum(failed))
+    if np.any(stopped):
+        idx = tuple(np.argwhere(stopped)[0]) if stopped.ndim else ()
+        n_bad = int(np.sum(stopped))
         member = f" (batch member {idx[0] if len(idx) == 1 else idx}; {n_bad} system(s) affected)" if idx else ""
         t_stop = float(t_bad[idx])
         row = ts[idx] if ts.ndim > 1 else ts
-        earlier = row[row < t_stop]
-        last_ok = f"t = {float(earlier.max()):.6g}" if earlier.size else "the start"
+        before, after = row[row <= t_stop], row[row > t_stop]
+        last_ok = f"t = {float(before.max()):.6g}" if before.size else "the start"
+        missing = f"from t = {float(after.min()):.6g} on" if after.size else "after it"
         raise SolverError(
-            f"{what} stopped before t1{member}: its output is finite up to {last_ok} and missing "
-            f"from t = {t_stop:.6g} on; either the state overflowed (raw picture at large t: use the "
-            "rescaled picture, float64 or a smaller t1) or the solver ran out of steps (raise "
-            "max_steps, loosen rtol/atol, or use constant steps)."
+            f"{what} stopped before t1 at t = {t_stop:.6g}{member}: its output is finite up to {last_ok} and "
+            f"missing {missing}; the solver ran out of steps or its step size became non-finite (raise "
+            "max_steps, loosen rtol/atol, use constant steps, or check the inputs)."
         )
     if np.any(np.isfinite(t_bad)):
         idx = np.unravel_index(np.argmin(np.where(np.isfinite(t_bad), t_bad, np.inf)), t_bad.shape)

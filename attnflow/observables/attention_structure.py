@@ -17,6 +17,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from .. import _validate as v
+from ..errors import InputError
+
 __all__ = [
     "numerical_rank",
     "boolean_distance",
@@ -26,7 +29,7 @@ __all__ = [
 ]
 
 
-@jax.jit
+@v.jit_entry
 def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     r"""Numerical rank: :math:`\#\{k : \sigma_k > \text{tol}\cdot\sigma_1\}`.
 
@@ -36,11 +39,13 @@ def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
         >>> int(numerical_rank(jnp.array([[1.0, 0.0], [1.0, 0.0]])))
         1
     """
+    v.check_square("P", P, "an attention matrix (n, n); vmap for a batch")
+    v.check_real("tol", tol, "the threshold relative to the largest singular value, a real scalar")
     s = jnp.linalg.svd(P, compute_uv=False)
     return jnp.sum(s > tol * s[0]).astype(jnp.int32)
 
 
-@jax.jit
+@v.jit_entry
 def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance of P to the nearest Boolean row-stochastic matrix:
     :math:`\max_i (1 - \max_j P_{ij})`.
@@ -51,10 +56,11 @@ def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
         >>> round(float(boolean_distance(jnp.array([[0.9, 0.1], [0.0, 1.0]]))), 12)
         0.1
     """
+    v.check_square("P", P, "an attention matrix (n, n); vmap for a batch")
     return jnp.max(off_leader_mass(P))
 
 
-@jax.jit
+@v.jit_entry
 def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
     r"""Mass of each row outside its leader column: :math:`1 - \max_j P_{ij}`
     (computed as the sum of the non-maximal entries, accurate below machine epsilon).
@@ -65,12 +71,13 @@ def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
         >>> off_leader_mass(jnp.array([[0.75, 0.25], [0.5, 0.5]])).tolist()
         [0.25, 0.5]
     """
+    v.check_square("P", P, "an attention matrix (n, n); vmap for a batch")
     k = jnp.argmax(P, axis=-1)
     mask = jnp.arange(P.shape[-1])[None, :] != k[:, None]
     return jnp.sum(jnp.where(mask, P, 0), axis=-1)
 
 
-@jax.jit
+@v.jit_entry
 def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]:
     r"""Leader columns: j is a leader when :math:`P_{ij} > \text{threshold}` for some row i
     (with the default 1/2, each row has at most one leader).
@@ -81,10 +88,12 @@ def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]
         >>> leaders(jnp.array([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1], [0.0, 0.1, 0.9]])).tolist()
         [True, False, True]
     """
+    v.check_square("P", P, "an attention matrix (n, n); vmap for a batch")
+    v.check_real("threshold", threshold, "the mass that makes a leader, a real scalar")
     return jnp.any(P > threshold, axis=0)
 
 
-@jax.jit
+@v.jit_entry
 def double_log_slope(
     ts: Float[Array, " T"], mass: Float[Array, " T"], lo: float = 1e-250, hi: float = 0.1
 ) -> Float[Array, ""]:
@@ -100,6 +109,10 @@ def double_log_slope(
         >>> round(float(double_log_slope(ts, jnp.exp(-0.5 * jnp.exp(2.0 * ts)))), 6)
         2.0
     """
+    if v.check_array("ts", ts, "save times (T,)", ranks=(1,), nonempty=True) != v.check_array("mass", mass, "values (T,)", ranks=(1,), nonempty=True):
+        raise InputError(f"ts and mass must have one shape (T,), got {ts.shape} and {mass.shape}.")
+    for name, bound in (("lo", lo), ("hi", hi)):
+        v.check_real(name, bound, "a bound on the mass, a real scalar")
     ok = (mass > lo) & (mass < hi)
     safe = jnp.where(ok, mass, 0.5)
     y = jnp.log(-jnp.log(safe))

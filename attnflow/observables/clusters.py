@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from .. import _validate as v
+
 __all__ = [
     "pairwise_distances",
     "diameter",
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 
-@jax.jit
+@v.jit_entry
 def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     r"""Euclidean distances :math:`|y_i - y_j|` (exactly 0 on the diagonal).
 
@@ -35,6 +37,8 @@ def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
         >>> float(pairwise_distances(jnp.array([[0.0, 0.0], [3.0, 4.0]]))[0, 1])
         5.0
     """
+    v.check_array("y", y, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    y = v.as_float(y)
     diff = y[:, None, :] - y[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     # sqrt has an infinite derivative at 0: guard the diagonal (and exact ties).
@@ -42,7 +46,7 @@ def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.where(sq > 0, jnp.sqrt(safe), jnp.zeros_like(sq))
 
 
-@jax.jit
+@v.jit_entry
 def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_{i,j} |y_i - y_j|`.
 
@@ -55,7 +59,7 @@ def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.max(pairwise_distances(y))
 
 
-@jax.jit
+@v.jit_entry
 def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     r"""Directions :math:`x_i / |x_i|` (a zero token stays 0).
 
@@ -65,11 +69,12 @@ def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
         >>> directions(jnp.array([[0.0, 4.0], [0.0, 0.0]])).tolist()
         [[0.0, 1.0], [0.0, 0.0]]
     """
+    v.check_array("x", x, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
     norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
     return jnp.where(norm > 0, x / jnp.where(norm > 0, norm, 1), 0 * x)
 
 
-@jax.jit
+@v.jit_entry
 def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Float[Array, ""]:
     r"""The absolute threshold :math:`\tau = \text{rel\_tol}\cdot s`, with
     :math:`s` = ``scale`` or, by default, the diameter of ``y`` (floored at the tiny
@@ -81,11 +86,16 @@ def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None)
         >>> float(cluster_tolerance(jnp.array([[0.0], [2.0]]), rel_tol=0.1))
         0.2
     """
+    v.check_array("y", y, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    v.check_positive("rel_tol", rel_tol, "the cluster tolerance relative to the scale, a finite positive scalar")
+    if scale is not None:
+        v.check_positive("scale", scale, "the unit of length, a finite positive scalar")
+    y = v.as_float(y)
     s = diameter(y) if scale is None else jnp.asarray(scale, y.dtype)
     return rel_tol * jnp.maximum(s, jnp.finfo(y.dtype).tiny)
 
 
-@jax.jit
+@v.jit_entry
 def cluster_labels(
     y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None
 ) -> Int[Array, " n"]:
@@ -99,6 +109,7 @@ def cluster_labels(
         >>> cluster_labels(y, rel_tol=0.01).tolist()
         [0, 1, 0, 1]
     """
+    v.check_array("y", y, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
     n = y.shape[0]
     tau = cluster_tolerance(y, rel_tol, scale)
     adjacent: Bool[Array, "n n"] = pairwise_distances(y) <= tau
@@ -113,7 +124,7 @@ def cluster_labels(
     return labels
 
 
-@jax.jit
+@v.jit_entry
 def num_clusters(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Int[Array, ""]:
     r"""Number of clusters (connected components, see :func:`cluster_labels`).
 

@@ -7,10 +7,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+
 __all__ = ["max_norm", "uniform_distance", "collapse_bound"]
 
 
-@jax.jit
+@v.jit_entry
 def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_i \|x_i\|`.
 
@@ -20,10 +22,11 @@ def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
         >>> float(max_norm(jnp.array([[3.0, 4.0], [1.0, 0.0]])))
         5.0
     """
+    v.check_array("x", x, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
     return jnp.max(jnp.linalg.norm(x, axis=-1))
 
 
-@jax.jit
+@v.jit_entry
 def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance :math:`\max_{ij} |P_{ij} - 1/n|` to the uniform attention.
 
@@ -33,10 +36,11 @@ def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
         >>> float(uniform_distance(jnp.array([[0.75, 0.25], [0.5, 0.5]])))
         0.25
     """
+    v.check_square("P", P, "an attention matrix (n, n); vmap for a batch")
     return jnp.max(jnp.abs(P - 1.0 / P.shape[-1]))
 
 
-@jax.jit
+@v.jit_entry
 def collapse_bound(x0: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""Thm 8.5's bound :math:`\max(\max_j \|x_j(0)\|, \sqrt{2n})`.
 

@@ -18,6 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .. import _validate as v
+from ..errors import InputError
+
 __all__ = [
     "leading_vectors",
     "projections",
@@ -45,7 +48,7 @@ def leading_vectors(V) -> tuple[np.ndarray, np.ndarray, complex]:
     return e.phi, e.phi_dual, e.lambda1
 
 
-@jax.jit
+@v.jit_entry
 def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[Array, " n"]:
     r""":math:`s_i = \varphi_1^*(z_i)`.
 
@@ -55,10 +58,13 @@ def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[A
         >>> projections(jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([1.0, 0.0])).tolist()
         [1.0, 3.0]
     """
+    d = v.check_array("z", z, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)[1]
+    if v.check_array("phi_dual", phi_dual, "a vector (d,)") != (d,):
+        raise InputError(f"phi_dual must have shape ({d},) for tokens of dimension {d}, got {jnp.shape(phi_dual)}.")
     return z @ jnp.asarray(phi_dual, z.dtype)
 
 
-@jax.jit
+@v.jit_entry
 def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     r"""Label of the 1-d cluster ("level") of every value: values sorted, a new level
     starts at every gap > tol; levels are numbered 0, 1, ... from the smallest.
@@ -69,13 +75,15 @@ def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
         >>> level_labels(jnp.array([5.0, 0.0, 5.001, 0.0005, -3.0]), 0.01).tolist()
         [2, 1, 2, 1, 0]
     """
+    v.check_array("s", s, "values (n,); vmap for a batch", ranks=(1,), nonempty=True)
+    v.check_real("tol", tol, "the gap that separates two levels, a real scalar")
     order = jnp.argsort(s)
     gaps = jnp.diff(s[order]) > tol
     sorted_labels = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(gaps).astype(jnp.int32)])
     return jnp.zeros_like(sorted_labels).at[order].set(sorted_labels)
 
 
-@jax.jit
+@v.jit_entry
 def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     r"""Number of levels of :func:`level_labels`.
 
@@ -85,10 +93,12 @@ def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
         >>> int(num_levels(jnp.array([1.0, 1.0001, -1.0, 0.0]), 0.01))
         3
     """
+    v.check_array("s", s, "values (n,); vmap for a batch", ranks=(1,), nonempty=True)
+    v.check_real("tol", tol, "the gap that separates two levels, a real scalar")
     return 1 + jnp.sum(jnp.diff(jnp.sort(s)) > tol).astype(jnp.int32)
 
 
-@jax.jit
+@v.jit_entry
 def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Array, ""], Int[Array, ""]]:
     r"""Nearest of the three levels (0: a = min s, 1: zero, 2: b = max s) for each value,
     the largest distance :math:`\max_i \mathrm{dist}(s_i, \{a, 0, b\})` and the number of
@@ -102,6 +112,8 @@ def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Arra
         >>> which.tolist(), float(dist), int(used)
         ([0, 1, 2, 2, 1], 0.5, 3)
     """
+    v.check_array("s", s, "values (n,); vmap for a batch", ranks=(1,), nonempty=True)
+    v.check_real("tol", tol, "the gap that separates two levels, a real scalar")
     a, b = jnp.min(s), jnp.max(s)
     levels = jnp.stack([a, jnp.zeros_like(a), b])
     dist = jnp.abs(s[:, None] - levels[None, :])
@@ -112,7 +124,7 @@ def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Arra
     return which, jnp.max(near), used
 
 
-@jax.jit
+@v.jit_entry
 def extreme_monotonicity(s_t: Float[Array, "T n"]) -> tuple[Float[Array, ""], Float[Array, ""]]:
     r"""(largest increase of :math:`\max_i s_i(t)`, largest decrease of :math:`\min_i s_i(t)`)
     between consecutive saves; Thm 4.2 says both are <= 0.
@@ -124,5 +136,6 @@ def extreme_monotonicity(s_t: Float[Array, "T n"]) -> tuple[Float[Array, ""], Fl
         >>> round(float(up), 12), round(float(down), 12)
         (0.5, 0.1)
     """
+    v.check_array("s_t", s_t, "projections over time (T, n)", ranks=(2,), nonempty=True)
     mx, mn = jnp.max(s_t, axis=1), jnp.min(s_t, axis=1)
     return jnp.max(jnp.diff(mx)), jnp.max(-jnp.diff(mn))

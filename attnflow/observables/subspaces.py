@@ -16,6 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+from ..errors import InputError
+
 __all__ = ["split_coordinates", "unstable_left_basis", "codim_projections"]
 
 
@@ -61,7 +64,7 @@ def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
         return np.asarray(basis)[:, : int(k)].T
 
 
-@jax.jit
+@v.jit_entry
 def codim_projections(z: Float[Array, "n d"], W) -> Float[Array, "n k"]:
     r""":math:`W z_i`: tokens on one affine subspace {Wz = c} share one value.
 
@@ -71,4 +74,7 @@ def codim_projections(z: Float[Array, "n d"], W) -> Float[Array, "n k"]:
         >>> codim_projections(jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[0.0, 0.0, 1.0]])).tolist()
         [[3.0]]
     """
+    d = v.check_array("z", z, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)[1]
+    if v.check_array("W", W, "a (k, d) basis", ranks=(2,), nonempty=True)[1] != d:
+        raise InputError(f"W must have shape (k, {d}) for tokens of dimension {d}, got {jnp.shape(W)}.")
     return z @ jnp.asarray(W, z.dtype).T

@@ -24,8 +24,9 @@ import optax
 
 from .. import geometry as geo
 from ..observables import classify_tokens, diameter, num_clusters
-from .optimize import finite_guard, optimize
+from .optimize import failure_reason, finite_guard, optimize
 from .systems import final_tokens, num_layers
+from .tables import fmt, write_rows
 
 __all__ = ["normalised_qk", "run_beyond_pd"]
 
@@ -73,35 +74,50 @@ def run_beyond_pd(config: dict, out, progress: bool = True, interrupt_after: int
                    interrupt_after=interrupt_after)
     counts = np.asarray(res.aux["soft_count"])
     lams = np.asarray(res.aux["lambda_min_rel"])
-    admissible = lams <= -0.5 * delta  # clearly not PD
-    best = int(np.argmax(np.where(admissible, counts, -np.inf))) if admissible.any() else int(np.argmax(counts))
+    # a start whose loss, gradient, count or lambda_min is non-finite is excluded, never compared
+    status = [failure_reason(int(k), op["num_steps"]) if k >= 0 else
+              (None if np.isfinite(c) and np.isfinite(lam) else "its final soft count or lambda_min is not finite")
+              for k, c, lam in zip(res.failed_at, counts, lams)]
+    valid = np.array([st is None for st in status])
+    admissible = valid & (np.where(valid, lams, np.inf) <= -0.5 * delta)  # clearly not PD
+    pool = admissible if admissible.any() else valid
+    best = int(np.argmax(np.where(pool, counts, -np.inf)))
     A_best = np.asarray(normalised_qk(res.params[best], norm))
 
     horizons = []
     for factor in ch["horizons"]:
         L = int(round(factor * layers))
         z = np.asarray(final_tokens(eye, jnp.asarray(A_best), eye, x0, dt=dy["dt"], layers=L))
-        cls = classify_tokens(z, rel_tol=ch["rel_tol"], scale=float(scale))
-        horizons.append({
-            "t": L * dy["dt"], "num_clusters": int(num_clusters(jnp.asarray(z), ch["rel_tol"], scale)),
-            "vertex": int(np.sum(cls == 0)), "origin": int(np.sum(cls == 1)),
-            "boundary": int(np.sum(cls == 2)), "interior": int(np.sum(cls == 3)),
-            "non_vertex_fraction": float(np.mean(cls >= 2)), "tokens": z.tolist(),
-        })
-    fr = [h["non_vertex_fraction"] for h in horizons]
-    candidate = bool(fr[-1] > 0 and fr[-1] >= fr[0])
+        h = {"horizon": factor, "t": L * dy["dt"], "status": "ok", "num_clusters": None, "vertex": None, "origin": None,
+             "boundary": None, "interior": None, "non_vertex_fraction": None, "tokens": z.tolist()}
+        if not np.all(np.isfinite(z)):
+            h["status"] = "excluded: the tokens are not finite at this horizon"
+        else:
+            cls = classify_tokens(z, rel_tol=ch["rel_tol"], scale=float(scale))
+            h.update({"num_clusters": int(num_clusters(jnp.asarray(z), ch["rel_tol"], scale)),
+                      "vertex": int(np.sum(cls == 0)), "origin": int(np.sum(cls == 1)),
+                      "boundary": int(np.sum(cls == 2)), "interior": int(np.sum(cls == 3)),
+                      "non_vertex_fraction": float(np.mean(cls >= 2))})
+        horizons.append(h)
+    fr = [h["non_vertex_fraction"] for h in horizons if h["status"] == "ok"]
+    candidate = bool(fr[-1] > 0 and fr[-1] >= fr[0]) if fr else None
+    first, last = (res.losses[k] if len(res.losses) else np.zeros(0) for k in (0, -1))
+    starts = [{"start": b, "status": status[b] or "ok", "soft_count": float(counts[b]), "lambda_min_rel": float(lams[b]),
+               "admissible": bool(admissible[b]), "best": b == best,
+               "first_loss": float(first[b]) if first.size else None, "final_loss": float(last[b]) if last.size else None}
+              for b in range(B)]
     summary = {
-        "study": "beyond-pd", "starts": B, "layers": layers, "best_start": best,
+        "study": "beyond-pd", "starts": B, "starts_excluded": int(B - valid.sum()), "layers": layers, "best_start": best,
         "best_A": A_best.tolist(), "best_lambda_min_sym": float(np.linalg.eigvalsh(0.5 * (A_best + A_best.T))[0]),
         "best_soft_count": float(counts[best]), "soft_counts": counts.tolist(), "lambda_min_rel": lams.tolist(),
+        "start_rows": starts,
         "horizons": [{k: v for k, v in h.items() if k != "tokens"} for h in horizons],
         "counterexample_candidate": candidate,
         "optimizer_steps": res.steps, "resumed_from_step": res.resumed_from,
-        "final_losses": res.losses[-1].tolist() if len(res.losses) else [],
-        "first_losses": res.losses[0].tolist() if len(res.losses) else [],
+        "final_losses": last.tolist(), "first_losses": first.tolist(),
     }
     figs = [atomic_save_figure(_figure(np.asarray(x0), horizons, A_best), out / "beyond_pd_best.png", dpi=110)]
-    return summary, _markdown(summary, config, figs), figs
+    return summary, _markdown(summary, config, figs, out), figs
 
 
 def _figure(x0, horizons, A):
@@ -115,6 +131,9 @@ def _figure(x0, horizons, A):
     axes[0].scatter(x0[:, 0], x0[:, 1], s=12)
     axes[0].set_title("x(0)")
     for ax, h in zip(axes[1:], horizons):
+        if h["status"] != "ok":
+            ax.set_title(f"z(t={h['t']:.3g}): not finite", fontsize=9)
+            continue
         z = np.asarray(h["tokens"])
         ax.scatter(z[:, 0], z[:, 1], s=14, c="C3")
         ax.scatter([0], [0], marker="+", c="k")
@@ -126,28 +145,56 @@ def _figure(x0, horizons, A):
     return fig
 
 
-def _markdown(summary, config, figs):
-    rows = ["| t | clusters | vertex | origin | boundary | interior |", "|---|---|---|---|---|---|"]
-    rows += [f"| {h['t']:.3g} | {h['num_clusters']} | {h['vertex']} | {h['origin']} | {h['boundary']} | {h['interior']} |"
-             for h in summary["horizons"]]
-    verdict = ("**counterexample candidate**: the fraction of tokens away from the hull vertices and 0 does not "
-               "decrease with the horizon" if summary["counterexample_candidate"] else
-               "**no counterexample found**: at the longest horizon the best configuration's tokens are at hull vertices "
-               "or 0, or their non-vertex fraction decays with time (slow convergence to the polytope pattern)")
+_START_COLUMNS = [
+    ("start", "start", fmt), ("status", "status", fmt), ("soft_count", "soft count", fmt),
+    ("lambda_min_rel", "lambda_min(sym Q^T K) / norm", fmt), ("admissible", "clearly not PD", fmt),
+    ("best", "best", fmt), ("first_loss", "loss at the first step", fmt), ("final_loss", "loss at the last step", fmt),
+]
+_HORIZON_COLUMNS = [
+    ("horizon", "horizon (x t1)", fmt), ("t", "t", fmt), ("status", "status", fmt), ("num_clusters", "clusters", fmt),
+    ("vertex", "vertex", fmt), ("origin", "origin", fmt), ("boundary", "boundary", fmt), ("interior", "interior", fmt),
+    ("non_vertex_fraction", "non-vertex fraction", fmt),
+]
+
+
+def _markdown(summary, config, figs, out):
+    s = summary
+    starts = write_rows(out / "starts.csv", s["start_rows"], _START_COLUMNS)
+    horizons = write_rows(out / "horizons.csv", s["horizons"], _HORIZON_COLUMNS)
+    finite = [r for r in s["start_rows"] if r["status"] == "ok" and r["first_loss"] is not None]
+    if s["counterexample_candidate"] is None:
+        verdict = "**no verdict**: the best configuration's tokens are non-finite at every horizon (table above)"
+    elif s["counterexample_candidate"]:
+        verdict = ("**counterexample candidate**: the fraction of tokens away from the hull vertices and 0 does not "
+                   "decrease from the first to the last finite horizon (column non-vertex fraction)")
+    else:
+        verdict = ("**no counterexample found**: at the last finite horizon the best configuration's tokens are at hull "
+                   "vertices or 0, or their non-vertex fraction decays with time (column non-vertex fraction; slow "
+                   "convergence to the polytope pattern)")
+    loss = ""
+    if finite:
+        loss = (f"Loss (-soft count / n + penalty), mean over the {len(finite)} starts with status ok (columns loss at "
+                f"the first / last step): {np.mean([r['first_loss'] for r in finite]):.3g} at the first step, "
+                f"{np.mean([r['final_loss'] for r in finite]):.3g} at the last.")
     return "\n".join([
         "## Beyond Q^T K > 0 (Section 12.1), V = I",
         "",
-        f"{summary['starts']} Adam searches over non-PD Q^T K (||Q^T K||_F = {config['system']['qk_norm']}, "
-        f"d = {config['system']['d']}, n = {config['system']['n']}, {summary['layers']} layers of dt = {config['dynamics']['dt']}) "
-        "maximising the soft cluster count at the fixed initial scale.",
+        f"{s['starts']} Adam searches over non-PD Q^T K (||Q^T K||_F = {config['system']['qk_norm']}, "
+        f"d = {config['system']['d']}, n = {config['system']['n']}, {s['layers']} layers of dt = {config['dynamics']['dt']}) "
+        "maximising the soft cluster count at the fixed initial scale; every start is a row of the first table "
+        "(starts.csv), every horizon of the re-run a row of the second (horizons.csv).",
         "",
-        f"Loss (-soft count / n + penalty), mean over starts: {np.mean(summary['first_losses']):.3g} at the first step, "
-        f"{np.mean(summary['final_losses']):.3g} at the last." if summary["first_losses"] else "",
+        f"Excluded (non-finite loss, gradient, count or lambda_min; never compared): {s['starts_excluded']} of "
+        f"{s['starts']} starts (column status).",
         "",
-        f"Best start {summary['best_start']}: soft count {summary['best_soft_count']:.3g} of n = {config['system']['n']}, "
-        f"lambda_min(sym Q^T K) = {summary['best_lambda_min_sym']:.3g}.",
+        loss,
         "",
-        *rows,
+        f"Best start {s['best_start']} (column best): soft count {s['best_soft_count']:.3g} of n = {config['system']['n']}, "
+        f"lambda_min(sym Q^T K) = {s['best_lambda_min_sym']:.3g}.",
+        "",
+        *starts,
+        "",
+        *horizons,
         "",
         verdict + ".",
         "",

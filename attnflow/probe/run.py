@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 from ..errors import InputError
+from .config import check_probe_config
 from ..runio import (
     atomic_write_json,
     atomic_write_text,
@@ -44,7 +45,9 @@ STUDIES = {
 
 def load_probe_config(path: str | Path, overrides: dict | None = None) -> dict:
     """The resolved config of a probe: the shipped default of its ``study`` with the file's
-    values (and then ``overrides``, a nested dict) on top.
+    values (and then ``overrides``, a nested dict) on top, checked by
+    :func:`attnflow.probe.check_probe_config` (a relative ``system.weights_file`` in the file is
+    read from the file's folder).
 
     Example:
         >>> from attnflow.probe import load_probe_config
@@ -67,23 +70,30 @@ def load_probe_config(path: str | Path, overrides: dict | None = None) -> dict:
     if study not in STUDIES:
         raise InputError(f"probe config {p} must set study to one of {sorted(STUDIES)}, got {study!r}.")
     config = load_config(p, STUDIES[study])
+    weights_file = config["system"].get("weights_file", "")
+    if weights_file and not Path(weights_file).is_absolute():  # read from the config file's folder
+        config["system"]["weights_file"] = str((p.parent / weights_file).resolve())
     if overrides:
         config = merge_config(config, overrides, where="overrides")
     if config["study"] != study:
         raise InputError("the study of a probe config cannot be overridden.")
+    check_probe_config(config)
     return config
 
 
 def run_probe(config: dict, out: str | Path, *, progress: bool = True, interrupt_after: int | None = None) -> dict:
-    """Run the study of a resolved ``config`` (see :func:`load_probe_config`) into ``out``;
-    returns the summary. Computation runs in float64 (``jax.enable_x64``, scoped).
+    """Run the study of a resolved ``config`` (see :func:`load_probe_config`; checked again here,
+    before ``out`` is claimed) into ``out``; returns the summary. Computation runs in float64
+    (``jax.enable_x64``, scoped). The fingerprint covers the config and the bytes of
+    ``system.weights_file``.
 
     ``interrupt_after`` (testing): stop like a kill after that many optimiser steps.
     """
     import jax
 
+    identity = check_probe_config(config)  # before the folder is claimed or anything compiles
     out, existed = claim_output_dir(out, "probe")
-    fingerprint = config_fingerprint(config)
+    fingerprint = config_fingerprint({**config, **identity})
     marker = out / "attnflow-run.json"
     if existed and marker.is_file():
         import json

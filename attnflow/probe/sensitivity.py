@@ -24,9 +24,9 @@ import numpy as np
 
 from .. import geometry as geo
 from ..observables import diameter
-from ..errors import InputError
 from ..spectral.eigenpair import modulus_order
 from .real_head import load_real_head
+from .tables import fmt, write_rows
 from .systems import final_tokens, num_layers, sample_good_triples
 
 __all__ = ["levels_of", "eigenbasis_sensitivity", "run_sensitivity"]
@@ -76,8 +76,6 @@ def eigenbasis_sensitivity(G: np.ndarray, V: np.ndarray, modes: int):
 def _systems(config):
     """[(label, Q, K, V, x0, beta, biases)] and a description of the systems for the report."""
     sy = config["system"]
-    if sy["source"] not in ("ginibre", "minilm"):
-        raise InputError(f"system.source must be 'ginibre' or 'minilm', got {sy['source']!r}.")
     if sy["source"] == "minilm":
         h = load_real_head(config["head"])
         a = h.assumptions
@@ -110,15 +108,21 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
                                                                  leave=False)):
         s = diameter(x0)
         G = np.asarray(jac(V, Q, K, x0, s, beta, biases))  # (2, d, d): da/dV, db/dV
-        w, Sa = eigenbasis_sensitivity(G[0], np.asarray(V), modes)
-        _, Sb = eigenbasis_sensitivity(G[1], np.asarray(V), modes)
         U = rng.normal(size=V.shape)
         h = ch["fd_step"]
         fd = (np.asarray(f(Q, K, V + h * U, x0, s, beta, biases)) - np.asarray(f(Q, K, V - h * U, x0, s, beta, biases))) / (2 * h)
+        ab = np.asarray(f(Q, K, V, x0, s, beta, biases))
+        if not all(np.all(np.isfinite(a)) for a in (G, fd, ab, s)):  # excluded, never compared
+            rows.append({"index": b, "system": label, "status": "excluded: the levels, their gradient or the central "
+                         "difference is not finite (the flow overflows)", "a": float(ab[0]), "b": float(ab[1]),
+                         "fd_rel_error": None})
+            continue
+        w, Sa = eigenbasis_sensitivity(G[0], np.asarray(V), modes)
+        _, Sb = eigenbasis_sensitivity(G[1], np.asarray(V), modes)
         an = np.einsum("kij,ij->k", G, U)
         rel = float(np.max(np.abs(an - fd)) / max(float(np.max(np.abs(fd))), 1e-2))
-        ab = np.asarray(f(Q, K, V, x0, s, beta, biases))
-        rows.append({"system": label, "a": float(ab[0]), "b": float(ab[1]), "lambda": np.asarray(w).tolist(),
+        rows.append({"index": b, "system": label, "status": "ok", "a": float(ab[0]), "b": float(ab[1]),
+                     "lambda": np.asarray(w).tolist(),
                      "n": int(x0.shape[0]), "d": int(V.shape[0]), "diameter0": float(s),
                      "grad_frobenius": [float(np.linalg.norm(G[0])), float(np.linalg.norm(G[1]))],
                      "da_dV": G[0].tolist(), "db_dV": G[1].tolist(),
@@ -126,11 +130,12 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
                      "structure": [_structure(G[i], S) for i, S in enumerate((Sa, Sb))],
                      "fd_rel_error": rel})
         figs.append(atomic_save_figure(_figure(G, np.stack([Sa, Sb]), label), out / f"sensitivity_{b}.png", dpi=110))
-    worst = max(r["fd_rel_error"] for r in rows)
+    errors = [r["fd_rel_error"] for r in rows if r["status"] == "ok"]
+    worst = max(errors) if errors else None
     summary = {"study": "sensitivity", "source": config["system"]["source"], "systems": description,
-               "triples": len(rows), "layers": layers, "rows": rows,
-               "max_fd_rel_error": worst, "fd_check_passed": bool(worst <= ch["fd_tolerance"])}
-    return summary, _markdown(summary, config, figs), figs
+               "triples": len(rows), "excluded": len(rows) - len(errors), "layers": layers, "rows": rows,
+               "max_fd_rel_error": worst, "fd_check_passed": None if worst is None else bool(worst <= ch["fd_tolerance"])}
+    return summary, _markdown(summary, config, figs, out), figs
 
 
 def _structure(G, S):
@@ -169,32 +174,51 @@ def _figure(G, S, label):
     return fig
 
 
-def _markdown(summary, config, figs):
+def _table_row(r: dict) -> dict:
+    """One system's row of the report's table and of sensitivity.csv."""
+    row = {"index": r["index"], "system": r["system"], "status": r["status"], "a": r["a"], "b": r["b"],
+           "fd_rel_error": r["fd_rel_error"]}
+    keys = ("lambda_1", "grad_frobenius_a", "max_S_a", "max_S_b", "rank_one_share", "top_column", "eigen_row1_share")
+    if r["status"] != "ok":
+        return {**row, **dict.fromkeys(keys)}
+    Sa, Sb = np.asarray(r["abs_S_a"]), np.asarray(r["abs_S_b"])
+    ja, jb = np.unravel_index(np.argmax(Sa), Sa.shape), np.unravel_index(np.argmax(Sb), Sb.shape)
+    st = r["structure"]
+    return {**row, "lambda_1": float(np.real(r["lambda"][0])), "grad_frobenius_a": r["grad_frobenius"][0],
+            "max_S_a": f"{Sa[ja]:.3g} at {tuple(int(i) + 1 for i in ja)}",
+            "max_S_b": f"{Sb[jb]:.3g} at {tuple(int(i) + 1 for i in jb)}",
+            "rank_one_share": " / ".join(f"{x['rank_one_share']:.3f}" for x in st),
+            "top_column": " / ".join(f"{x['top_column']} ({x['top_column_share']:.2f})" for x in st),
+            "eigen_row1_share": " / ".join(f"{x['eigen_row1_share']:.3f}" for x in st)}
+
+
+_COLUMNS = [
+    ("index", "index", fmt), ("system", "system", fmt), ("status", "status", fmt),
+    ("a", "a", lambda x: fmt(x, 4)), ("b", "b", lambda x: fmt(x, 4)), ("lambda_1", "lambda_1", lambda x: fmt(x, 4)),
+    ("grad_frobenius_a", "abs(da/dV) (Frobenius)", fmt),
+    ("max_S_a", "largest abs(da/dV) in eigenbasis (j, k)", fmt), ("max_S_b", "largest abs(db/dV) in eigenbasis (j, k)", fmt),
+    ("rank_one_share", "rank-one share a / b", fmt), ("top_column", "largest column (from 0): share a / b", fmt),
+    ("eigen_row1_share", "eigenbasis row 1 share a / b", fmt), ("fd_rel_error", "central-difference error", fmt),
+]
+
+
+def _markdown(summary, config, figs, out):
+    worst = summary["max_fd_rel_error"]
+    check = ("no system with finite levels and gradient to check" if worst is None else
+             f"worst relative error {worst:.2e} ({'passed' if summary['fd_check_passed'] else 'FAILED'}, "
+             f"tolerance {config['check']['fd_tolerance']}, column central-difference error)")
     lines = [
         "## Sensitivity map d(a, b)/dV",
         "",
         f"{summary['systems']}; {summary['layers']} Euler layers of dt = {config['dynamics']['dt']}. Central-difference "
-        f"check along a random direction: worst relative error {summary['max_fd_rel_error']:.2e} "
-        f"({'passed' if summary['fd_check_passed'] else 'FAILED'}, tolerance {config['check']['fd_tolerance']}).",
+        f"check along a random direction: {check}. Excluded (non-finite levels, gradient or central difference; never "
+        f"compared): {summary['excluded']} of {summary['triples']} systems (column status).",
         "",
         "Structure of each gradient G = da/dV (and db/dV): share of its squared Frobenius norm in its best rank-one "
         "approximation, in its largest column (V's input coordinate), and in row 1 of the eigenbasis map "
-        "(perturbations x_1 y_k, which write into the phi_1 direction).",
+        "(perturbations x_1 y_k, which write into the phi_1 direction). Every row is also in sensitivity.csv.",
         "",
-        "| system | a | b | lambda_1 | abs(da/dV) (Frobenius) | largest abs(da/dV) in eigenbasis (j, k) "
-        "| largest abs(db/dV) in eigenbasis (j, k) | rank-one share a / b | largest column (from 0): share a / b "
-        "| eigenbasis row 1 share a / b |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *write_rows(out / "sensitivity.csv", [_table_row(r) for r in summary["rows"]], _COLUMNS),
     ]
-    for r in summary["rows"]:
-        Sa, Sb = np.asarray(r["abs_S_a"]), np.asarray(r["abs_S_b"])
-        ja, jb = np.unravel_index(np.argmax(Sa), Sa.shape), np.unravel_index(np.argmax(Sb), Sb.shape)
-        lam1 = r["lambda"][0]
-        lines.append(f"| {r['system']} | {r['a']:.4g} | {r['b']:.4g} | {np.real(lam1):.4g} | {r['grad_frobenius'][0]:.3g} | "
-                     f"{Sa[ja]:.3g} at {tuple(int(i) + 1 for i in ja)} | {Sb[jb]:.3g} at {tuple(int(i) + 1 for i in jb)} | "
-                     + " | ".join(" / ".join(fmt(st) for st in r["structure"]) for fmt in (
-                         lambda st: f"{st['rank_one_share']:.3f}",
-                         lambda st: f"{st['top_column']} ({st['top_column_share']:.2f})",
-                         lambda st: f"{st['eigen_row1_share']:.3f}")) + " |")
     lines += ["", *[f"![{f}]({f})" for f in figs], ""]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._validate import check_layers
 from ..dynamics import DiscreteRescaledFlow
 from ..errors import InputError
 from ..integrate import solve_euler
@@ -17,17 +18,15 @@ __all__ = ["sample_good_triples", "final_tokens", "num_layers"]
 
 
 def num_layers(t1: float, dt: float) -> int:
-    """Number of Euler layers covering [0, t1] with step dt (t1 must be a multiple of dt).
+    """Number of Euler layers covering [0, t1] with step dt (``dynamics.t1`` / ``dynamics.dt``
+    must be a whole number >= 1 of layers, both finite and > 0).
 
     Example:
         >>> from attnflow.probe.systems import num_layers
         >>> num_layers(6.0, 0.05)
         120
     """
-    k = int(round(t1 / dt))
-    if dt <= 0 or k < 1 or abs(k * dt - t1) > 1e-9 * max(1.0, t1):
-        raise InputError(f"dynamics.t1 = {t1} must be a positive multiple of dynamics.dt = {dt}.")
-    return k
+    return check_layers("dynamics.t1", t1, "dynamics.dt", dt)
 
 
 def sample_good_triples(seed: int, num: int, d: int, n: int, min_gap: float, max_tries: int = 100_000):

@@ -44,6 +44,8 @@ import numpy as np
 
 from ..dynamics import (AttentionFlow, LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow,
                         sphere_flow)
+from .. import _validate as v
+from .._resources import check_count
 from .._x64 import float64_scope
 from ..errors import InputError
 from ..integrate import EulerStepper, sphere_shift
@@ -108,6 +110,15 @@ def _plain(v):
 
 # ------------------------------------------------------------------------------------------------
 # running layer stacks
+#: saves per layer stack of each study that records a trajectory (its figures' resolution in time)
+SAVES = {"sec12_2": 40, "multihead": 60, "causal": 100, "sphere": 100}
+
+
+def _save_every(study: str, layers: int) -> int:
+    """Layers between two saves of ``study``'s stacks (``layers`` must be a multiple of it)."""
+    return max(1, layers // SAVES[study])
+
+
 @eqx.filter_jit
 def _stack_run(field, x0s, dt, num_layers, save_every, shift, save_fn):
     stepper = EulerStepper(dt, num_layers, save_every=save_every, shift=shift)
@@ -221,10 +232,7 @@ def _paper_verdict(hits: int, total: int) -> str:
 
 def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("sec12_2", "Section 12.2: feed-forward flow, W sigma(attention), in two readings")
-    V = np.asarray(cfg["V"], float)
-    if V.ndim != 2 or V.shape[0] != V.shape[1] or not check_good_triple(np.eye(len(V)), np.eye(len(V)), V).condition1:
-        raise InputError(f"config key 'sec12_2.V' must be a square matrix whose top-modulus eigenvalue is real, "
-                         f"positive and simple (Def 4.1 (1)), got {cfg['V']}.")
+    V = np.asarray(cfg["V"], float)  # checked by _settings
     d, n, B, L, dt = V.shape[0], cfg["n"], cfg["clouds"], cfg["layers"], cfg["dt"]
     t1 = dt * L
     Q, K = good_qk(rng, V)
@@ -238,7 +246,7 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                            "(docs/extensions.md)"}
     settings = {"identity, W = I": ("identity", np.eye(d)), "ReLU, W = I": ("relu", np.eye(d)),
                 "tanh, W = I": ("tanh", np.eye(d)), "ReLU, random W": ("relu", W_draws[0])}
-    every = max(1, L // 40)
+    every = _save_every("sec12_2", L)
     tol_levels = f"levels: gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|"
     tol_collapse = f"collapse: max|z(t1)| <= {cfg['collapse_tol']} max|z(0)|"
     panels, level_curves, ratio_curves, seen = [], {}, {}, {}
@@ -336,7 +344,7 @@ def study_multihead(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("multihead", "Several heads, each a random good triple")
     d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
     x0 = rng.normal(size=(B, n, d))
-    every = max(1, cfg["layers"] // 60)
+    every = _save_every("multihead", cfg["layers"])
     curves, settle = {}, []
     st.settings = {"heads": cfg["heads"], "n": n, "d": d, "clouds": B, "dt": cfg["dt"], "layers": cfg["layers"],
                    "weights": "V_h entrywise U[0.05, 1], divided by the spectral radius of S = sum_h V_h; "
@@ -433,12 +441,12 @@ def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     return st
 
 
-def _sphere_counts(field, x0, cfg) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _sphere_counts(field, x0, cfg, study: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Projected Euler on the sphere: save times, cluster counts, norm drift and tokens (B, T, ...)."""
     tol = cfg["cluster_tol"]
     save = lambda t, y, args: (num_clusters(y, tol, 1.0), jnp.abs(jnp.linalg.norm(y, axis=-1) - 1).max(), y)
     ts, (counts, drift, ys) = run_layers(field, x0, dt=cfg["dt"], layers=cfg["layers"],
-                                         save_every=max(1, cfg["layers"] // 100), shift=sphere_shift, save_fn=save)
+                                         save_every=_save_every(study, cfg["layers"]), shift=sphere_shift, save_fn=save)
     return ts, counts, drift, ys
 
 
@@ -458,7 +466,7 @@ def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     curves = {}
     for beta in cfg["betas"]:
         for mask in (None, "causal"):
-            ts, counts, drift, ys = _sphere_counts(sphere_flow(I, I, I, beta, mask=mask), x0, cfg)
+            ts, counts, drift, ys = _sphere_counts(sphere_flow(I, I, I, beta, mask=mask), x0, cfg, "causal")
             name = f"beta = {beta:g}, {'causal' if mask else 'full'}"
             curves[name] = counts.mean(axis=0)
             final = counts[:, -1]
@@ -490,7 +498,7 @@ def study_sphere(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                                  f"tolerance {cfg['cluster_tol']}), time on the save grid, censored at t1")
     curves, meta, final_all = {}, [], {}
     for beta in cfg["betas"]:
-        ts, counts, drift, _ = _sphere_counts(sphere_flow(I, I, I, beta), x0, cfg)
+        ts, counts, drift, _ = _sphere_counts(sphere_flow(I, I, I, beta), x0, cfg, "sphere")
         step = ts[1] - ts[0]
         in_meta = (counts >= 2) & (counts <= n // 2)
         t_meta = in_meta.sum(axis=1) * step
@@ -533,22 +541,80 @@ STUDIES: dict[str, tuple[str, Callable]] = {
 
 # ------------------------------------------------------------------------------------------------
 # the job
+#: the counts of a study's table: (smallest value, meaning)
+_COUNTS = {"n": (1, "tokens per cloud"), "clouds": (1, "initial clouds per setting"), "layers": (1, "Euler layers"),
+           "random_W_draws": (1, "draws of the random W"), "d": (1, "the token dimension")}
+#: the tolerances of a study's table: (largest value, meaning)
+_TOLS = {"level_tol": (1.0, "hyperplane gap tolerance, a fraction of the initial spread"),
+         "collapse_tol": (1.0, "collapse threshold, a fraction of the initial size"),
+         "cluster_tol": (2.0, "chordal distance on the unit sphere")}
+
+
+def _check_V(rows) -> None:
+    """``sec12_2.V``: a square matrix of finite numbers whose top-modulus eigenvalue is real, positive, simple."""
+    square = bool(rows) and all(isinstance(r, list) and len(r) == len(rows) for r in rows)
+    if not square or not np.all(np.isfinite(V := np.asarray(rows, float))) \
+            or not check_good_triple(np.eye(len(V)), np.eye(len(V)), V).condition1:
+        raise InputError(f"sec12_2.V must be a square matrix of finite numbers whose top-modulus eigenvalue is "
+                         f"real, positive and simple (Def 4.1 (1)), got {rows}.")
+
+
 def _settings(cfg: dict, name: str, quick: bool) -> dict:
+    """Study ``name``'s table (overlaid by ``[quick]`` with ``--quick``), every key checked."""
     s = dict(cfg[name])
     if quick:
-        for key, value in cfg["quick"].items():
-            if key in s:
-                s[key] = value
-    for key in ("n", "clouds", "layers"):
-        if key in s and (not isinstance(s[key], int) or s[key] < 1):
-            raise InputError(f"config key '{name}.{key}' must be a positive integer, got {s[key]!r}.")
-    if "dt" in s and not s["dt"] > 0:
-        raise InputError(f"config key '{name}.dt' must be > 0, got {s['dt']!r}.")
-    if name == "sec12_2" and (not isinstance(s["random_W_draws"], int) or s["random_W_draws"] < 1):
-        raise InputError(f"config key 'sec12_2.random_W_draws' must be a positive integer, got {s['random_W_draws']!r}.")
-    if name == "albert" and any(e < 0 for e in s["epsilons"]):
-        raise InputError(f"config key 'albert.epsilons' must be >= 0, got {s['epsilons']}.")
+        s.update({k: value for k, value in cfg["quick"].items() if k in s})
+    key = lambda k: f"{name}.{k}"
+    for k, (low, meaning) in _COUNTS.items():
+        if k in s:
+            v.check_int(key(k), s[k], low, meaning)
+    v.check_number(key("dt"), s["dt"], "the layer step", low=0)
+    check_count(key("layers"), s["layers"], fix=f"lower {name}.layers")
+    if name in SAVES and s["layers"] % _save_every(name, s["layers"]):
+        raise InputError(f"{name}.layers must be a multiple of {_save_every(name, s['layers'])} (the "
+                         f"study saves every layers // {SAVES[name]} layers), got {s['layers']}.")
+    for k, (high, meaning) in _TOLS.items():
+        if k in s:
+            v.check_number(key(k), s[k], meaning, low=0, high=high)
+    if "betas" in s:
+        v.check_list(key("betas"), s["betas"], "inverse temperatures",
+                     item=lambda n, b: v.check_number(n, b, "an inverse temperature", low=0))
+    if "epsilons" in s:
+        v.check_list(key("epsilons"), s["epsilons"], "relative sizes of the per-layer perturbation",
+                     item=lambda n, e: v.check_number(n, e, "a relative size", low=0, closed="low"))
+    if "heads" in s:
+        v.check_list(key("heads"), s["heads"], "head counts", item=lambda n, h: v.check_int(n, h, 1, "heads"))
+    if "V" in s:
+        _check_V(s["V"])
     return s
+
+
+def _check_memory(name: str, s: dict) -> None:
+    """Refuse a layer stack of study ``name`` (settings ``s``) whose attention scores (clouds x heads x n x n),
+    saved tokens (clouds x saves x n x d) and per-layer weights cannot fit in memory."""
+    n, clouds, d = s["n"], s["clouds"], len(s["V"]) if "V" in s else s.get("d", 2)
+    saves = s["layers"] // _save_every(name, s["layers"]) + 1 if name in SAVES else 2
+    heads, default = max(s.get("heads", [1])), load_config(None, "extensions.toml")[name]
+    nbytes = 4.0 * clouds * heads * n * n * 8 + 4.0 * clouds * saves * n * d * 8  # scores; saved tokens
+    keys = [(f"{name}.n", n, default["n"], 2), (f"{name}.clouds", clouds, default["clouds"], 1)]
+    if "epsilons" in s:  # one perturbed weight triple per layer
+        nbytes += 2.0 * s["layers"] * 3 * d * d * 8
+        keys.append((f"{name}.layers", s["layers"], default["layers"], 1))
+    v.check_fits(f"a layer stack of the {name} study ({clouds} clouds of {n} tokens, {saves} saves)", nbytes, keys)
+
+
+def check_extensions_config(cfg: dict, selected: list[str], quick: bool) -> dict[str, dict]:
+    """Every key of an extensions config (every study's table, selected or not) and the studies ``selected``
+    checked before any work, and the memory of the selected ones; returns their settings (:func:`_settings`)."""
+    v.check_int("seed", cfg["seed"], 0, "the seed of every study's draws")
+    v.check_names("studies", cfg["studies"], list(STUDIES), "the studies to run; empty: all",
+                  allow_empty=True)
+    v.check_names("the selected studies", selected, list(STUDIES), "the studies to run")
+    v.check_int("quick.clouds", cfg["quick"]["clouds"], 1, "initial clouds per setting with --quick")
+    settings = {name: _settings(cfg, name, quick) for name in STUDIES}
+    for name in selected:
+        _check_memory(name, settings[name])
+    return {name: settings[name] for name in selected}
 
 
 def _render(studies: list[Study], prov: dict, quick: bool) -> str:
@@ -592,10 +658,7 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     """
     cfg = load_config(config, "extensions.toml")
     selected = studies or cfg["studies"] or list(STUDIES)
-    unknown = [s for s in selected if s not in STUDIES]
-    if unknown:
-        raise InputError(f"unknown study {unknown[0]!r}; choose among {list(STUDIES)}.")
-    settings = {name: _settings(cfg, name, quick) for name in selected}  # validate before any work
+    settings = check_extensions_config(cfg, selected, quick)  # before any work
     folder, _ = claim_output_dir(out, KIND)
     write_marker(folder, KIND, {"complete": False})
     prov = provenance(seed=cfg["seed"], config=cfg)

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _validate as v
 from ..errors import InputError
 from .batched import GEOMETRIES, RULES, SpectralBatch, check_batch
 
@@ -40,12 +41,8 @@ __all__ = [
 
 
 def _square(name: str, a) -> np.ndarray:
-    a = np.asarray(a, np.float64)
-    if a.ndim != 2 or a.shape[0] != a.shape[1]:
-        raise InputError(f"{name} must be a square (d, d) matrix, got shape {a.shape}.")
-    if not np.all(np.isfinite(a)):
-        raise InputError(f"{name} must be finite, got non-finite entries.")
-    return a
+    v.check_square(name, a, "a square (d, d) matrix")
+    return np.asarray(a, np.float64)
 
 
 def spectral_one(Q, K, V) -> SpectralBatch:
@@ -60,6 +57,9 @@ def spectral_one(Q, K, V) -> SpectralBatch:
     """
     V = _square("V", V)
     d = V.shape[0]
+    for name, a in (("Q", Q), ("K", K)):
+        if a is not None:
+            v.check_array(name, a, f"an (m, {d}) matrix", ranks=(2,))
     Q = np.eye(d) if Q is None else np.asarray(Q, np.float64)
     K = np.eye(d) if K is None else np.asarray(K, np.float64)
     if Q.ndim != 2 or Q.shape != K.shape or Q.shape[1] != d:

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, Int
 
+from .. import _validate as v
 from ..errors import InputError
 from ..linalg import lapack_needs_loop, loop_over_systems
 from .eigenpair import eigenpair_at, modulus_order
@@ -190,6 +191,9 @@ def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Ar
         >>> eigvals_sorted(jnp.diag(jnp.array([0.5, -2.0, 1.0])), route="host").real.tolist()
         [-2.0, 1.0, 0.5]
     """
+    shape = v.check_array("V", V, "a matrix (d, d) or a stack of them (*B, d, d)", min_rank=2)
+    if shape[-1] != shape[-2]:
+        raise InputError(f"V must be square in its last two axes (*B, d, d), got shape {shape}.")
     route = eig_route(route, traced=_traced(V))
     if route == "cpu":
         if _traced(V):
@@ -253,6 +257,7 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
         >>> s.cond1.tolist(), s.cond1_real_part.tolist(), s.gap.tolist()
         ([True, False], [True, True], [1.0, -3.0])
     """
+    v.check_square("V", V, "a stack of matrices (B, d, d)", stacked=True)
     route = eig_route(route, traced=_traced(V))
     if route == "cpu":
         return _stats_jit(eigvals_sorted(V, "cpu"))
@@ -378,9 +383,12 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
         >>> r.good.tolist(), r.qk.tolist(), geometry_names(r.predicted), RULES[int(r.rule[0])][1]
         ([True], [1.0], ['polytope x subspace'], 'Thm 5.2')
     """
-    for name, a, rank in (("Q", Q, 3), ("K", K, 3), ("V", V, 3)):
-        if jnp.ndim(a) != rank:
-            raise InputError(f"{name} must be a stack of matrices with shape (B, ., d), got shape {jnp.shape(a)}.")
+    for name, a in (("Q", Q), ("K", K), ("V", V)):
+        v.check_array(name, a, "a stack of matrices with shape (B, ., d)", ranks=(3,))
+    if eigenvalues is not None and v.shape_of("eigenvalues", eigenvalues) != np.shape(V)[:2]:
+        raise InputError(f"eigenvalues must have shape {np.shape(V)[:2]} (B, d) like V, "
+                         f"got {v.shape_of('eigenvalues', eigenvalues)}.")
+    Q, K, V = (v.as_float(a) for a in (Q, K, V))
     if Q.shape != K.shape or V.shape[-1] != V.shape[-2] or Q.shape[-1] != V.shape[-1] or Q.shape[0] != V.shape[0]:
         raise InputError(f"check_batch needs Q, K (B, m, d) and V (B, d, d) with one B and d, "
                          f"got Q {Q.shape}, K {K.shape}, V {V.shape}.")
@@ -433,6 +441,8 @@ def left_eig(V: Float[Array, "d d"], route: str = "device"):
         >>> bool(jnp.allclose(vl[:, 0] @ V, w[0] * vl[:, 0]))
         True
     """
+    v.check_square("V", V, "a square matrix (d, d)")
+    eig_route(route)  # validates the name
     route = eig_route(route, traced=_traced(V)) if route == "auto" else ("host" if route == "cpu" else route)
     if route == "device":
         w, vr = jax.lax.linalg.eig(V.T, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
@@ -483,5 +493,6 @@ def unstable_projector(V: Float[Array, "d d"], route: str = "device", tol: float
         >>> P.tolist(), int(k)
         ([[1.0, 0.0], [0.0, 0.0]], 1)
     """
+    v.check_real("tol", tol, "the relative threshold on Re w, a finite real scalar")
     P, k = projector_from_left_eig(*left_eig(V, route), tol=tol)
     return P.astype(V.dtype), k

@@ -26,21 +26,17 @@ def load_sweep_config(path):
         >>> load_sweep_config("ginibre-spectral.toml")["kind"]
         'spectral'
     """
-    import tomllib
     from pathlib import Path
 
     from ..errors import InputError
-    from ..runio import CONFIG_DIR, load_config
+    from ..runio import CONFIG_DIR, load_config, read_toml
 
     p = Path(path)
     if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
         p = CONFIG_DIR / p.name
     if not p.is_file():
         raise InputError(f"sweep config {path} does not exist.")
-    try:
-        kind = tomllib.loads(p.read_text()).get("kind")
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"config file {p} is not valid TOML: {err}.") from err
+    kind = read_toml(p).get("kind")
     defaults = {"spectral": "ginibre-spectral.toml", "dynamics": "ginibre-dynamics.toml"}
     if kind not in defaults:
         raise InputError(f"sweep config {p} must set kind = \"spectral\" or \"dynamics\", got {kind!r}.")

@@ -28,7 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _validate as v
 from .. import runio
+from .._batching import group_size
+from .._chunked import DEFAULT_CHUNK
+from ..attention import select_impl
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
@@ -36,9 +40,10 @@ from ..linalg import loop_over_systems, vmap_systems
 from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
 from .classify import classify_batch, left_eig, projector_from_left_eig
 from .fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
-from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
+from .runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
-__all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn"]
+__all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn",
+           "check_dynamics_config", "check_dynamics_sizes"]
 
 OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
@@ -51,29 +56,83 @@ COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "l
 CHUNK_ONLY = ["max_norm_z", "max_norm_x"]
 
 
+#: bytes one row of the table takes while it is written (the chunk columns, their concatenation and the CSV
+#: text, twice each: about 1.2 KiB measured with the longest ensemble names), with room to spare
+TABLE_ROW_BYTES = 2048
+#: copies of a cloud's state a layer holds at once (tokens, field, rescaled tokens, the step's temporaries)
+STATE_COPIES = 6
+#: complex d x d matrices one system's eigenproblems hold (the eigenvectors of V^T, their inverse, workspace)
+EIG_COPIES = 8
+
+
+def check_dynamics_config(config: dict) -> dict:
+    """Every key of a dynamics sweep config checked before any work (one :class:`InputError` sentence
+    naming the key, its value and what is expected); returns the config with the schema's types.
+
+    Example:
+        >>> from attnflow.runio import load_config
+        >>> from attnflow.sweep.dynamics import check_dynamics_config
+        >>> check_dynamics_config(load_config(None, "ginibre-dynamics.toml"))["n"]
+        32
+    """
+    cfg = check_sweep_config(config, "dynamics", "ginibre-dynamics.toml")
+    v.check_names("v_ensembles", cfg["v_ensembles"], V_ENSEMBLES, "the ensembles of V")
+    v.check_names("qk_ensembles", cfg["qk_ensembles"], QK_ENSEMBLES, "the ensembles of Q^T K")
+    v.check_list("d", cfg["d"], "the token dimensions", item=lambda name, d: v.check_int(name, d, 1, "a dimension"))
+    for key, meaning in (("systems", "systems per group"), ("n", "tokens per cloud"),
+                         ("clouds", "token clouds per system")):
+        v.check_int(key, cfg[key], 1, meaning)
+    v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
+    v.check_number("rel_tol", cfg["rel_tol"], "the cluster and level tolerance, a fraction of the diameter",
+                   low=0, high=1)
+    if v.check_int("max_clusters", cfg["max_clusters"], 0, "most clusters of a polytope; 0: max(3, n // 2)") > cfg["n"]:
+        raise InputError(f"max_clusters must be at most n = {cfg['n']} (0: max(3, n // 2)), got {cfg['max_clusters']}.")
+    sweep_dynamics(cfg)  # the dynamics keys and their cross-key constraint on dtype
+    return cfg
+
+
 def dynamics_groups(config: dict) -> list[dict]:
-    """(V ensemble, Q^T K ensemble, d) groups of a dynamics config, validated."""
-    for e in config["v_ensembles"]:
-        if e not in V_ENSEMBLES:
-            raise InputError(f"v_ensembles entries must be among {V_ENSEMBLES}, got {e!r}.")
-    for e in config["qk_ensembles"]:
-        if e not in QK_ENSEMBLES:
-            raise InputError(f"qk_ensembles entries must be among {QK_ENSEMBLES}, got {e!r}.")
-    for key in ("systems", "n", "clouds"):
-        if config[key] < 1:
-            raise InputError(f"{key} must be >= 1, got {config[key]}.")
-    if any(d < 1 for d in config["d"]):
-        raise InputError(f"every d must be >= 1, got {config['d']}.")
-    if not (config["dt"] > 0 and config["t1"] > 0):
-        raise InputError(f"dt and t1 must be > 0, got dt={config['dt']}, t1={config['t1']}.")
-    layers = config["t1"] / config["dt"]
-    if abs(layers - round(layers)) > 1e-9 * max(1.0, layers):
-        raise InputError(f"t1 / dt must be a whole number of layers, got t1={config['t1']}, dt={config['dt']}.")
-    if config["dtype"] not in ("float32", "float64"):
-        raise InputError(f"dtype must be 'float32' or 'float64', got {config['dtype']!r}.")
-    sweep_dynamics(config)  # the dynamics keys (dynamics, heads, activation, ff_weight, epsilon)
+    """(V ensemble, Q^T K ensemble, d) groups of a dynamics config (checked by :func:`check_dynamics_config`)."""
+    check_dynamics_config(config)
     return [{"v": v, "qk": q, "d": int(d), "systems": int(config["systems"]), "label": f"V={v}/QK={q}/d={d}"}
             for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
+
+
+def check_dynamics_sizes(config: dict, devices: int) -> None:
+    """Refuse a dynamics sweep whose chunk (on each of ``devices``) or final table cannot fit in memory.
+
+    One system of the largest d holds its weights and unstable projector (d x d, per head), its clouds'
+    states (``clouds`` x n x (d, plus the block's hidden width) per head, :data:`STATE_COPIES` copies) and,
+    for ``layered``, one weight triple per layer; while it runs, its attention scores (n x n per cloud and
+    head; n x a key tile on the tiled path) and its eigenproblems (:data:`EIG_COPIES` complex d x d). A device
+    holds ``run.chunk_size / devices`` systems; on CPU their scores are computed in groups
+    (:func:`attnflow.linalg.group_size`) and their eigenproblems one at a time.
+    """
+    spec, default = sweep_dynamics(config), runio.load_config(None, "ginibre-dynamics.toml")
+    n, clouds, d, heads = int(config["n"]), int(config["clouds"]), max(int(x) for x in config["d"]), spec.num_heads
+    layers = int(round(config["t1"] / config["dt"]))
+    item = 8 if config["dtype"] == "float64" else 4
+    dense = select_impl(n, n) == "dense"
+    scores = float(heads * clouds) * n * (n if dense else min(n, DEFAULT_CHUNK)) * item
+    eig = float(EIG_COPIES) * d * d * 16
+    width = d + (spec.hidden_width(d) if spec.name == "block" else 0)
+    kept = float(STATE_COPIES * heads * clouds) * n * width * item + (3 * heads + 1) * d * d * 8
+    keys = [("n", n, default["n"], 2 if dense else 1), ("clouds", clouds, default["clouds"], 1),
+            ("d", d, max(default["d"]), 2), ("heads", heads, default["heads"], 1)]
+    if spec.name == "layered":
+        kept += 2.0 * layers * 3 * d * d * item
+        keys.append(("t1 / dt (layers)", layers, round(default["t1"] / default["dt"]), 1))
+    v.check_fits(f"one system of the dynamics sweep ({clouds} clouds of {n} tokens in d = {d})",
+                 kept + scores + eig, keys)
+    chunk = int(config["run"]["chunk_size"])
+    per_device = -(-min(chunk, int(config["systems"])) // devices)
+    at_once = 1 if jax.default_backend() == "cpu" else per_device
+    v.check_fits(f"a chunk of the dynamics sweep ({per_device} systems per device)",
+                 per_device * kept + group_size(per_device, n, item, heads * clouds) * scores + at_once * eig,
+                 [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
+    rows = int(config["systems"]) * len(config["v_ensembles"]) * len(config["qk_ensembles"]) * len(config["d"])
+    check_table_memory("the dynamics sweep", "systems", int(config["systems"]), default["systems"], rows,
+                       TABLE_ROW_BYTES)
 
 
 def _eigen_stage(V, route):
@@ -212,7 +271,7 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
     groups = dynamics_groups(config)
     spec = sweep_dynamics(config)
     sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
-                     processes=processes)
+                     processes=processes, check_sizes=lambda devices: check_dynamics_sizes(config, devices))
     chunks = plan_chunks([g["systems"] for g in groups], int(config["run"]["chunk_size"]))
     fns: dict[int, object] = {}
 

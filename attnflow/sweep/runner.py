@@ -32,8 +32,11 @@ from typing import Callable
 
 from jax.sharding import Mesh
 
+from .. import _validate as v
 from .._batching import loop_over_systems
-from ..spectral.batched import eig_route
+from ..errors import InputError
+from ..runio import load_config, merge_config
+from ..spectral.batched import EIG_ROUTES, eig_route
 from ._chunks import Chunk, concat, plan_chunks, run_chunks
 from ._distributed import init_distributed
 from ._mesh import check_eig_route, make_mesh, needs_per_system_loop, sharded
@@ -42,7 +45,44 @@ from ._tables import TABLE_FORMATS, check_table_formats, write_table, write_tabl
 
 __all__ = ["Chunk", "make_mesh", "needs_per_system_loop", "loop_over_systems", "check_eig_route", "sharded",
            "execution_free", "open_run", "run_chunks", "plan_chunks", "concat", "write_table", "write_tables",
-           "check_table_formats", "init_distributed", "SweepRun", "start_sweep", "EXECUTION_KEYS", "TABLE_FORMATS"]
+           "check_table_formats", "init_distributed", "SweepRun", "start_sweep", "EXECUTION_KEYS", "TABLE_FORMATS",
+           "check_sweep_config", "check_table_memory"]
+
+#: the precisions a sweep computes in
+DTYPES = ("float32", "float64")
+
+
+def check_sweep_config(config: dict, kind: str, default_name: str) -> dict:
+    """The checks every sweep config passes before any work: the schema of ``configs/<default_name>`` (no
+    unknown or missing key, the default's types), then ``kind``, ``seed``, ``dtype``, ``density`` and the
+    ``[run]`` table. Returns the config with the schema's types (an integer given for a number as a float)."""
+    defaults = load_config(None, default_name)
+    if not isinstance(config, dict):
+        raise InputError(f"a {kind} sweep config must be a table (dict), got {type(config).__name__}.")
+    for table, have, prefix in ((defaults, config, ""), (defaults["run"], config.get("run", {}), "run.")):
+        missing = [k for k in table if k not in have]
+        if missing:
+            raise InputError(f"config key '{prefix}{missing[0]}' is missing from the {kind} sweep config; "
+                             f"start from configs/{default_name} (its defaults fill every key).")
+    cfg = merge_config(defaults, config, where=f"the {kind} sweep config")
+    if cfg["kind"] != kind:
+        raise InputError(f"kind must be {kind!r} for this sweep, got {cfg['kind']!r}.")
+    v.check_int("seed", cfg["seed"], 0, "the base seed of every system's draw")
+    v.check_choice("dtype", cfg["dtype"], DTYPES, "the precision of the sweep")
+    v.check_number("density", cfg["density"], "the fraction of nonzero entries of a sparse_symmetric V",
+                   low=0, high=1, closed="high")
+    run = cfg["run"]
+    v.check_int("run.chunk_size", run["chunk_size"], 1, "systems per chunk file")
+    v.check_int("run.devices", run["devices"], 0, "local devices to shard over; 0: all")
+    v.check_choice("run.eig_route", run["eig_route"], EIG_ROUTES, "where the non-symmetric eig runs")
+    v.check_names("run.table_formats", run["table_formats"], TABLE_FORMATS, "the table files to write")
+    return cfg
+
+
+def check_table_memory(what: str, key: str, value: int, default: int, rows: int, row_bytes: int) -> None:
+    """Refuse a sweep whose final table (``rows`` rows of about ``row_bytes`` bytes, held at once while it is
+    written) cannot fit; the message says how large ``key`` (now ``value``, by default ``default``) may be."""
+    v.check_fits(f"the table of {what} ({rows} rows)", float(rows) * row_bytes, [(key, value, default, 1)])
 
 
 @dataclass(frozen=True)
@@ -68,9 +108,11 @@ class SweepRun:
 
 
 def start_sweep(config: dict, out: str | Path, kind: str, *, num_devices: int | None = None,
-                progress: bool | None = None, processes: dict | None = None) -> SweepRun:
+                progress: bool | None = None, processes: dict | None = None,
+                check_sizes: Callable[[int], None] | None = None) -> SweepRun:
     """Check the execution settings (table formats, eig route on this mesh), join the processes
-    (:func:`init_distributed`), then claim ``out`` (:func:`open_run`): every refusal comes
+    (:func:`init_distributed`), refuse sizes that cannot fit (``check_sizes(devices)``, called with the
+    number of devices of the mesh), then claim ``out`` (:func:`open_run`): every refusal comes
     before the folder is touched."""
     run = config["run"]
     formats = check_table_formats(run["table_formats"])
@@ -78,6 +120,8 @@ def start_sweep(config: dict, out: str | Path, kind: str, *, num_devices: int | 
     route = eig_route(run["eig_route"])
     mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
     check_eig_route(route, mesh)
+    if check_sizes is not None:
+        check_sizes(int(mesh.shape["batch"]))
     seed = int(config["seed"])
     out, _ = open_run(out, kind, config, seed, pidx)
     return SweepRun(out=out, seed=seed, route=route, mesh=mesh, formats=formats, process_index=pidx,

@@ -18,13 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _validate as v
 from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
 from ..spectral.batched import eigen_stats, eigvals_sorted, _stats_from_eigvals
-from .runner import concat, plan_chunks, sharded, start_sweep, write_tables
+from .runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
-__all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups"]
+__all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups", "check_spectral_config",
+           "check_spectral_sizes"]
 
 COLUMNS = ["system", "seed", "ensemble", "d", "lambda1_re", "lambda1_im", "abs_lambda2", "gap",
            "cond1", "cond1_real_part", "num_real"]
@@ -38,6 +40,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         >>> [round(v, 4) for v in wilson_interval(280, 2000)]
         [0.1255, 0.1559]
     """
+    v.check_number("confidence", confidence, "the level of the interval", low=0, high=1)
     if n == 0:
         return (float("nan"), float("nan"))
     from statistics import NormalDist
@@ -50,16 +53,61 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return (max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half)))  # exact at k = 0, n
 
 
-def spectral_groups(config: dict) -> list[dict]:
-    """The (ensemble, d, samples) groups of a spectral config, validated."""
-    ds, samples = config["d"], config["samples"]
+#: bytes one row of the table takes while it is written (the chunk columns, their concatenation and the CSV
+#: text, twice each: about 0.45 KiB measured with the longest ensemble name), with room to spare
+TABLE_ROW_BYTES = 1024
+#: complex d x d matrices one eigenvalue problem holds (its Hessenberg form, workspace, the eigenvalues' sort)
+EIG_COPIES = 6
+
+
+def check_spectral_config(config: dict) -> dict:
+    """Every key of a spectral sweep config checked before any work (one :class:`InputError` sentence
+    naming the key, its value and what is expected); returns the config with the schema's types.
+
+    Example:
+        >>> from attnflow.runio import load_config
+        >>> from attnflow.sweep.spectral import check_spectral_config
+        >>> check_spectral_config(load_config(None, "ginibre-spectral.toml"))["confidence"]
+        0.95
+    """
+    cfg = check_sweep_config(config, "spectral", "ginibre-spectral.toml")
+    v.check_names("ensembles", cfg["ensembles"], V_ENSEMBLES, "the ensembles of V")
+    ds = v.check_list("d", cfg["d"], "the dimensions", item=lambda name, d: v.check_int(name, d, 1, "a dimension"))
+    samples = v.check_list("samples", cfg["samples"], "matrices per d: one entry, or one per d", distinct=False,
+                           item=lambda name, k: v.check_int(name, k, 1, "matrices of this d"))
     if len(samples) not in (1, len(ds)):
-        raise InputError(f"samples must have one entry or one per d ({len(ds)}), got {len(samples)}.")
-    if any(d < 1 for d in ds) or any(s < 1 for s in samples):
-        raise InputError(f"every d and every samples entry must be >= 1, got d={ds}, samples={samples}.")
-    for e in config["ensembles"]:
-        if e not in V_ENSEMBLES:
-            raise InputError(f"ensembles entries must be among {V_ENSEMBLES}, got {e!r}.")
+        raise InputError(f"samples must have one entry or one per d ({len(ds)}), got {len(samples)}: {samples}.")
+    v.check_number("confidence", cfg["confidence"], "the level of the Wilson intervals", low=0, high=1)
+    return cfg
+
+
+def check_spectral_sizes(config: dict, devices: int) -> None:
+    """Refuse a spectral sweep whose chunk or final table cannot fit in memory.
+
+    Each of ``devices`` holds ``run.chunk_size / devices`` matrices of the largest d (drawn, and the copy
+    the eigensolver takes) and the workspace (:data:`EIG_COPIES` complex matrices) of the problems solved at
+    once: one on CPU (LAPACK solves a batch one matrix at a time), the device's whole share elsewhere.
+    """
+    default = runio.load_config(None, "ginibre-spectral.toml")
+    d = max(int(x) for x in config["d"])
+    item = 8 if config["dtype"] == "float64" else 4
+    matrix, workspace = 2.0 * d * d * item, float(EIG_COPIES) * d * d * 2 * item
+    v.check_fits(f"one eigenvalue problem of the spectral sweep (d = {d})", matrix + workspace,
+                 [("d", d, max(default["d"]), 2)])
+    chunk = int(config["run"]["chunk_size"])
+    per_device = -(-min(chunk, max(int(k) for k in config["samples"])) // devices)
+    at_once = 1 if jax.default_backend() == "cpu" else per_device
+    v.check_fits(f"a chunk of the spectral sweep ({per_device} matrices of d = {d} per device)",
+                 per_device * matrix + at_once * workspace, [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
+    per_d = [int(k) for k in config["samples"]] * (len(config["d"]) if len(config["samples"]) == 1 else 1)
+    check_table_memory("the spectral sweep", "samples", max(per_d), max(default["samples"]),
+                       sum(per_d) * len(config["ensembles"]), TABLE_ROW_BYTES)
+
+
+def spectral_groups(config: dict) -> list[dict]:
+    """The (ensemble, d, samples) groups of a spectral config (checked by :func:`check_spectral_config`)."""
+    check_spectral_config(config)
+    ds, samples = config["d"], config["samples"]
     out = []
     for e in config["ensembles"]:
         for i, d in enumerate(ds):
@@ -113,7 +161,7 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
     groups = spectral_groups(config)
     dtype = jnp.float64 if config["dtype"] == "float64" else jnp.float32
     sw = start_sweep(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
-                     processes=processes)
+                     processes=processes, check_sizes=lambda devices: check_spectral_sizes(config, devices))
     chunks = plan_chunks([g["samples"] for g in groups], int(config["run"]["chunk_size"]))
     fns: dict[int, object] = {}
 
