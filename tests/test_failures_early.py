@@ -2,7 +2,6 @@
 at every level; float64 asked for is float64 delivered (or a clear error); save times are checked."""
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -49,7 +48,7 @@ def test_every_level_reports_the_same_blow_up_time():
         af.simulate(X0, I4, I4, C * I4, t1=T1)
     with pytest.raises(NonFiniteError, match=rf"at t = {t_bad:.6g};"):
         raise_if_failed(traj)
-    # inside jit, and in a batch where only one member blows up (the other is unaffected)
+    # inside jit, and in a batch where only one member blows up (the other runs to t1)
     run = jax.jit(jax.vmap(lambda V: solve_ode(af.AttentionFlow(I4, I4, V), X0, t0=0.0, t1=T1, rtol=1e-5, atol=1e-6)))
     batch = run(jnp.stack([0.1 * I4, C * I4]))
     assert batch.result.tolist() == [0, RESULT_NONFINITE] and float(batch.t_nonfinite[1]) == t_bad

@@ -64,8 +64,8 @@ class _GuardedField(eqx.Module):
 
 #: an adaptive solve gives up on a non-finite step once the step is no longer than this many
 #: units in the last place of max(|t0|, |t1|): the time resolution, below which no step progresses
-#: (Tsit5, float32, V = 50 I: 10-20 rejected steps from the first non-finite one, blow-up time
-#: bracketed to ~1e-5)
+#: (Tsit5, float32, V = 50 I, t1 = 20: about ten rejected steps after the first non-finite one
+#: bracket the blow-up time to ~1e-5; 92 steps in all for 512 tokens in d = 64)
 BLOW_UP_ULPS = 2**4
 
 

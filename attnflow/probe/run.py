@@ -21,6 +21,7 @@ from ..runio import (
     config_fingerprint,
     load_config,
     provenance,
+    releases_output_dirs,
     write_marker,
 )
 
@@ -81,6 +82,7 @@ def load_probe_config(path: str | Path, overrides: dict | None = None) -> dict:
     return config
 
 
+@releases_output_dirs
 def run_probe(config: dict, out: str | Path, *, progress: bool = True, interrupt_after: int | None = None) -> dict:
     """Run the study of a resolved ``config`` (see :func:`load_probe_config`; checked again here,
     before ``out`` is claimed) into ``out``; returns the summary. Computation runs in float64

@@ -1,4 +1,4 @@
-r"""``attnflow extensions``: studies beyond the theorems (issue 13), predicted vs observed.
+r"""``attnflow extensions``: studies beyond the theorems, predicted vs observed.
 
 Five studies, each a function of its config table that returns a :class:`Study` (settings,
 graded checks with a fixed tolerance, measurements, figures):
