@@ -383,6 +383,9 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
     traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
 
     if method_name == "euler":
+        if ts is not None:
+            raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
+                             "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
         span = float(t1) - float(t0)
         check_count("the number of layers (t1 - t0)/dt", span / float(dt), fix="use a larger dt or a shorter span")
         num_layers = int(round(span / float(dt)))

@@ -29,6 +29,7 @@ CASES = [
     ("ts", sim(ts=[[0.0, 1.0]])),
     ("ts", sim(ts=[0.0, 2.0])),
     ("ts", sim(ts="0 1")),
+    ("ts", sim(method="euler", dt=0.5, ts=[0.0, 1.0])),
     ("num_saves", sim(num_saves=2.5)),
     ("num_saves", sim(num_saves=0)),
     ("num_saves", sim(num_saves=-3)),

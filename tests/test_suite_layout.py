@@ -17,14 +17,25 @@ _SELECTING = ("-k", "-m", "--ignore", "--ignore-glob", "--deselect", "--lf", "--
 
 
 def _pytest_invocations(makefile_dry_run: str) -> list[list[str]]:
-    """The argument lists after ``-m pytest`` in each command line of ``make -n test``."""
+    """The argument lists after ``pytest`` in each shell command of ``make -n test``."""
     runs = []
     for line in makefile_dry_run.splitlines():
-        for part in line.split(";"):
-            words = shlex.split(part)
-            if "pytest" in words:
-                runs.append(words[words.index("pytest") + 1:])
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        command: list[str] = []
+        for token in [*lexer, ";"]:
+            if token in (";", "&&", "||", "|", "&"):
+                if "pytest" in command:
+                    runs.append(command[command.index("pytest") + 1:])
+                command = []
+            else:
+                command.append(token)
     return runs
+
+
+def test_invocations_are_split_at_shell_operators():
+    line = 'ulimit -s 1 || true; python -m pytest -q tests && echo "done; ok"'
+    assert _pytest_invocations(line) == [["-q", "tests"]]
 
 
 def _uncovered(test_files: list[Path], runs: list[list[str]]) -> list[Path]:

@@ -57,6 +57,7 @@ from ..runio import (
     claim_output_dir,
     load_config,
     provenance,
+    releases_output_dirs,
     write_marker,
 )
 from ..spectral import check_good_triple
@@ -643,6 +644,7 @@ def _render(studies: list[Study], prov: dict, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+@releases_output_dirs
 def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike | None = None,
                    quick: bool = False, studies: list[str] | None = None, progress: bool = True) -> dict:
     """Run the selected studies (default: the config's ``studies``, or all) and write the report folder.

@@ -253,6 +253,7 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
 
 
 @in_float64
+@runio.releases_output_dirs
 def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the dynamics sweep of ``config`` into ``out``; returns the summary.

@@ -144,6 +144,7 @@ def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
 
 
 @in_float64
+@runio.releases_output_dirs
 def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the spectral sweep of ``config`` into ``out``; returns the summary.
