@@ -123,6 +123,8 @@ BAD = [
     ("reproduce", {"quick.num_saves": 0}, "quick.num_saves"),
     ("reproduce", {"thm2_1.t1": float("inf")}, "thm2_1.t1"),
     ("reproduce", {"remark7_9.t1": -1.0}, "remark7_9.t1"),
+    ("reproduce", {"cases": ["thm3_1_euler_dt1"], "thm3_1_euler_dt1.t1": 10.5}, "thm3_1_euler_dt1.t1"),
+    ("reproduce", {"cases": ["thm4_2_euler_dt01"], "thm4_2_euler_dt01.t1": 0.05}, "thm4_2_euler_dt01.t1"),
     ("reproduce", {"thm8_5.x0_scale": -4.0}, "thm8_5.x0_scale"),
     ("reproduce", {"remark7_9.eps": 0.0}, "remark7_9.eps"),
 ]

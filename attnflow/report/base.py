@@ -14,6 +14,7 @@ import numpy as np
 
 import equinox as eqx
 
+from .. import _validate as v
 from ..dynamics import AttentionFlow, DiscreteRescaledFlow, RescaledFlow
 from ..integrate import raise_if_failed, solve_euler, solve_ode
 from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
@@ -199,7 +200,7 @@ def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescal
     diagnostics see the dynamics that produced the trajectory. A failed solve raises
     :class:`~attnflow.SolverError` / :class:`~attnflow.NonFiniteError` with the time."""
     dtype = jnp.float64 if ctx["dtype"] == "float64" else jnp.float32
-    num_layers = int(round(float(t1) / float(dt))) if method == "euler" else 1
+    num_layers = v.check_layers("t1", t1, "dt", dt) if method == "euler" else 1
     Qj, Kj, Vj = (jnp.asarray(np.asarray(a), dtype) for a in (Q, K, V))
     dyn = ctx.field_factory(Qj, Kj, Vj, picture=picture, method=method, dt=dt, num_layers=num_layers)
     T = int(num_saves or ctx["num_saves"])
@@ -250,12 +251,20 @@ def defect_check(res: "CaseResult", run: Run, *, intervals: int = 12) -> None:
 CASES: dict[str, tuple[str, str, Callable[[Context, CaseResult], None]]] = {}
 
 
-def register(name: str, title: str, theorem: str):
+#: the layer step of each case that runs the Euler stepper (its t1 must be a whole number of them)
+EULER_STEPS: dict[str, float] = {}
+
+
+def register(name: str, title: str, theorem: str, *, euler_dt: float | None = None):
     """Decorator adding a case function ``fn(ctx, res)`` to :data:`CASES` (in report order). The
-    runner builds ``res = CaseResult(name, title, theorem)``; the case fills it in."""
+    runner builds ``res = CaseResult(name, title, theorem)``; the case fills it in. A case that
+    runs Euler layers names their step ``euler_dt`` (:data:`EULER_STEPS`), so that its t1 is
+    checked before any work."""
 
     def wrap(fn):
         CASES[name] = (title, theorem, fn)
+        if euler_dt is not None:
+            EULER_STEPS[name] = euler_dt
         return fn
 
     return wrap

@@ -34,7 +34,7 @@ from ..observables import (
 from ..observables import clustered as clustered_jnp
 from ..spectral import check_good_triple, is_positive_definite, paranormal_split, predict_geometry, spectral_one
 from . import figures
-from .base import CaseResult, Context, Run, defect_check, fmt, register, run_case_sim
+from .base import EULER_STEPS, CaseResult, Context, Run, defect_check, fmt, register, run_case_sim
 
 NESTING_TOL = 1e-6  # relative hull / extreme-value violations allowed (solver rtol 1e-9 in float64)
 
@@ -673,24 +673,24 @@ def _euler_polytope(ctx: Context, res: CaseResult, dt: float) -> None:
     _polytope_case(ctx, res, Q, K, np.eye(d), method="euler", dt=dt)
 
 
-@register("thm3_1_euler_dt01", "Thm 3.1, Euler dt = 0.1", "Thm 3.1 (discrete)")
+@register("thm3_1_euler_dt01", "Thm 3.1, Euler dt = 0.1", "Thm 3.1 (discrete)", euler_dt=0.1)
 def thm3_1_euler_dt01(ctx: Context, res: CaseResult) -> None:
-    _euler_polytope(ctx, res, 0.1)
+    _euler_polytope(ctx, res, EULER_STEPS["thm3_1_euler_dt01"])
 
 
-@register("thm3_1_euler_dt1", "Thm 3.1, Euler dt = 1", "Thm 3.1 (discrete)")
+@register("thm3_1_euler_dt1", "Thm 3.1, Euler dt = 1", "Thm 3.1 (discrete)", euler_dt=1.0)
 def thm3_1_euler_dt1(ctx: Context, res: CaseResult) -> None:
-    _euler_polytope(ctx, res, 1.0)
+    _euler_polytope(ctx, res, EULER_STEPS["thm3_1_euler_dt1"])
 
 
-@register("thm4_2_euler_dt01", "Thm 4.2, Euler dt = 0.1", "Thm 4.2 (discrete)")
+@register("thm4_2_euler_dt01", "Thm 4.2, Euler dt = 0.1", "Thm 4.2 (discrete)", euler_dt=0.1)
 def thm4_2_euler_dt01(ctx: Context, res: CaseResult) -> None:
-    _hyperplane_case(ctx, res, hyperplane_V(ctx, 2), method="euler", dt=0.1)
+    _hyperplane_case(ctx, res, hyperplane_V(ctx, 2), method="euler", dt=EULER_STEPS["thm4_2_euler_dt01"])
 
 
-@register("thm4_2_euler_dt1", "Thm 4.2, Euler dt = 1", "Thm 4.2 (discrete)")
+@register("thm4_2_euler_dt1", "Thm 4.2, Euler dt = 1", "Thm 4.2 (discrete)", euler_dt=1.0)
 def thm4_2_euler_dt1(ctx: Context, res: CaseResult) -> None:
-    _hyperplane_case(ctx, res, hyperplane_V(ctx, 2), method="euler", dt=1.0)
+    _hyperplane_case(ctx, res, hyperplane_V(ctx, 2), method="euler", dt=EULER_STEPS["thm4_2_euler_dt1"])
 
 
 from . import controls as _controls  # noqa: E402,F401  (registers the negative controls last)

@@ -29,7 +29,7 @@ from ..runio import (
     provenance,
     write_marker,
 )
-from .base import CASES, CaseResult, Context
+from .base import CASES, EULER_STEPS, CaseResult, Context
 from .render import render_markdown
 
 __all__ = ["reproduce", "case_names", "resolve_settings"]
@@ -100,6 +100,8 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
         for key, value in q.items():
             if key in s or key in GLOBAL_KEYS:
                 s[key] = value
+    if name in EULER_STEPS:
+        v.check_layers(f"{name}.t1", s["t1"], "its Euler step dt", EULER_STEPS[name])
     if "n" in s:
         n, saves, batch, d = s["n"], s["num_saves"], s["batch"], s.get("d", 3)  # cases without d: d <= 3
         default = load_config(None, "reproduce.toml")
