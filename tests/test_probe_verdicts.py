@@ -263,6 +263,8 @@ BAD = [
     ("sensitivity", {"system": {"source": "gpt"}}, "system.source"),
     ("sensitivity", {"system": {"source": "minilm"}, "head": {"layer": -1}}, "head.layer"),
     ("sensitivity", {"system": {"source": "minilm"}, "head": {"text": " "}}, "head.text"),
+    ("sensitivity", {"system": {"source": "minilm"}, "head": {"layer": 6}}, "head.layer' must be below 6"),
+    ("sensitivity", {"system": {"source": "minilm"}, "head": {"head": 12}}, "head.head' must be below 12"),
 ]
 
 

@@ -190,6 +190,15 @@ def _sensitivity(config: dict) -> dict:
         _count(config, "head.head", 0, "a head, from 0")
         if not config["head"]["text"].strip():
             raise InputError("config key 'head.text' must be a non-empty sentence (the tokens the head acts on), got ''.")
+        from ..models import read_config  # the model's sizes (config.json only), before any weight is read
+
+        head = config["head"]
+        model = read_config(head["model"] or None)
+        for key, value, size, what in (("head.layer", head["layer"], model.num_param_layers, "parameter layer(s)"),
+                                       ("head.head", head["head"], model.num_heads, "head(s) a layer")):
+            if value >= size:
+                raise InputError(f"config key '{key}' must be below {size} (the model has {size} {what}, counted "
+                                 f"from 0), got {value}.")
         return {}
     d, n, num = _ginibre(config)
     _fits(config, f"sensitivity ({n} tokens in d = {d}, {layers} layers)", _flow_bytes(2, layers, n, d),
