@@ -18,7 +18,8 @@ import os
 
 from .errors import InputError
 
-__all__ = ["available_memory", "check_memory", "check_count", "format_bytes", "INT32_MAX"]
+__all__ = ["available_memory", "usable_memory", "check_memory", "check_fits", "check_count", "format_bytes",
+           "INT32_MAX"]
 
 #: largest value of a 32-bit signed counter (step and layer counters, array sizes inside jit)
 INT32_MAX = 2**31 - 1
@@ -85,6 +86,11 @@ def available_memory() -> int:
     return _host_available()
 
 
+def usable_memory() -> float:
+    """Bytes one run may plan to hold: :data:`USABLE_FRACTION` of :func:`available_memory`."""
+    return USABLE_FRACTION * available_memory()
+
+
 def check_memory(what: str, nbytes: float, *, fix: str, scale: float | None = None) -> None:
     """Raise :class:`InputError` when ``what`` needs more than the usable memory.
 
@@ -107,7 +113,7 @@ def check_memory(what: str, nbytes: float, *, fix: str, scale: float | None = No
     """
     if not math.isfinite(nbytes):
         raise InputError(f"{what} has a size that is not a finite number; {fix}.")
-    usable = USABLE_FRACTION * available_memory()
+    usable = usable_memory()
     if nbytes <= usable:
         return
     shrink = ""
@@ -118,6 +124,25 @@ def check_memory(what: str, nbytes: float, *, fix: str, scale: float | None = No
         f"{what} needs about {format_bytes(nbytes)} of memory, more than the {format_bytes(usable)} "
         f"this machine can give it; {fix}{shrink}."
     )
+
+
+def check_fits(what: str, nbytes: float, keys: list[tuple[str, float, float, float]]) -> None:
+    """Refuse ``what`` when its ``nbytes`` cannot fit in memory (:func:`check_memory`).
+
+    ``keys`` are the sizes it grows with, ``(key, value, default, power)``: ``nbytes`` grows like
+    ``value ** power``. The message names the key that grew most from its default, ``(value / default) ** power``,
+    and about how large it may be for the whole to fit.
+
+    Example:
+        >>> from attnflow._resources import check_fits
+        >>> check_fits("a small run", 1e4, [("n", 32, 32, 2)])
+    """
+    usable = usable_memory()
+    if nbytes <= usable:
+        return
+    key, value, _, power = max(keys, key=lambda k: (k[1] / k[2]) ** k[3])
+    fit = int(value * (usable / nbytes) ** (1.0 / power)) if math.isfinite(nbytes) else 0
+    check_memory(what, nbytes, fix=f"lower {key} to at most about {fit}" if fit >= 1 else f"lower {key}")
 
 
 def check_count(name: str, value: float, *, limit: int = INT32_MAX, fix: str) -> None:

@@ -278,27 +278,6 @@ def check_layers(t1_name: str, t1: Any, dt_name: str, dt: Any) -> int:
     return int(round(layers))
 
 
-def check_fits(what: str, nbytes: float, keys: list[tuple[str, float, float, float]]) -> None:
-    """Refuse ``what`` when its ``nbytes`` cannot fit in memory (:func:`attnflow._resources.check_memory`).
-
-    ``keys`` are the sizes it grows with, ``(key, value, default, power)``: ``nbytes`` grows like
-    ``value ** power``. The message names the key that grew most from its default, ``(value / default) ** power``,
-    and about how large it may be for the whole to fit.
-
-    Example:
-        >>> from attnflow._validate import check_fits
-        >>> check_fits("a small run", 1e4, [("n", 32, 32, 2)])
-    """
-    from ._resources import USABLE_FRACTION, available_memory, check_memory
-
-    usable = USABLE_FRACTION * available_memory()
-    if nbytes <= usable:
-        return
-    key, value, _, power = max(keys, key=lambda k: (k[1] / k[2]) ** k[3])
-    fit = int(value * (usable / nbytes) ** (1.0 / power)) if np.isfinite(nbytes) else 0
-    check_memory(what, nbytes, fix=f"lower {key} to at most about {fit}" if fit >= 1 else f"lower {key}")
-
-
 def as_float(a: Any) -> jax.Array:
     """``a`` as a JAX array of floating dtype (integers and lists become the default float)."""
     a = jnp.asarray(a)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _validate as v
+from .._resources import check_fits
 from ..errors import InputError
 from .systems import num_layers
 
@@ -49,7 +50,7 @@ def _fits(config: dict, what: str, nbytes: float, sizes: dict[str, tuple[float, 
     shipped = load_config(None, STUDIES[config["study"]])
     default = {key: shipped[key.split(".")[0]][key.split(".")[1]] for key in sizes if key != _LAYERS}
     default[_LAYERS] = num_layers(shipped["dynamics"]["t1"], shipped["dynamics"]["dt"])
-    v.check_fits(what, nbytes, [(key, value, default[key], power) for key, (value, power) in sizes.items()])
+    check_fits(what, nbytes, [(key, value, default[key], power) for key, (value, power) in sizes.items()])
 
 
 _LAYERS = "the number of layers dynamics.t1 / dynamics.dt"

@@ -45,7 +45,7 @@ import numpy as np
 from ..dynamics import (AttentionFlow, LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow,
                         sphere_flow)
 from .. import _validate as v
-from .._resources import check_count
+from .._resources import check_count, check_fits
 from .._x64 import float64_scope
 from ..errors import InputError
 from ..integrate import EulerStepper, sphere_shift
@@ -601,7 +601,7 @@ def _check_memory(name: str, s: dict) -> None:
     if "epsilons" in s:  # one perturbed weight triple per layer
         nbytes += 2.0 * s["layers"] * 3 * d * d * 8
         keys.append((f"{name}.layers", s["layers"], default["layers"], 1))
-    v.check_fits(f"a layer stack of the {name} study ({clouds} clouds of {n} tokens, {saves} saves)", nbytes, keys)
+    check_fits(f"a layer stack of the {name} study ({clouds} clouds of {n} tokens, {saves} saves)", nbytes, keys)
 
 
 def check_extensions_config(cfg: dict, selected: list[str], quick: bool) -> dict[str, dict]:

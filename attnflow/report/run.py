@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .. import _validate as v
-from .._resources import check_count
+from .._resources import check_count, check_fits
 from ..errors import InputError
 from ..runio import (
     MARKER,
@@ -105,7 +105,7 @@ def resolve_settings(cfg: dict, name: str, quick: bool) -> dict:
     if "n" in s:
         n, saves, batch, d = s["n"], s["num_saves"], s["batch"], s.get("d", 3)  # cases without d: d <= 3
         default = load_config(None, "reproduce.toml")
-        v.check_fits(f"case {name} ({batch} runs of {n} tokens, {saves} saves)",
+        check_fits(f"case {name} ({batch} runs of {n} tokens, {saves} saves)",
                      3.0 * batch * saves * n * n * 8 + 4.0 * batch * saves * n * d * 8,  # P; tokens, states
                      [(f"{name}.n", n, default[name]["n"], 2), ("batch", batch, default["batch"], 1),
                       ("num_saves", saves, default["num_saves"], 1)])

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validate as v
+from .._resources import check_fits
 from .. import runio
 from .._batching import group_size
 from .._chunked import DEFAULT_CHUNK
@@ -122,12 +123,12 @@ def check_dynamics_sizes(config: dict, devices: int) -> None:
     if spec.name == "layered":
         kept += 2.0 * layers * 3 * d * d * item
         keys.append(("t1 / dt (layers)", layers, round(default["t1"] / default["dt"]), 1))
-    v.check_fits(f"one system of the dynamics sweep ({clouds} clouds of {n} tokens in d = {d})",
+    check_fits(f"one system of the dynamics sweep ({clouds} clouds of {n} tokens in d = {d})",
                  kept + scores + eig, keys)
     chunk = int(config["run"]["chunk_size"])
     per_device = -(-min(chunk, int(config["systems"])) // devices)
     at_once = 1 if jax.default_backend() == "cpu" else per_device
-    v.check_fits(f"a chunk of the dynamics sweep ({per_device} systems per device)",
+    check_fits(f"a chunk of the dynamics sweep ({per_device} systems per device)",
                  per_device * kept + group_size(per_device, n, item, heads * clouds) * scores + at_once * eig,
                  [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
     rows = int(config["systems"]) * len(config["v_ensembles"]) * len(config["qk_ensembles"]) * len(config["d"])

@@ -33,6 +33,7 @@ from typing import Callable
 from jax.sharding import Mesh
 
 from .. import _validate as v
+from .._resources import check_fits
 from .._batching import loop_over_systems
 from ..errors import InputError
 from ..runio import load_config, merge_config
@@ -82,7 +83,7 @@ def check_sweep_config(config: dict, kind: str, default_name: str) -> dict:
 def check_table_memory(what: str, key: str, value: int, default: int, rows: int, row_bytes: int) -> None:
     """Refuse a sweep whose final table (``rows`` rows of about ``row_bytes`` bytes, held at once while it is
     written) cannot fit; the message says how large ``key`` (now ``value``, by default ``default``) may be."""
-    v.check_fits(f"the table of {what} ({rows} rows)", float(rows) * row_bytes, [(key, value, default, 1)])
+    check_fits(f"the table of {what} ({rows} rows)", float(rows) * row_bytes, [(key, value, default, 1)])
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validate as v
+from .._resources import check_fits
 from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
@@ -92,12 +93,12 @@ def check_spectral_sizes(config: dict, devices: int) -> None:
     d = max(int(x) for x in config["d"])
     item = 8 if config["dtype"] == "float64" else 4
     matrix, workspace = 2.0 * d * d * item, float(EIG_COPIES) * d * d * 2 * item
-    v.check_fits(f"one eigenvalue problem of the spectral sweep (d = {d})", matrix + workspace,
+    check_fits(f"one eigenvalue problem of the spectral sweep (d = {d})", matrix + workspace,
                  [("d", d, max(default["d"]), 2)])
     chunk = int(config["run"]["chunk_size"])
     per_device = -(-min(chunk, max(int(k) for k in config["samples"])) // devices)
     at_once = 1 if jax.default_backend() == "cpu" else per_device
-    v.check_fits(f"a chunk of the spectral sweep ({per_device} matrices of d = {d} per device)",
+    check_fits(f"a chunk of the spectral sweep ({per_device} matrices of d = {d} per device)",
                  per_device * matrix + at_once * workspace, [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
     per_d = [int(k) for k in config["samples"]] * (len(config["d"]) if len(config["samples"]) == 1 else 1)
     check_table_memory("the spectral sweep", "samples", max(per_d), max(default["samples"]),
