@@ -29,7 +29,8 @@ from .dynamics import (  # noqa: E402
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
 from .integrate import EulerStepper, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
 from .linalg import expm_tV, vmap_systems  # noqa: E402
-from .simulation import Simulation, make_dynamics, simulate  # noqa: E402
+from .fields import make_dynamics  # noqa: E402
+from .simulation import Simulation, simulate  # noqa: E402
 from .weights import AttentionWeights  # noqa: E402
 
 __version__ = "0.1.0"

@@ -34,19 +34,18 @@ from .attention import IMPLS
 from .dynamics import AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
 from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
-from .integrate import EulerStepper, make_solver, raise_if_failed, solve_ode
+from .fields import PICTURES, make_dynamics
+from .integrate import DEFAULT_TOLERANCES, EulerStepper, make_solver, raise_if_failed, solve_ode
 from .integrate.euler import plain_shift, sphere_shift
 from .integrate.solution import checked
 from .linalg import check_invertible_transfer
 from .dynamics.multihead import rescaling_generator
 from .weights import AttentionWeights, check_shapes
 
-__all__ = ["simulate", "Simulation", "make_dynamics", "BATCHABLE"]
+__all__ = ["simulate", "Simulation", "BATCHABLE"]
 
-PICTURES = ("raw", "rescaled")
 #: names that ``simulate(batch=...)`` accepts
 BATCHABLE = ("x0", "Q", "K", "V", "beta", "weights")
-_DEFAULT_TOL = {"float32": (1e-5, 1e-6), "float64": (1e-9, 1e-11)}
 
 
 class Simulation(eqx.Module):
@@ -82,40 +81,6 @@ class Simulation(eqx.Module):
     def succeeded(self):
         """True (per member) when the run reached t1 with finite states."""
         return self.result == 0
-
-
-def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
-                  attention_impl="auto", mask=None, layer_dt=1.0):
-    """The dynamics object :func:`simulate` integrates for a picture and method.
-
-    ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
-    ``method="euler"`` in the rescaled picture this is :class:`DiscreteRescaledFlow`, which
-    takes dt from the stepper. Weights with a ``"layer"`` axis (raw picture) give
-    :class:`~attnflow.dynamics.LayeredFlow` for the stepper, and for an ODE solver the
-    :class:`~attnflow.dynamics.TimeVaryingFlow` through the layer weights placed every
-    ``layer_dt`` from ``t0`` (:class:`~attnflow.dynamics.LayerInterpolation`).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow import make_dynamics
-        >>> type(make_dynamics(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="rescaled")).__name__
-        'RescaledFlow'
-    """
-    if picture not in PICTURES:
-        raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
-    args = (weights,) if K is None and V is None else (weights, K, V, beta)
-    kw = dict(attention_impl=attention_impl, mask=mask)
-    if isinstance(weights, AttentionWeights) and "layer" in weights.axes:
-        if picture != "raw":
-            raise InputError("weights with a 'layer' axis run in the raw picture only (no common rescaling).")
-        if method == "euler":
-            return LayeredFlow(weights, **kw)
-        return TimeVaryingFlow(LayerInterpolation(weights, layer_dt, t0), **kw)
-    if picture == "raw":
-        return AttentionFlow(*args, **kw)
-    if method == "euler":
-        return DiscreteRescaledFlow(*args, **kw)
-    return RescaledFlow(*args, t0=t0, **kw)
 
 
 def _batch_names(batch, has_weights: bool) -> tuple[str, ...]:
@@ -419,7 +384,7 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
                 v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
         if max_steps is not None:
             v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
-        default_rtol, default_atol = _DEFAULT_TOL[dtype]
+        default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
         config = (
             "ode",
             picture,

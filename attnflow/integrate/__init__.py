@@ -1,7 +1,7 @@
 """Integrators: diffrax ODE solves and the forward-Euler layer stepper, one result type."""
 
 from .euler import EulerStepper, plain_shift, solve_euler, sphere_shift
-from .ode import SOLVERS, make_solver, solve_ode
+from .ode import DEFAULT_TOLERANCES, SOLVERS, make_solver, solve_ode
 from .solution import (
     RESULT_NONFINITE,
     RESULT_SOLVER_STOPPED,
@@ -19,6 +19,7 @@ __all__ = [
     "solve_euler",
     "solve_ode",
     "SOLVERS",
+    "DEFAULT_TOLERANCES",
     "make_solver",
     "Trajectory",
     "RESULT_SUCCESS",

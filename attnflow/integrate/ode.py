@@ -21,7 +21,10 @@ from .._x64 import check_float64_kept
 from ..dynamics.base import AbstractDynamics
 from .solution import RESULT_NONFINITE, RESULT_SOLVER_STOPPED, RESULT_SUCCESS, Trajectory, first_nonfinite_time
 
-__all__ = ["solve_ode", "SOLVERS", "make_solver"]
+__all__ = ["solve_ode", "SOLVERS", "make_solver", "DEFAULT_TOLERANCES"]
+
+#: (rtol, atol) of the adaptive solves by dtype, unless given
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {"float32": (1e-5, 1e-6), "float64": (1e-9, 1e-11)}
 
 SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "tsit5": diffrax.Tsit5,
