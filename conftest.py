@@ -1,7 +1,3 @@
-"""Root pytest configuration: the doctests of attnflow/ run in their own pytest process (see the
-Makefile's test target) and, like tests/, compare with float64 numbers, so float64 is enabled
-for the test process here (attnflow itself never changes JAX's configuration)."""
-
-import jax
-
-jax.config.update("jax_enable_x64", True)
+"""Root pytest configuration: JAX's float64 mode stays off here, as in a user's process; the
+doctests of attnflow/ that need float64 say so themselves (``dtype="float64"`` or
+``jax.enable_x64(True)``), and tests/conftest.py gives test modules a scoped ``x64`` fixture."""

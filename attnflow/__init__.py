@@ -8,7 +8,7 @@ Public pieces, along the data's path:
 
 * weights & tokens -> :class:`AttentionWeights`, :mod:`attnflow.linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
 * vector fields    -> :mod:`attnflow.dynamics` (AttentionFlow, RescaledFlow, DiscreteRescaledFlow)
-* integrators      -> :mod:`attnflow.integrate` (diffrax ``solve_ode``, Euler ``solve_euler``)
+* integrators      -> :mod:`attnflow.integrate` (``ODESolver`` / ``solve_ode``, ``EulerStepper`` / ``solve_euler``)
 * one call         -> :func:`attnflow.simulate`
 
 Importing attnflow changes no JAX configuration. ``simulate(dtype="float64")`` and the
@@ -27,8 +27,9 @@ from .dynamics import (  # noqa: E402
     SumOfFields,
 )
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
-from .integrate import EulerStepper, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
-from .linalg import expm_tV, vmap_systems  # noqa: E402
+from .integrate import AbstractIntegrator, EulerStepper, ODESolver, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
+from ._batching import vmap_systems  # noqa: E402
+from .linalg import expm_tV  # noqa: E402
 from .fields import make_dynamics  # noqa: E402
 from .simulation import Simulation, simulate  # noqa: E402
 from .weights import AttentionWeights  # noqa: E402
@@ -44,7 +45,9 @@ __all__ = [
     "AbstractDynamics",
     "AbstractAttentionDynamics",
     "SumOfFields",
+    "AbstractIntegrator",
     "EulerStepper",
+    "ODESolver",
     "AttentionFlow",
     "RescaledFlow",
     "DiscreteRescaledFlow",

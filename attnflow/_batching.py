@@ -8,13 +8,17 @@ cache-sized groups of systems (see :func:`vmap_systems`).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size",
-           "GROUP_BYTES"]
+from . import _cache
+from .attention import held_scores
+from .errors import InputError
+
+__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size", "vmap_build"]
 
 
 def loop_over_systems(fn: Callable) -> Callable:
@@ -29,7 +33,7 @@ def loop_over_systems(fn: Callable) -> Callable:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.linalg import loop_over_systems
+        >>> from attnflow._batching import loop_over_systems
         >>> loop_over_systems(lambda a: a.sum(axis=-1))(jnp.ones((3, 2))).tolist()
         [2.0, 2.0, 2.0]
     """
@@ -48,7 +52,7 @@ def map_over_batch(fn: Callable, in_axes: tuple, group: int = 1) -> Callable:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.linalg import map_over_batch
+        >>> from attnflow._batching import map_over_batch
         >>> map_over_batch(lambda a, b: a * b, (0, None))(jnp.arange(3.0), 2.0).tolist()
         [0.0, 2.0, 4.0]
     """
@@ -65,39 +69,24 @@ def map_over_batch(fn: Callable, in_axes: tuple, group: int = 1) -> Callable:
     return mapped
 
 
-#: on XLA:CPU a batch of systems runs as a ``lax.map`` over groups whose attention scores take
-#: about this many bytes together (a vmap over the whole batch streams B score matrices through
-#: memory between fusions). Measured on a 2-core EPYC, float32 Euler, group vs whole-batch vmap:
-#: (64, 256, 128) 190 vs 121 GF/s, (32, 512, 64) 119 vs 53, (16, 1024, 64) 140 vs 112,
-#: (256, 64, 32) equal (the whole batch is one group); benchmarks/NOTES.md section 9.
-GROUP_BYTES = 4 * 2**20
-
-
 def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, impl: str = "auto") -> int:
     """Systems per group for :func:`vmap_systems`: ``batch`` on accelerators; on CPU as many as
-    keep their attention scores within :data:`GROUP_BYTES` (at least 1, at most ``batch``).
+    keep their attention scores within :data:`attnflow._cache.GROUP_BYTES` (at least 1, at most ``batch``).
 
-    One system's scores: ``matrices`` (heads, clouds, ...) x (n x n), or x the tiles the chunked
-    path holds at once when ``impl`` (any of :func:`attnflow.attend`'s; ``"auto"`` as it picks) tiles.
+    One system's scores: ``matrices`` (heads, clouds, ...) x the block of an n x n score matrix that
+    :func:`attnflow.attention.held_scores` says ``attend`` holds at once for ``impl``.
 
     Example:
         >>> import jax
-        >>> from attnflow.linalg import group_size
+        >>> from attnflow._batching import group_size
         >>> jax.default_backend() != "cpu" or group_size(64, 256) == 16
         True
     """
     if jax.default_backend() != "cpu":
         return int(batch)
-    from ._chunked import DEFAULT_CHUNK, _blocks_at_once
-    from .attention import select_impl
-
-    impl = select_impl(n_tokens, n_tokens) if impl == "auto" else impl
-    rows = cols = n_tokens
-    if impl == "chunked":  # one key tile, times the query blocks the tiled path takes at once
-        cols = min(n_tokens, DEFAULT_CHUNK)
-        rows = min(n_tokens, cols * (_blocks_at_once(-(-n_tokens // cols), cols, cols, int(itemsize)) or 1))
+    rows, cols = held_scores(n_tokens, n_tokens, int(itemsize), impl)
     per_system = max(1, matrices * rows * cols * int(itemsize))
-    return int(max(1, min(batch, GROUP_BYTES // per_system)))
+    return int(max(1, min(batch, _cache.GROUP_BYTES // per_system)))
 
 
 def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = None, tokens: int | None = None,
@@ -127,12 +116,8 @@ def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = 
     def batched(*args):
         axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
         if len(axes) != len(args):
-            from .errors import InputError
-
             raise InputError(f"in_axes has {len(axes)} entries for {len(args)} arguments.")
         if any(ax not in (0, None) for ax in axes):
-            from .errors import InputError
-
             raise InputError(f"vmap_systems batches on the leading axis: in_axes entries must be 0 or None, got {axes}.")
         first = next((a for a, ax in zip(args, axes) if ax == 0), None)
         if first is None:
@@ -156,8 +141,49 @@ def lapack_needs_loop() -> bool:
 
     Example:
         >>> import jax
-        >>> from attnflow.linalg import lapack_needs_loop
+        >>> from attnflow._batching import lapack_needs_loop
         >>> lapack_needs_loop() == (jax.default_backend() == "cpu")
         True
     """
     return jax.default_backend() == "cpu"
+
+
+def vmap_build(build: Callable, in_axes: tuple, *args) -> tuple[Any, Any]:
+    """``build(*args)`` for every member of a batch, built once under ``jax.vmap``: construction and
+    validation see one member's shapes. Returns ``(batched, shared)``: the leaves of the built pytree
+    that depend on a batched argument, stacked on a leading axis (None elsewhere), and those that do
+    not, left unbatched (None elsewhere); ``eqx.combine(batched[i], shared)`` is member i's pytree.
+    ``in_axes`` holds 0 (batched on the leading axis) or None (shared) per positional argument.
+
+    A later ``jax.vmap`` over ``(batched, shared)`` with in_axes ``(0, None)`` then batches exactly
+    the leaves that vary over the batch, as a vmap over the raw arguments did.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow._batching import vmap_build
+        >>> batched, shared = vmap_build(lambda a, b: {"a": 2 * a, "b": b + 1}, (0, None), jnp.arange(3.0), 1.0)
+        >>> batched["a"].tolist(), batched["b"], float(shared["b"]), shared["a"]
+        ([0.0, 2.0, 4.0], None, 2.0, None)
+    """
+    if all(ax is None for ax in in_axes):
+        return None, build(*args)
+    spec = {}
+
+    def member(*member_args):
+        out = build(*member_args)
+        inputs = jax.tree_util.tree_leaves([a for a, ax in zip(member_args, in_axes) if ax is not None])
+        leaves, treedef = jax.tree_util.tree_flatten(out)
+        # A leaf varies over the batch when it is a tracer of this vmap's trace (outer jit/vmap tracers
+        # belong to others). JAX exposes no public test for this; where the tracer's trace cannot be
+        # read, every array leaf is batched (the same values, at the cost of broadcast copies).
+        this = getattr(inputs[0], "_trace", None)
+        varies = [(getattr(leaf, "_trace", None) is this) if this is not None else eqx.is_array(leaf)
+                  for leaf in leaves]
+        spec.update(treedef=treedef, varies=varies, shared=[None if m else leaf for leaf, m in zip(leaves, varies)])
+        return [leaf for leaf, m in zip(leaves, varies) if m]
+
+    stacked = iter(jax.vmap(member, in_axes=in_axes)(*args))
+    treedef, varies = spec["treedef"], spec["varies"]
+    batched = jax.tree_util.tree_unflatten(treedef, [next(stacked) if m else None for m in varies])
+    shared = jax.tree_util.tree_unflatten(treedef, spec["shared"])
+    return batched, shared

@@ -40,10 +40,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["chunked_attend", "DEFAULT_CHUNK"]
+from . import _cache
+
+__all__ = ["chunked_attend", "blocks_at_once", "DEFAULT_CHUNK"]
 
 #: default tile edge (queries and keys) on CPU; 512 x 512 tiles keep XLA:CPU matmuls efficient, and
-#: both passes work on several blocks at once (:func:`_blocks_at_once`)
+#: both passes work on several blocks at once (:func:`blocks_at_once`)
 DEFAULT_CHUNK = 512
 
 
@@ -91,16 +93,21 @@ def _tile_valid(kind, valid, qi_idx, kj_idx, mask_tile):
     return ok
 
 
-def _blocks_at_once(num_blocks: int, rows: int, cols: int, itemsize: int) -> int | None:
+def blocks_at_once(num_blocks: int, rows: int, cols: int, itemsize: int) -> int | None:
     """How many (rows x cols) tiles of ``itemsize``-byte numbers the ``lax.map`` over blocks
-    processes together (its ``batch_size``): on XLA:CPU as many as fit in
-    :data:`attnflow._batching.GROUP_BYTES` (one tile at a time left the 2 cores idle between small
-    matmuls: (1, 4096, 64) Euler float32 124 -> 151 GF/s, benchmarks/NOTES.md section 9); elsewhere one."""
-    from ._batching import GROUP_BYTES
+    processes together (its ``batch_size``; None: one): on XLA:CPU as many as fit in
+    :data:`attnflow._cache.GROUP_BYTES` (one tile at a time left the 2 cores idle between small
+    matmuls: (1, 4096, 64) Euler float32 124 -> 151 GF/s, benchmarks/NOTES.md section 9); elsewhere one.
 
+    Example:
+        >>> import jax
+        >>> from attnflow._chunked import blocks_at_once
+        >>> jax.default_backend() != "cpu" or blocks_at_once(8, 512, 512, 4) == 4
+        True
+    """
     if jax.default_backend() != "cpu":
         return None
-    k = min(num_blocks, GROUP_BYTES // max(1, rows * cols * itemsize))
+    k = min(num_blocks, _cache.GROUP_BYTES // max(1, rows * cols * itemsize))
     return int(k) if k > 1 else None
 
 
@@ -150,7 +157,7 @@ def _forward(q, k, v, qc, kc, kind, mask):
         (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, valid_keys, kidx, mrow))
         return acc / jnp.where(l > 0, l, 1)[:, None], _safe_lse(m, l)
 
-    out, lse = jax.lax.map(per_query_block, (qb, qidx, mb), batch_size=_blocks_at_once(qb.shape[0], qc, kc, dtype.itemsize))
+    out, lse = jax.lax.map(per_query_block, (qb, qidx, mb), batch_size=blocks_at_once(qb.shape[0], qc, kc, dtype.itemsize))
     out = out.reshape(-1, v.shape[1])[:nq]
     lse = lse.reshape(-1)[:nq]
     return out, lse
@@ -215,7 +222,7 @@ def _attend_bwd(qc, kc, kind, res, cotangents):
         dq, _ = jax.lax.scan(body, jnp.zeros_like(qi), (kb, vb, valid_keys, kidx, mrow))
         return dq
 
-    at_once = lambda num_blocks: _blocks_at_once(num_blocks, qc, kc, dtype.itemsize)
+    at_once = lambda num_blocks: blocks_at_once(num_blocks, qc, kc, dtype.itemsize)
     dk, dv = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)), batch_size=at_once(kb.shape[0]))
     dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db, qidx, mb), batch_size=at_once(qb.shape[0]))
     dq = dq.reshape(-1, q.shape[1])[:nq]

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._resources import check_count
 from .errors import InputError
 
 
@@ -74,33 +75,6 @@ def check_time_span(t0: Any, t1: Any) -> None:
             )
 
 
-def check_weights(Q: Any, K: Any, V: Any, d: int | None = None) -> None:
-    """Check Q (m, d), K (m, d), V (d, d), each optionally with a leading batch axis B.
-
-    ``d`` is the token dimension when known (from x0). Entries must be finite.
-    """
-    for name, a in (("Q", Q), ("K", K), ("V", V)):
-        check_rank(name, a, (2, 3), "a matrix, or a batch of matrices with a leading axis B")
-    qs, ks, vs = np.shape(Q), np.shape(K), np.shape(V)
-    if vs[-1] != vs[-2]:
-        raise InputError(f"V must be square (d, d), got shape {vs[-2:]}.")
-    if d is not None and vs[-1] != d:
-        raise InputError(
-            f"the tokens have dimension d = {d}, so V must be ({d}, {d}), got {vs[-2:]}."
-        )
-    if qs[-2:] != ks[-2:]:
-        raise InputError(
-            f"Q and K must have the same shape (m, d) so that <Q x_i, K x_j> is defined, "
-            f"got Q {qs[-2:]} and K {ks[-2:]}."
-        )
-    if qs[-1] != vs[-1]:
-        raise InputError(
-            f"Q and K must have shape (m, {vs[-1]}) to act on tokens of dimension {vs[-1]}, got {qs[-2:]}."
-        )
-    for name, a in (("Q", Q), ("K", K), ("V", V)):
-        check_finite(name, a)
-
-
 def dtype_of(a: Any) -> np.dtype:
     """The dtype ``a`` has, or would have as an array (``object`` for what is no number)."""
     if hasattr(a, "dtype"):
@@ -138,7 +112,7 @@ def check_save_times(ts: Any, t0: Any, t1: Any) -> None:
     """Check save times: a 1-D array of finite, non-decreasing times inside ``[t0, t1]``.
 
     The rank is always checked; the values only when ``ts`` is concrete (the range only when
-    ``t0`` and ``t1`` are concrete too).
+    ``t0`` and ``t1`` are concrete too, in the precision of ``ts``).
     """
     want = "ts must be a non-decreasing 1-D array of finite save times inside [t0, t1]"
     if isinstance(ts, (str, bytes)) or ts is None:
@@ -158,7 +132,9 @@ def check_save_times(ts: Any, t0: Any, t1: Any) -> None:
         raise InputError(f"{want}, got times that decrease: {arr.tolist()}.")
     if is_concrete(t0) and is_concrete(t1):
         lo, hi = float(t0), float(t1)
-        if arr[0] < lo or arr[-1] > hi:
+        # compared in the precision of ts (a float32 linspace(t0, t1) ends at float32(t1))
+        kind = dtype_of(ts) if dtype_of(ts).kind == "f" else np.dtype(np.float64)
+        if arr[0] < float(np.asarray(lo, kind)) or arr[-1] > float(np.asarray(hi, kind)):
             raise InputError(f"{want} = [{lo}, {hi}], got times from {arr[0]} to {arr[-1]}.")
 
 
@@ -257,25 +233,38 @@ def check_names(name: str, values: Any, known: tuple | list, meaning: str, *, al
                       item=lambda n, v: check_choice(n, v, known, meaning))
 
 
+def whole_layers(span: float, dt: float, what: str, *, fix: str) -> int | None:
+    """The number of layers ``span / dt`` when it is a whole number >= 1 (to 1e-9 relative), else None;
+    a count beyond a 32-bit counter is an :class:`InputError` naming ``what`` and ``fix``.
+
+    Example:
+        >>> from attnflow._validate import whole_layers
+        >>> whole_layers(1.2, 0.1, "the number of layers", fix="use a larger dt"), whole_layers(1.0, 0.3, "n", fix="")
+        (12, None)
+    """
+    layers = span / dt
+    check_count(what, layers, fix=fix)
+    count = round(layers)
+    return int(count) if count >= 1 and abs(layers - count) <= 1e-9 * max(1.0, layers) else None
+
+
 def check_layers(t1_name: str, t1: Any, dt_name: str, dt: Any) -> int:
     """Check a positive, finite horizon ``t1`` and step ``dt`` whose ratio is a whole number of layers that a
-    32-bit counter can count; return that number.
+    32-bit counter can count (:func:`whole_layers`); return that number.
 
     Example:
         >>> from attnflow._validate import check_layers
         >>> check_layers("t1", 12.0, "dt", 0.1)
         120
     """
-    from ._resources import check_count
-
     t1 = check_number(t1_name, t1, "the horizon", low=0)
     dt = check_number(dt_name, dt, "the layer step", low=0)
-    layers = t1 / dt
-    check_count(f"the number of layers {t1_name} / {dt_name}", layers, fix=f"use a larger {dt_name} or a smaller {t1_name}")
-    if round(layers) < 1 or abs(layers - round(layers)) > 1e-9 * max(1.0, layers):
+    layers = whole_layers(t1, dt, f"the number of layers {t1_name} / {dt_name}",
+                          fix=f"use a larger {dt_name} or a smaller {t1_name}")
+    if layers is None:
         raise InputError(f"{t1_name} / {dt_name} must be a whole number of layers, got {t1_name} = {t1!r} and "
-                         f"{dt_name} = {dt!r} ({layers:.6g} layers).")
-    return int(round(layers))
+                         f"{dt_name} = {dt!r} ({t1 / dt:.6g} layers).")
+    return layers
 
 
 def as_float(a: Any) -> jax.Array:

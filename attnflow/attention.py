@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import _validate as v
+from . import _chunked, _validate as v
 from .errors import InputError
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
@@ -329,6 +329,26 @@ def select_impl(n_q: int, n_k: int, q=None, k=None, v=None) -> str:
     return "chunked" if n_q * n_k >= threshold else "dense"
 
 
+def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tuple[int, int]:
+    """The block (rows, cols) of one (n_q, n_k) score matrix that :func:`attend` holds at once: all of it
+    when dense (or fused), else one key tile times the query blocks the tiled path takes together
+    (``impl="auto"`` as :func:`select_impl` picks from the shapes). Its size in bytes is
+    ``rows * cols * itemsize``.
+
+    Example:
+        >>> import jax
+        >>> from attnflow.attention import held_scores
+        >>> held_scores(256, 256), jax.default_backend() != "cpu" or held_scores(4096, 4096, impl="chunked") == (2048, 512)
+        ((256, 256), True)
+    """
+    impl = select_impl(n_q, n_k) if impl == "auto" else impl
+    if impl != "chunked":
+        return n_q, n_k
+    cols = min(n_k, _chunked.DEFAULT_CHUNK)
+    rows = min(n_q, cols * (_chunked.blocks_at_once(-(-n_q // cols), cols, cols, int(itemsize)) or 1))
+    return rows, cols
+
+
 def _check_qkv(q, k, v_) -> None:
     """Static shape checks of attend: q (n, r), k (n2, r), v (n2, e), real arrays."""
     qs, ks, vs = (v.check_array(name, a, meaning, ranks=(2,)) for name, a, meaning in (
@@ -401,8 +421,6 @@ def attend(
             raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
                              "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
-    from ._chunked import DEFAULT_CHUNK, chunked_attend
-
     if chunk_size is None:
-        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else DEFAULT_CHUNK
-    return chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)
+        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _chunked.DEFAULT_CHUNK
+    return _chunked.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)

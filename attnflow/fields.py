@@ -1,25 +1,200 @@
 r"""One place that builds fields: from a name and options to an :mod:`attnflow.dynamics` module.
 
 Every job (``simulate``, the report, the sweeps, the probes, the extensions) asks this module for
-its vector field; none builds its own.
+its vector field; none builds its own. :func:`build_field` looks the name up in :data:`FIELDS`
+and calls the entry's builder with one :class:`~attnflow.AttentionWeights` (made from Q, K, V
+and beta when matrices are given) and the options; the result is an ordinary equinox module,
+so building is traceable (the sweep builds one field per system inside ``vmap``).
+
+The registered names (pictures: the default first; every raw run is read in z = R^{-L} x at the
+end except the sphere's, whose state is read; the Euler shift is plain except on the sphere):
+
+* ``attention`` (raw, rescaled): ``AttentionFlow`` (raw); ``DiscreteRescaledFlow`` (rescaled,
+  Euler layers: exact, Remark 3.4); ``RescaledFlow`` (rescaled, ODE). Weights with a ``"layer"``
+  axis (raw): ``LayeredFlow`` (Euler) or ``TimeVaryingFlow`` through ``LayerInterpolation`` (ODE).
+* ``causal`` (raw, rescaled): ``attention`` with ``mask="causal"`` (token i attends to j <= i).
+* ``multihead`` (raw): ``AttentionFlow`` of weights with a ``"head"`` axis,
+  :math:`\dot x_i = \sum_h\sum_j P^h_{ij} V_h x_j`.
+* ``feedforward`` (rescaled, raw): Section 12.2 with options ``W``, ``activation``, ``bias``;
+  rescaled: ``section12_2_flow``, :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i))`, P from
+  :math:`e^{tV}z`; raw: ``Wrapped(AttentionFlow)``, :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)`.
+* ``layered`` (raw): ``attention`` of ``perturbed_layers(w, num_layers, epsilon, key)``,
+  :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F`.
+* ``sphere`` (raw, ``sphere_shift``): ``sphere_flow``, post-LN attention on the unit sphere.
+* ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
+* ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
+  denominator.
+* ``block`` (raw): ``TransformerBlock(AttentionFlow, FeedForward(W1, W2, b1, b2, activation))``.
+
+An entry (:class:`FieldEntry`) also says how the Euler stepper moves its tokens (``shift``:
+:func:`~attnflow.integrate.plain_shift` or :func:`~attnflow.integrate.sphere_shift`) and whether
+a run in its raw picture is read in the rescaled coordinates at the end,
+:math:`z = R^{-L}x` with :math:`R = I + \Delta t V` (:func:`rescaled_from_raw`,
+:func:`layer_matrix`; :meth:`FieldEntry.steps_raw`).
+
+Adding a dynamics touches its own module in :mod:`attnflow.dynamics` and one entry here, e.g.::
+
+    @register_field("damped", pictures=("raw",))
+    def _damped(w, how, *, gamma=0.5):  # keyword arguments are the field's options
+        return AttentionFlow(w, **how.attention) + Damping(gamma)
+
+after which ``build_field("damped", Q, K, V, gamma=0.1)`` works in every job (a job that offers a
+choice of fields, like the sweep's ``dynamics`` key, lists the names it runs).
 """
 
 from __future__ import annotations
 
-from .dynamics import AttentionFlow, DiscreteRescaledFlow, RescaledFlow
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
+                       TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow, sphere_flow)
 from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
+from .integrate import plain_shift, sphere_shift
 from .weights import AttentionWeights
 
-__all__ = ["make_dynamics", "PICTURES"]
+__all__ = ["FIELDS", "PICTURES", "STEPPERS", "FieldEntry", "FieldContext", "register_field", "field_entry",
+           "build_field", "make_dynamics", "layer_matrix", "rescaled_from_raw"]
 
 #: the pictures of the paper's flow: raw tokens x, or rescaled z = e^{-tV} x
 PICTURES = ("raw", "rescaled")
+#: what integrates the field: the Euler layer stepper or an ODE solver (some fields differ: the exact
+#: discrete rescaling exists only on the layer grid, per-layer weights are interpolated for a solver)
+STEPPERS = ("euler", "ode")
+
+
+@dataclass(frozen=True)
+class FieldContext:
+    """What every builder is told besides its options: the picture, the integrator, and the attention's
+    implementation and mask (``how.attention`` is the keyword arguments of the attention flows)."""
+
+    picture: str
+    stepper: str
+    attention_impl: str = "auto"
+    mask: Any = None
+
+    @property
+    def attention(self) -> dict:
+        return {"attention_impl": self.attention_impl, "mask": self.mask}
+
+
+@dataclass(frozen=True)
+class FieldEntry:
+    """One registered field: its builder ``build(weights, how, **options)`` and what a run of it needs.
+
+    ``pictures``: the pictures it runs in (the first is the default); ``shift``: the Euler stepper's
+    update (plain, or projected onto the sphere); ``rescaled_reading``: whether a run in the raw picture
+    is read in :math:`z = R^{-L}x` at the end (False where the state itself is read: the sphere);
+    ``weight_axes``: the axes of weights made from matrices (``("head",)`` for several heads);
+    ``options``: the builder's keyword arguments and their defaults (:data:`REQUIRED` for none).
+    """
+
+    name: str
+    build: Callable[..., AbstractDynamics]
+    pictures: tuple[str, ...] = ("raw",)
+    shift: Callable = plain_shift
+    rescaled_reading: bool = True
+    weight_axes: tuple[str, ...] = ()
+    options: dict = field(default_factory=dict)
+
+    def steps_raw(self, picture: str | None = None) -> bool:
+        """Whether a run in ``picture`` (default: the entry's first) steps raw tokens and is read in
+        :math:`z = R^{-L}x` at the end.
+
+        Example:
+            >>> from attnflow.fields import field_entry
+            >>> field_entry("feedforward").steps_raw("raw"), field_entry("sphere").steps_raw()
+            (True, False)
+        """
+        return (picture or self.pictures[0]) == "raw" and self.rescaled_reading
+
+
+#: marks an option without a default (it must be given)
+REQUIRED = inspect.Parameter.empty
+#: the registry: name -> :class:`FieldEntry` (filled by :func:`register_field`)
+FIELDS: dict[str, FieldEntry] = {}
+
+
+def register_field(name: str, *, pictures: tuple[str, ...] = ("raw",), shift: Callable = plain_shift,
+                   rescaled_reading: bool = True, weight_axes: tuple[str, ...] = ()):
+    """Decorator: register ``build(weights, how, **options)`` under ``name``; its keyword-only
+    arguments are the field's options (their defaults the defaults). Returns the builder unchanged."""
+
+    def add(build):
+        params = list(inspect.signature(build).parameters.values())[2:]
+        FIELDS[name] = FieldEntry(name, build, tuple(pictures), shift, rescaled_reading, tuple(weight_axes),
+                                  {p.name: p.default for p in params})
+        return build
+
+    return add
+
+
+def field_entry(name: str) -> FieldEntry:
+    """The registry entry of ``name`` (an :class:`InputError` sentence for an unknown one).
+
+    Example:
+        >>> from attnflow.fields import field_entry
+        >>> field_entry("sphere").shift.__name__
+        'sphere_shift'
+    """
+    if name not in FIELDS:
+        raise InputError(f"field must be one of {tuple(FIELDS)}, got {name!r}.")
+    return FIELDS[name]
+
+
+def _as_weights(weights, K, V, beta, axes) -> AttentionWeights:
+    if isinstance(weights, AttentionWeights) or not axes:
+        return as_weights(weights, K, V, beta)
+    if K is None or V is None:
+        return as_weights(weights, K, V, beta)  # its sentence for missing matrices
+    return AttentionWeights(weights, K, V, beta, axes=axes)
+
+
+def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | None = None,
+                stepper: str = "euler", attention_impl: str = "auto", mask=None, **options) -> AbstractDynamics:
+    r"""The field ``name`` (:data:`FIELDS`) for the weights and options.
+
+    ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given (with a leading
+    head axis for ``multihead``). ``picture`` defaults to the entry's first; ``stepper`` says what
+    integrates it (``"euler"``: :class:`~attnflow.integrate.EulerStepper` with ``FIELDS[name].shift``,
+    which binds the layer grid; ``"ode"``: a solver). Unknown names, pictures and options are refused
+    with one :class:`InputError` sentence. Traceable (build it inside ``jit`` / ``vmap``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.fields import build_field
+        >>> I = jnp.eye(2)
+        >>> type(build_field("attention", I, I, I, picture="rescaled")).__name__
+        'DiscreteRescaledFlow'
+        >>> f = build_field("feedforward", I, I, I, picture="raw", activation="tanh")
+        >>> f(0.0, jax.random.normal(jax.random.key(0), (4, 2))).shape
+        (4, 2)
+    """
+    entry = field_entry(name)
+    picture = entry.pictures[0] if picture is None else picture
+    if picture not in entry.pictures:
+        raise InputError(f"field {name!r} runs in the picture(s) {entry.pictures}, got picture {picture!r}.")
+    if stepper not in STEPPERS:
+        raise InputError(f"stepper must be one of {STEPPERS}, got {stepper!r}.")
+    unknown = [k for k in options if k not in entry.options]
+    if unknown:
+        raise InputError(f"field {name!r} takes no option {unknown[0]!r}; its options are {tuple(entry.options)}.")
+    missing = [k for k, default in entry.options.items() if default is REQUIRED and k not in options]
+    if missing:
+        raise InputError(f"field {name!r} needs the option {missing[0]!r} (its options are {tuple(entry.options)}).")
+    w = _as_weights(weights, K, V, beta, entry.weight_axes)
+    return entry.build(w, FieldContext(picture, stepper, attention_impl, mask), **options)
 
 
 def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
                   attention_impl="auto", mask=None, layer_dt=1.0):
-    """The dynamics object :func:`simulate` integrates for a picture and method.
+    """The dynamics object :func:`simulate` integrates for a picture and method (``build_field("attention", ...)``).
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
     ``method="euler"`` in the rescaled picture this is :class:`DiscreteRescaledFlow`, which
@@ -36,16 +211,101 @@ def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="t
     """
     if picture not in PICTURES:
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
-    args = (weights,) if K is None and V is None else (weights, K, V, beta)
-    kw = dict(attention_impl=attention_impl, mask=mask)
-    if isinstance(weights, AttentionWeights) and "layer" in weights.axes:
-        if picture != "raw":
+    return build_field("attention", weights, K, V, beta=beta, picture=picture,
+                       stepper="euler" if method == "euler" else "ode", attention_impl=attention_impl, mask=mask,
+                       t0=t0, layer_dt=layer_dt)
+
+
+def layer_matrix(V: Float[Array, "*H d d"], dt) -> Float[Array, "d d"]:
+    r"""One layer's linear part :math:`R = I + \Delta t\, S` (S = V, or :math:`\sum_h V_h` for a head axis).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.fields import layer_matrix
+        >>> layer_matrix(jnp.stack([jnp.eye(2), jnp.eye(2)]), 0.5).tolist()
+        [[2.0, 0.0], [0.0, 2.0]]
+    """
+    S = V.sum(axis=0) if V.ndim == 3 else V
+    return jnp.eye(S.shape[-1], dtype=S.dtype) + jnp.asarray(dt, S.dtype) * S
+
+
+def rescaled_from_raw(R: Float[Array, "d d"], num_layers, x: Float[Array, "... n d"]) -> Float[Array, "... n d"]:
+    r""":math:`z = R^{-L} x` for tokens x (..., n, d): L solves with one LU factorisation of R.
+
+    The discrete rescaling of a raw run after L layers (Remark 3.4). ``num_layers`` may be traced
+    (e.g. vmapped over saved layers; then not reverse-differentiable).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.fields import rescaled_from_raw
+        >>> rescaled_from_raw(2.0 * jnp.eye(2), 3, jnp.ones((1, 2))).tolist()
+        [[0.125, 0.125]]
+    """
+    lu = jax.scipy.linalg.lu_factor(R)
+    flat = x.reshape(-1, x.shape[-1]).T
+    z = jax.lax.fori_loop(0, num_layers, lambda _, y: jax.scipy.linalg.lu_solve(lu, y), flat)
+    return z.T.reshape(x.shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# the registry
+
+
+@register_field("attention", pictures=("raw", "rescaled"))
+def _attention(w, how, *, t0=0.0, layer_dt=1.0):
+    if "layer" in w.axes:
+        if how.picture != "raw":
             raise InputError("weights with a 'layer' axis run in the raw picture only (no common rescaling).")
-        if method == "euler":
-            return LayeredFlow(weights, **kw)
-        return TimeVaryingFlow(LayerInterpolation(weights, layer_dt, t0), **kw)
-    if picture == "raw":
-        return AttentionFlow(*args, **kw)
-    if method == "euler":
-        return DiscreteRescaledFlow(*args, **kw)
-    return RescaledFlow(*args, t0=t0, **kw)
+        if how.stepper == "euler":
+            return LayeredFlow(w, **how.attention)
+        return TimeVaryingFlow(LayerInterpolation(w, layer_dt, t0), **how.attention)
+    if how.picture == "raw":
+        return AttentionFlow(w, **how.attention)
+    if how.stepper == "euler":
+        return DiscreteRescaledFlow(w, **how.attention)
+    return RescaledFlow(w, t0=t0, **how.attention)
+
+
+@register_field("causal", pictures=("raw", "rescaled"))
+def _causal(w, how, *, t0=0.0, layer_dt=1.0):
+    if how.mask is not None:
+        raise InputError(f"field 'causal' sets its own mask (token i attends to j <= i), got mask={how.mask!r}.")
+    return _attention(w, FieldContext(how.picture, how.stepper, how.attention_impl, "causal"), t0=t0,
+                      layer_dt=layer_dt)
+
+
+@register_field("multihead", weight_axes=("head",))
+def _multihead(w, how):
+    return AttentionFlow(w, **how.attention)
+
+
+@register_field("feedforward", pictures=("rescaled", "raw"))
+def _feedforward(w, how, *, W=None, activation="relu", bias=None):
+    if how.picture == "rescaled":
+        return section12_2_flow(w, W=W, activation=activation, bias=bias, **how.attention)
+    return Wrapped(AttentionFlow(w, **how.attention), W, activation, bias)
+
+
+@register_field("layered")
+def _layered(w, how, *, num_layers=REQUIRED, epsilon=REQUIRED, key=REQUIRED, t0=0.0, layer_dt=1.0):
+    return _attention(perturbed_layers(w, num_layers, epsilon, key), how, t0=t0, layer_dt=layer_dt)
+
+
+@register_field("sphere", shift=sphere_shift, rescaled_reading=False)
+def _sphere(w, how):
+    return sphere_flow(w, **how.attention)
+
+
+@register_field("prenorm")
+def _prenorm(w, how):
+    return PreNorm(AttentionFlow(w, **how.attention))
+
+
+@register_field("mean")
+def _mean(w, how):
+    return AttentionFlow(w, normalisation="mean", **how.attention)
+
+
+@register_field("block")
+def _block(w, how, *, W1=REQUIRED, W2=REQUIRED, b1=None, b2=None, activation="gelu"):
+    return TransformerBlock(AttentionFlow(w, **how.attention), FeedForward(W1, W2, b1, b2, activation=activation))

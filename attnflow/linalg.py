@@ -14,8 +14,7 @@ from jaxtyping import Array, Float, Int
 from ._validate import is_concrete
 from .errors import InputError
 
-__all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer", "loop_over_systems",
-           "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size"]
+__all__ = ["expm_tV", "matrix_power", "euler_transfer_matrix", "check_invertible_transfer"]
 
 
 def expm_tV(V: Float[Array, "d d"], t: Float[Array, ""] | float) -> Float[Array, "d d"]:
@@ -79,7 +78,3 @@ def check_invertible_transfer(V, dt) -> None:
                 f"{s[-1]:.3g}): -1/dt is an eigenvalue of V, so the discrete rescaling "
                 "z[k] = (I + dt V)^{-k} x[k] does not exist; choose another dt."
             )
-
-
-# The batching workarounds live in attnflow._batching; re-exported here for existing callers.
-from ._batching import group_size, lapack_needs_loop, loop_over_systems, map_over_batch, vmap_systems  # noqa: E402

@@ -1,7 +1,10 @@
 r"""One call for the common case: :func:`simulate` a token cloud, or an explicit batch of them.
 
 It validates every input on the host (one clear sentence per problem, before any
-compilation), builds the dynamics of the requested picture, and runs one jitted solve:
+compilation), builds the integrator (:class:`~attnflow.integrate.EulerStepper` or
+:class:`~attnflow.integrate.ODESolver`) and the field of the requested picture
+(:func:`attnflow.fields.make_dynamics`, or the user's ``dynamics=``) once, and hands both to one
+jitted runner, ``_run(x0, field, integrator, ...)``:
 
 * ``method="euler"``: the layer stepper (``dt`` required); in the rescaled picture
   this is the exact discrete rescaling of Remark 3.4, so ``x[k] = (I + dt V)^k z[k]``.
@@ -27,19 +30,18 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
 from . import _validate as v
-from ._batching import lapack_needs_loop, map_over_batch, vmap_systems
-from ._resources import check_count, check_memory
+from ._batching import lapack_needs_loop, map_over_batch, vmap_build, vmap_systems
+from ._resources import check_memory
 from ._x64 import float64_enabled, float64_scope
 from .attention import IMPLS
-from .dynamics import AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, RescaledFlow
-from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from .dynamics import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch
+from .dynamics.multihead import rescaling_generator
 from .errors import InputError
 from .fields import PICTURES, make_dynamics
-from .integrate import DEFAULT_TOLERANCES, EulerStepper, make_solver, raise_if_failed, solve_ode
+from .integrate import DEFAULT_TOLERANCES, EulerStepper, ODESolver, make_solver, raise_if_failed
 from .integrate.euler import plain_shift, sphere_shift
 from .integrate.solution import checked
 from .linalg import check_invertible_transfer
-from .dynamics.multihead import rescaling_generator
 from .weights import AttentionWeights, check_shapes
 
 __all__ = ["simulate", "Simulation", "BATCHABLE"]
@@ -76,11 +78,6 @@ class Simulation(eqx.Module):
     t_nonfinite: Float[Array, "*B"]
     picture: str = eqx.field(static=True)
     method: str = eqx.field(static=True)
-
-    @property
-    def succeeded(self):
-        """True (per member) when the run reached t1 with finite states."""
-        return self.result == 0
 
 
 def _batch_names(batch, has_weights: bool) -> tuple[str, ...]:
@@ -192,7 +189,6 @@ def simulate(
     mask: Any = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
-    check: bool | None = None,
     dynamics: AbstractDynamics | None = None,
     shift: str | Callable = "plain",
 ) -> Simulation:
@@ -238,7 +234,7 @@ def simulate(
             token after each layer: post-LN) or a function ``(y, dy) -> y_next``.
         throw: raise when a solve fails (:class:`~attnflow.NonFiniteError` /
             :class:`~attnflow.SolverError` on the host; an ``equinox`` runtime error inside
-            jit). With ``throw=False`` see ``Simulation.result``. ``check`` is an old alias.
+            jit). With ``throw=False`` see ``Simulation.result``.
 
     Example:
         >>> import jax, attnflow
@@ -251,8 +247,6 @@ def simulate(
         >>> attnflow.simulate(xs, I, I, I, t1=1.0, num_saves=2, batch="x0").states.shape
         (3, 2, 16, 2)
     """
-    if check is not None:
-        throw = bool(check)
     if dtype not in ("float32", "float64"):
         raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
     if dtype == "float64" and not float64_enabled() and v.is_traced(x0, Q, K, V, beta, dynamics, ts, t0, t1, dt):
@@ -272,6 +266,46 @@ def simulate(
 def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_every, rtol, atol, beta, dtype,
               batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw,
               dynamics=None, shift="plain"):
+    """validate -> build the integrator -> build the field -> run -> :class:`Simulation`."""
+    method_name, shift_fn = _check_options(picture, method, batch_mode, attention_impl, shift)
+    if dynamics is not None:
+        names, B = _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl,
+                                   return_attention)
+        weights, beta = None, 1.0
+    else:
+        weights, beta, names, B = _check_weights(x0, Q, K, V, beta, batch, picture)
+    _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names)
+    jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+    x0, beta = jnp.asarray(x0, jdtype), jnp.asarray(beta, jdtype)
+    if dynamics is not None:
+        dynamics = jax.tree_util.tree_map(lambda a: a.astype(jdtype) if eqx.is_inexact_array(a) else a, dynamics)
+    elif weights is None:
+        Q, K, V = (jnp.asarray(a, jdtype) for a in (Q, K, V))
+    else:
+        weights = weights.astype(jdtype)
+    traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
+
+    if method_name == "euler":
+        integrator, num_out, fix = _make_stepper(t0, t1, dt, ts, save_every, shift_fn, picture, weights, V)
+    else:
+        integrator, num_out, fix = _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps,
+                                                    adjoint, dtype, jdtype)
+    _check_output_size(x0, B, num_out, return_attention and save_fn is None,
+                       save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
+    fold = batch_mode == "fold" and B is not None
+    batched, shared = _make_field(dynamics, weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
+                                  attention_impl=attention_impl, mask=mask, fold=fold)
+
+    heads = weights.Q.shape[-3] if weights is not None and "head" in weights.axes else 1  # (..., head, m, d)
+    out = _run(x0, batched, shared, integrator, x0_batched="x0" in names, fold=fold, save_fn=save_fn,
+               return_attention=return_attention, tokens_are_states=picture == "raw" and dynamics is None,
+               loop_members=batched is not None and (picture != "raw" or save_fn is not None) and lapack_needs_loop(),
+               heads=heads, impl=attention_impl)
+    return _simulation(out, throw=throw, traced=traced, fold=fold, B=B, picture=picture, method_name=method_name)
+
+
+def _check_options(picture, method, batch_mode, attention_impl, shift) -> tuple[str, Callable]:
+    """The method's name and the shift function, after checking the options that are plain choices."""
     method_name = method if isinstance(method, str) else type(method).__name__
     if isinstance(method, str) and method != "euler":
         make_solver(method)  # validates the name
@@ -287,46 +321,57 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
     if shift_fn is not plain_shift and method_name != "euler":
         raise InputError("shift= applies to the Euler layer stepper (method='euler'); an ODE solver integrates "
                          "the field as given (use a tangent-projected field, e.g. sphere_flow, on the sphere).")
-    if dynamics is not None:
-        if not isinstance(dynamics, AbstractDynamics):
-            raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
-        if any(a is not None for a in (Q, K, V, beta)):
-            raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
-        if mask is not None or attention_impl != "auto":
-            raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
-        if return_attention and not hasattr(dynamics, "attention"):
-            raise InputError(f"return_attention=True needs a field with an attention matrix; "
-                             f"{type(dynamics).__name__} has none.")
-        if picture != "raw":
-            raise InputError("with dynamics= the field defines its own picture (its tokens() gives x); "
-                             "leave picture='raw'.")
-        weights, beta = None, 1.0
-        names = _batch_names(batch, False)
-        if set(names) - {"x0"}:
-            raise InputError(f"with dynamics= only 'x0' can be batched (vmap over fields yourself), got {names}.")
-        shape = v.check_array("x0", x0, "tokens (n, d)")
-        if len(shape) != 2 + ("x0" in names):
-            raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if names else ''}, "
-                             f"got shape {shape}.")
-        B = shape[0] if names else None
-    else:
-        weights = Q if isinstance(Q, AttentionWeights) else None
-        names = _batch_names(batch, weights is not None)
-        if weights is not None and (K is not None or V is not None):
-            raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
-        if weights is None and (K is None or V is None):
-            raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
-        if weights is not None and "layer" in weights.axes and picture != "raw":
-            raise InputError("weights with a 'layer' axis run in the raw picture only (there is no common rescaling).")
-        if weights is not None and beta is not None:
-            raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
-        beta = 1.0 if beta is None else beta
-        B = _validate_inputs(x0, weights, Q, K, V, beta, names)
-        if weights is not None and picture == "rescaled" and "head" in weights.axes:
-            members = [weights] if "weights" not in names else [jax.tree_util.tree_map(lambda a: a[i], weights)
-                                                                 for i in range(B)]
-            for w in members:  # several heads rescale only with a common V (dynamics/multihead.py)
-                rescaling_generator(w, "simulate(picture='rescaled')")
+    return method_name, shift_fn
+
+
+def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl, return_attention):
+    """simulate(dynamics=...): the field and x0; returns the batched names and B (None if unbatched)."""
+    if not isinstance(dynamics, AbstractDynamics):
+        raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
+    if any(a is not None for a in (Q, K, V, beta)):
+        raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
+    if mask is not None or attention_impl != "auto":
+        raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
+    if return_attention and not isinstance(dynamics, AbstractAttentionDynamics):
+        raise InputError(f"return_attention=True needs a field with an attention matrix; "
+                         f"{type(dynamics).__name__} has none.")
+    if picture != "raw":
+        raise InputError("with dynamics= the field defines its own picture (its tokens() gives x); "
+                         "leave picture='raw'.")
+    names = _batch_names(batch, False)
+    if set(names) - {"x0"}:
+        raise InputError(f"with dynamics= only 'x0' can be batched (vmap over fields yourself), got {names}.")
+    shape = v.check_array("x0", x0, "tokens (n, d)")
+    if len(shape) != 2 + ("x0" in names):
+        raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if names else ''}, "
+                         f"got shape {shape}.")
+    return names, (shape[0] if names else None)
+
+
+def _check_weights(x0, Q, K, V, beta, batch, picture):
+    """Q, K, V (or one AttentionWeights as Q), beta and x0; returns (weights or None, beta, names, B)."""
+    weights = Q if isinstance(Q, AttentionWeights) else None
+    names = _batch_names(batch, weights is not None)
+    if weights is not None and (K is not None or V is not None):
+        raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
+    if weights is None and (K is None or V is None):
+        raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
+    if weights is not None and "layer" in weights.axes and picture != "raw":
+        raise InputError("weights with a 'layer' axis run in the raw picture only (there is no common rescaling).")
+    if weights is not None and beta is not None:
+        raise InputError("beta is part of the AttentionWeights; set it there, not in simulate(beta=...).")
+    beta = 1.0 if beta is None else beta
+    B = _validate_inputs(x0, weights, Q, K, V, beta, names)
+    if weights is not None and picture == "rescaled" and "head" in weights.axes:
+        members = [weights] if "weights" not in names else [jax.tree_util.tree_map(lambda a: a[i], weights)
+                                                             for i in range(B)]
+        for w in members:  # several heads rescale only with a common V (dynamics/multihead.py)
+            rescaling_generator(w, "simulate(picture='rescaled')")
+    return weights, beta, names, B
+
+
+def _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names) -> None:
+    """The time span, the step and the options that depend on the method or the batch."""
     v.check_time_span(t0, t1)
     if method_name == "euler" and dt is None:
         raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
@@ -337,80 +382,84 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
                          "by JAX (reverse or forward mode).")
     if batch_mode == "fold" and any(n in names for n in ("Q", "K", "V", "beta", "weights")):
         raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
-    jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-    x0, beta_arr = jnp.asarray(x0, jdtype), jnp.asarray(beta, jdtype)
-    if dynamics is not None:
-        dynamics = jax.tree_util.tree_map(lambda a: a.astype(jdtype) if eqx.is_inexact_array(a) else a, dynamics)
-    elif weights is None:
-        Q, K, V = (jnp.asarray(a, jdtype) for a in (Q, K, V))
-    else:
-        weights = weights.astype(jdtype)
-    traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
 
-    if method_name == "euler":
-        if ts is not None:
-            raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
-                             "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
-        span = float(t1) - float(t0)
-        check_count("the number of layers (t1 - t0)/dt", span / float(dt), fix="use a larger dt or a shorter span")
-        num_layers = int(round(span / float(dt)))
-        if num_layers < 1 or abs(num_layers * float(dt) - span) > 1e-9 * max(1.0, abs(span)):
-            raise InputError(
-                f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
-                f"got (t1 - t0) = {span!r} and dt = {dt!r}."
-            )
-        save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
-        if num_layers % save_every:
-            raise InputError(
-                f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
-            )
-        if picture == "rescaled":
-            check_invertible_transfer(V if weights is None else
-                                      weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, dt)
-        if weights is not None and num_layers > weights.num_layers > 1:
-            raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
-                             f"{weights.num_layers} (one set per layer).")
-        num_out, fix = num_layers // save_every + 1, "raise save_every (fewer saved layers)"
-        config = ("euler", picture, float(t0), float(dt), num_layers, save_every, shift_fn)
-    else:
-        if ts is None:
-            num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
-            fix = "lower num_saves"
-        else:
-            v.check_save_times(ts, t0, t1)
-            num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
-        for name, tol in (("rtol", rtol), ("atol", atol)):
-            if tol is not None:
-                v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
-        if max_steps is not None:
-            v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
-        default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
-        config = (
-            "ode",
-            picture,
-            float(t0),
-            float(t1),
-            None if dt is None else float(dt),
-            make_solver(method),
-            default_rtol if rtol is None else float(rtol),
-            default_atol if atol is None else float(atol),
-            max_steps,
+
+def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V) -> tuple[EulerStepper, int, str]:
+    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt; with the number of saves and the fix if too many."""
+    if ts is not None:
+        raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
+                         "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
+    span = float(t1) - float(t0)
+    num_layers = v.whole_layers(span, float(dt), "the number of layers (t1 - t0)/dt",
+                                fix="use a larger dt or a shorter span")
+    if num_layers is None:
+        raise InputError(
+            f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
+            f"got (t1 - t0) = {span!r} and dt = {dt!r}."
         )
-    _check_output_size(x0, B, num_out, return_attention and save_fn is None,
-                       save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
-    ts_arr = (None if method_name == "euler" else jnp.asarray(ts, jdtype) if ts is not None
-              else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
+    save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
+    if num_layers % save_every:
+        raise InputError(
+            f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
+        )
+    if picture == "rescaled":
+        check_invertible_transfer(V if weights is None else
+                                  weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, dt)
+    if weights is not None and num_layers > weights.num_layers > 1:
+        raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
+                         f"{weights.num_layers} (one set per layer).")
+    stepper = EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
+    return stepper, num_layers // save_every + 1, "raise save_every (fewer saved layers)"
 
-    if dynamics is not None:
-        axes, weight_args = (0 if "x0" in names else None, None), (dynamics,)
-    elif weights is None:
-        axes = tuple(0 if n in names else None for n in ("x0", "Q", "K", "V", "beta"))
-        weight_args = (Q, K, V, beta_arr)
+
+def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype,
+                     jdtype) -> tuple[ODESolver, int, str]:
+    """The diffrax solve from t0 to t1 (adaptive, or constant steps dt); with the number of saves and the fix."""
+    if ts is None:
+        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
+        fix = "lower num_saves"
     else:
-        axes = (0 if "x0" in names else None, 0 if "weights" in names else None, 0 if "beta" in names else None)
-        weight_args = (weights, beta_arr)
-    out = _run(x0, weight_args, ts_arr, config + (attention_impl,), axes, save_fn, return_attention, batch_mode,
-               mask, adjoint)
+        v.check_save_times(ts, t0, t1)
+        num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None:
+            v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
+    if max_steps is not None:
+        v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
+    default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
+    ts = (jnp.asarray(ts, jdtype) if ts is not None
+          else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
+    solver = ODESolver(float(t0), float(t1), ts=ts, solver=make_solver(method),
+                       rtol=default_rtol if rtol is None else float(rtol),
+                       atol=default_atol if atol is None else float(atol),
+                       dt0=None if dt is None else float(dt), adaptive=dt is None, max_steps=max_steps,
+                       adjoint=adjoint)
+    return solver, num_out, fix
+
+
+def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fold):
+    """The field, built once: ``(batched, shared)`` as :func:`attnflow._batching.vmap_build` splits it (batched
+    None unless weights are batched); a shared field around a batch of states is a :class:`FoldedBatch` with
+    ``fold``."""
+    if dynamics is not None:
+        field, batched = dynamics, None
+    else:
+        stepper = isinstance(integrator, EulerStepper)
+        kw = dict(picture=picture, method="euler" if stepper else "ode", attention_impl=attention_impl, mask=mask,
+                  t0=integrator.t0)
+        if weights is None:
+            build = lambda Q, K, V, beta: make_dynamics(Q, K, V, beta=beta, **kw)
+            args, axes = (Q, K, V, beta), tuple(0 if n in names else None for n in ("Q", "K", "V", "beta"))
+        else:  # the weights carry beta; with a "layer" axis an ODE solver places layer l at t0 + l (t1 - t0)/L
+            layer_dt = 1.0 if stepper else (integrator.t1 - integrator.t0) / weights.num_layers
+            build = lambda w: make_dynamics(w, layer_dt=layer_dt, **kw)
+            args, axes = (weights,), (0 if "weights" in names else None,)
+        batched, field = vmap_build(build, axes, *args)
+    return batched, (FoldedBatch(field) if fold else field)
+
+
+def _simulation(out, *, throw, traced, fold, B, picture, method_name) -> Simulation:
+    """The :class:`Simulation` of ``_run``'s output; failures raised when ``throw`` (inside jit when traced)."""
     ts_out, states, tokens, attention, num_steps, traj = out
     what = f"simulate(picture={picture!r}, method={method_name!r})"
     if throw:
@@ -419,62 +468,32 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
         else:
             raise_if_failed(traj, what=what)
     result, t_bad = traj.result, traj.t_nonfinite
-    if batch_mode == "fold" and B is not None:
+    if fold:
         result, t_bad = jnp.broadcast_to(result, (B,)), jnp.broadcast_to(t_bad, (B,))
-    return Simulation(
-        ts=ts_out,
-        states=states,
-        tokens=tokens,
-        attention=attention,
-        num_steps=num_steps,
-        result=result,
-        t_nonfinite=t_bad,
-        picture=picture,
-        method=method_name,
-    )
+    return Simulation(ts=ts_out, states=states, tokens=tokens, attention=attention, num_steps=num_steps,
+                      result=result, t_nonfinite=t_bad, picture=picture, method=method_name)
 
 
 @eqx.filter_jit
-def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mode, mask, adjoint):
-    """Build the dynamics, solve, and post-process; vmapped (or folded) over the batch."""
-    kind, picture, impl = config[0], config[1], config[-1]
-    config = config[:-1]
+def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_attention, tokens_are_states,
+         loop_members, heads, impl):
+    """Solve ``x0`` with the field ``eqx.combine(batched, shared)`` and post-process, vmapped over the batch
+    (``batched``: the field's per-member leaves; ``fold``: one solve of the stacked states)."""
 
-    def build(*wargs):
-        if len(wargs) == 1:  # a prebuilt field (simulate(dynamics=...))
-            return wargs[0]
-        if len(wargs) == 2:  # (AttentionWeights, unused beta): the weights carry beta
-            w = wargs[0]
-            layer_dt = (config[3] - config[2]) / w.num_layers if kind == "ode" else 1.0
-            return make_dynamics(w, picture=picture, method="euler" if kind == "euler" else "ode",
-                                 t0=config[2], attention_impl=impl, mask=mask, layer_dt=layer_dt)
-        Q, K, V, beta = wargs
-        return make_dynamics(Q, K, V, beta=beta, picture=picture, method="euler" if kind == "euler" else "ode",
-                             t0=config[2], attention_impl=impl, mask=mask)
-
-    def solve(dyn, y0, fn):
-        if kind == "euler":
-            _, _, t0, dt, num_layers, save_every, shift = config
-            stepper = EulerStepper(dt, num_layers, t0=t0, save_every=save_every, shift=shift)
-            dyn = stepper.bind(dyn)
-            return dyn, stepper.solve(dyn, y0, save_fn=fn)
-        _, _, t0, t1, dt, solver, rtol, atol, max_steps = config
-        return dyn, solve_ode(dyn, y0, t0=t0, t1=t1, ts=ts, solver=solver, rtol=rtol, atol=atol,
-                              dt0=dt, adaptive=dt is None, max_steps=max_steps, save_fn=fn, adjoint=adjoint)
-
-    def post(dyn, traj):
+    def solve(field, y0, fn):
+        field = integrator.bind(field)
+        traj = integrator.solve(field, y0, save_fn=fn)
         tokens = attention = None
         if save_fn is None:
-            tokens = traj.ys if picture == "raw" and len(weight_args) > 1 else jax.vmap(dyn.tokens)(traj.ts, traj.ys)
+            tokens = traj.ys if tokens_are_states else jax.vmap(field.tokens)(traj.ts, traj.ys)
             if return_attention:
-                attention = jax.vmap(dyn.attention)(traj.ts, traj.ys)
+                attention = jax.vmap(field.attention)(traj.ts, traj.ys)
         return traj.ts, traj.ys, tokens, attention, traj.num_steps, traj
 
-    if batch_mode == "fold" and axes[0] == 0:
+    if fold:
         # One solve of the stacked state (B, n, d): shared weights, shared steps.
-        dyn, traj = solve(FoldedBatch(build(*weight_args)), x0,
-                          None if save_fn is None else (lambda t, y, args: jax.vmap(lambda yb: save_fn(t, yb, args))(y)))
-        ts_, ys, tokens, attention, num_steps, traj = post(dyn, traj)
+        fn = None if save_fn is None else (lambda t, y, args: jax.vmap(lambda yb: save_fn(t, yb, args))(y))
+        ts_, ys, tokens, attention, num_steps, traj = solve(shared, x0, fn)
         front = lambda a: None if a is None else jnp.moveaxis(a, 1, 0)  # (T, B, ...) -> (B, T, ...)
         B = x0.shape[0]
         return (
@@ -486,21 +505,18 @@ def _run(x0, weight_args, ts, config, axes, save_fn, return_attention, batch_mod
             traj,
         )
 
-    def single(x0, *wargs):
-        dyn, traj = solve(build(*wargs), x0, save_fn)
-        return post(dyn, traj)
+    def single(x0, batched, shared):
+        return solve(shared if batched is None else eqx.combine(batched, shared), x0, save_fn)
 
+    axes = (0 if x0_batched else None, None if batched is None else 0, None)
     if all(ax is None for ax in axes):
-        return single(x0, *weight_args)
-    weights_batched = any(ax is not None for ax in axes[1:])
-    if weights_batched and (picture != "raw" or save_fn is not None) and lapack_needs_loop():
+        return single(x0, batched, shared)
+    if loop_members:
         # XLA:CPU: with a batch of weights, e^{tV} at the stage times of a step, R^{-1} V and a
         # save_fn's own LAPACK calls become independent batched LAPACK calls, which can
         # deadlock the CPU thread pool (attnflow._batching.loop_over_systems; seen with Tsit5,
         # and with Euler plus an SVD in save_fn); one member at a time cannot. Same results.
-        return map_over_batch(single, axes)(x0, *weight_args)
-    # XLA:CPU: cache-sized groups of systems (attnflow._batching.GROUP_BYTES), same results
-    w = weight_args[0]
-    heads = w.Q.shape[-3] if isinstance(w, AttentionWeights) and "head" in w.axes else 1  # (..., head, m, d)
+        return map_over_batch(single, axes)(x0, batched, shared)
+    # XLA:CPU: cache-sized groups of systems (attnflow._cache.GROUP_BYTES), same results
     return vmap_systems(single, axes, tokens=x0.shape[-2], itemsize=jnp.dtype(x0.dtype).itemsize, matrices=heads,
-                        impl=impl)(x0, *weight_args)
+                        impl=impl)(x0, batched, shared)

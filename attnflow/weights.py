@@ -162,10 +162,6 @@ class AttentionWeights(eqx.Module):
         """Number of per-layer weight sets (1 without a ``"layer"`` axis: shared weights)."""
         return self._size("layer")
 
-    @property
-    def has_bias(self) -> bool:
-        return any(b is not None for b in (self.q_bias, self.k_bias, self.v_bias))
-
     # -- selecting along named axes -------------------------------------------------------
     def take(self, axis: str, index) -> "AttentionWeights":
         """The weights at ``index`` along the named axis (which is removed); traceable index."""

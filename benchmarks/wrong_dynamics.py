@@ -25,9 +25,11 @@ import jax.numpy as jnp
 
 
 def main() -> None:
-    from attnflow.report import case_names, reproduce
-    from attnflow.report.base import library_field
+    from attnflow.fields import make_dynamics
+    from attnflow.report import case_names, parse_reproduce_config, reproduce
+    from attnflow.report.catalogue import EULER_STEPS
     from attnflow.report.mutations import MUTATIONS, mutated_field_factory
+    from attnflow.runio import load_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1, help="initial configurations per case (default 1)")
@@ -49,12 +51,17 @@ def main() -> None:
     for m in MUTATIONS:
         wrong = mutated_field_factory(m)
         seen: list[bool] = []
+        order = iter([c for c in case_names() if c in cases])  # the report runs its cases in report order
+        full = parse_reproduce_config(load_config(None, "reproduce.toml")).full
 
-        def factory(Q, K, V, *, picture, method, dt, num_layers, wrong=wrong, seen=seen):
-            f = wrong(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
-            g = library_field(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
-            if method == "euler":  # the discrete rescaling is defined on the layer grid only
-                g = g.on_grid(dt, 0.0, num_layers)
+        def factory(Q, K, V, *, picture, method, wrong=wrong, seen=seen, order=order):
+            f = wrong(Q, K, V, picture=picture, method=method)
+            g = make_dynamics(Q, K, V, picture=picture, method=method)
+            name = next(order)
+            if method == "euler":  # the discrete rescaling is defined on the layer grid only (the stepper binds it)
+                dt = EULER_STEPS[name]
+                num_layers = round(full[name].t1 / dt)
+                f, g = f.on_grid(dt, 0.0, num_layers), g.on_grid(dt, 0.0, num_layers)
             y = jax.random.normal(jax.random.key(0), (5, V.shape[0]), V.dtype)
             t = jnp.asarray(1.0, V.dtype)
             seen.append(float(jnp.max(jnp.abs(f.vector_field(t, y, None) - g.vector_field(t, y, None)))) > 1e-9)

@@ -9,10 +9,26 @@ import pytest  # noqa: E402
 
 import attnflow  # noqa: E402,F401
 
-# The tests compare against float64 references, so the test process enables float64
-# (attnflow itself never changes JAX's configuration; tests/test_core.py checks that in a
-# subprocess).
-jax.config.update("jax_enable_x64", True)
+# JAX's float64 mode stays off for the test process, as in a user's process: the library's default
+# path is float32. A test module that compares with float64 references opts in for its own tests
+# with `pytestmark = pytest.mark.usefixtures("x64")`; tests/test_float32_default.py checks the
+# float32 path against float64 references with float64 off.
+
+
+@pytest.fixture(scope="module")
+def x64():
+    """float64 mode for a whole test module (``jax.enable_x64(True)``), used as the module's
+    ``pytestmark``: it is entered before the module's other fixtures of module scope (so their arrays
+    are float64 too) and left when the module ends; for one test of a module use ``x64_here``."""
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture
+def x64_here():
+    """float64 mode for one test only (``jax.enable_x64(True)`` around it)."""
+    with jax.enable_x64(True):
+        yield
 
 
 @pytest.fixture

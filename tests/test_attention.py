@@ -5,10 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
+import pytest
 
 import attnflow as af
 from attnflow.attention import project_qk
 from reference import ref_attention
+
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 
 
 def test_attention_matrix_is_row_stochastic_and_positive(rng):

@@ -16,6 +16,8 @@ from attnflow._chunked import chunked_attend
 from attnflow.errors import InputError
 from attnflow.integrate import solve_euler
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def _qkv(seed, nq, nk, r, e, scale, dtype=jnp.float64):
     kq, kk, kv = jax.random.split(jax.random.key(seed), 3)

@@ -9,6 +9,8 @@ import pytest
 
 from attnflow.attention import attend, mask_array, softmax
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def _autodiff_reference(q, k, v, mask, normalisation):
     where = mask_array(mask, q.shape[0], k.shape[0])

@@ -13,6 +13,8 @@ import attnflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import baselines  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def _problem(seed, B=2, n=12, d=3, m=None, dtype=np.float64):
     rng = np.random.default_rng(seed)

@@ -5,6 +5,8 @@ import pytest
 
 import attnflow as af
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def _weights(rng, B=None, d=2, m=2):
     lead = () if B is None else (B,)
@@ -135,10 +137,10 @@ def test_cache_sized_groups_equal_the_whole_batch_vmap(rng, monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from attnflow import _batching
+    from attnflow import _batching, _cache
 
     B, n, d = 5, 6, 2
-    monkeypatch.setattr(_batching, "GROUP_BYTES", 2 * n * n * 8)  # two float64 score matrices
+    monkeypatch.setattr(_cache, "GROUP_BYTES", 2 * n * n * 8)  # two float64 score matrices
     assert _batching.group_size(B, n, itemsize=8) == (2 if jax.default_backend() == "cpu" else B)
     x0 = rng.normal(size=(B, n, d))
     Q, K, V = _weights(rng, B, d)

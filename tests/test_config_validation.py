@@ -14,7 +14,8 @@ import pytest
 from attnflow.errors import InputError
 from attnflow.report import reproduce
 from attnflow.report.extensions import STUDIES, check_extensions_config, run_extensions
-from attnflow.report.run import _validate_global, case_names, resolve_settings
+from attnflow.report.config import parse_reproduce_config
+from attnflow.report.run import case_names, resolve_settings
 from attnflow.runio import load_config
 from attnflow.sweep import load_sweep_config, run_sweep, wilson_interval
 from attnflow.sweep.dynamics import check_dynamics_config, check_dynamics_sizes
@@ -163,16 +164,14 @@ def test_shipped_configs_validate(monkeypatch):
     for name, check, sizes in (("ginibre-dynamics.toml", check_dynamics_config, check_dynamics_sizes),
                                ("ginibre-spectral.toml", check_spectral_config, check_spectral_sizes)):
         cfg = load_config(None, name)
-        check(cfg)
-        sizes(cfg, 1)
+        sizes(check(cfg), 1)
     cfg = load_config(None, "extensions.toml")
     for quick in (False, True):
         assert list(check_extensions_config(cfg, list(STUDIES), quick)) == list(STUDIES)
-    cfg = load_config(None, "reproduce.toml")
-    _validate_global(cfg)
+    parsed = parse_reproduce_config(load_config(None, "reproduce.toml"))
     for quick in (False, True):
         for name in case_names():
-            resolve_settings(cfg, name, quick)
+            resolve_settings(parsed, name, quick)
 
 
 def test_a_dict_config_is_checked_like_a_file(tmp_path):
@@ -218,9 +217,9 @@ def _checked(config: str, overrides: dict) -> None:
     elif config == "extensions":
         check_extensions_config(cfg, list(STUDIES), False)
     else:
-        _validate_global(cfg)
+        parsed = parse_reproduce_config(cfg)
         for case in case_names():
-            resolve_settings(cfg, case, False)
+            resolve_settings(parsed, case, False)
 
 
 # (config, overrides of the shipped config, the fix the refusal names)

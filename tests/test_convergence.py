@@ -6,6 +6,8 @@ import pytest
 import attnflow as af
 from reference import ref_euler, ref_solve
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def _problem(rng, n=8, d=3):
     x0 = rng.normal(size=(n, d))

@@ -1,4 +1,4 @@
-"""The core's contracts (issue 9): weights type, composable fields, a stepper that owns dt,
+"""The core's contracts: weights type, composable fields, a stepper that owns dt,
 traceable checks, no global state, validation at every public entry."""
 
 import subprocess
@@ -17,6 +17,8 @@ from scipy.special import softmax as sp_softmax
 import attnflow as af
 from attnflow import InputError
 from attnflow.integrate import EulerStepper, solve_euler, solve_ode, sphere_shift
+
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 
 
 def _problem(rng, n=5, d=3, m=None, scale=0.5):
@@ -112,7 +114,7 @@ def test_a_stack_of_weights_is_never_silently_a_batch(rng):
     layers = af.AttentionWeights.stack([heads.head(0)] * 2, axis="layer")
     with pytest.raises(InputError, match="'layer' axis"):  # per-layer weights: raw picture only
         af.simulate(x0, layers, t1=1.0, picture="rescaled")
-    # a layer stack is one system with per-layer weights (issue 13), never a batch
+    # a layer stack is one system with per-layer weights, never a batch
     assert af.simulate(x0, layers, t1=1.0, num_saves=2).states.shape == (2,) + x0.shape
 
 

@@ -6,8 +6,11 @@ V_h = W_O W_V), checked against float64 central differences along random directi
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from attnflow.spectral import check_batch, eigenpair_at, leading_eigenpair, leading_eigenpair_jax
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 central differences and tolerances
 
 
 def _directional_fd(f, X, U, h=1e-6):

@@ -9,6 +9,8 @@ import attnflow  # noqa: F401
 from attnflow.ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, sample_QK, sample_V, system_seeds
 from attnflow.errors import InputError
 
+pytestmark = pytest.mark.usefixtures("x64")  # the ensembles' default dtype is float64, as the sweeps draw them
+
 
 def test_system_depends_on_seed_not_batch():
     seeds = system_seeds(5, "grp", 0, 12)

@@ -84,5 +84,5 @@ def test_overflow_is_reported_with_its_time_adaptive():
 
 def test_check_false_returns_flags_instead_of_raising():
     x0 = np.random.default_rng(1).normal(size=(6, 2))
-    sim = af.simulate(x0, I2, I2, 2 * I2, t1=100.0, method="euler", dt=1.0, check=False)
+    sim = af.simulate(x0, I2, I2, 2 * I2, t1=100.0, method="euler", dt=1.0, throw=False)
     assert not np.all(np.isfinite(np.asarray(sim.states[-1])))

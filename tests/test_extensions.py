@@ -38,6 +38,8 @@ from attnflow.dynamics import (
 )
 from attnflow.integrate import EulerStepper, solve_ode, sphere_shift
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 TOL = 1e-12
 
 

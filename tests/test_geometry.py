@@ -11,6 +11,8 @@ from attnflow import geometry as geo
 from attnflow import observables as obs
 from attnflow.spectral import check_good_triple, is_positive_definite, paranormal_split
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 TEMPS = (1e-1, 1e-2, 1e-3, 1e-4)
 
 

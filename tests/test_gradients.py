@@ -8,6 +8,8 @@ import pytest
 import attnflow as af
 from attnflow.integrate import solve_euler, solve_ode
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 central differences and tolerances
+
 
 def _loss_factory(x0, Q, K, solver):
     def loss(V):

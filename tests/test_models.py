@@ -29,6 +29,8 @@ from attnflow.spectral import check_good_triple
 from attnflow import AttentionWeights
 from model_fixtures import ALBERT_CONFIG, ALBERT_HEADS, reference_forward, write_albert
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 SENTENCE = "Clusters emerge in self-attention dynamics."
 
 

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnflow.fields import make_dynamics
 from attnflow.report import reproduce
-from attnflow.report.base import library_field
+from attnflow.report.catalogue import EULER_STEPS
 from attnflow.report.mutations import MUTATIONS, mutated_field_factory
 
 CASES = ["thm3_1", "thm4_2_2d", "thm5_2", "thm4_2_euler_dt1"]
@@ -44,12 +45,16 @@ def test_right_field_passes_every_graded_check(right):
 def _recording(mutation, active):
     """The mutated factory, noting per case whether the mutation changes the field at all."""
     wrong = mutated_field_factory(mutation)
+    cases = iter(CASES)
 
-    def factory(Q, K, V, *, picture, method, dt, num_layers):
-        f = wrong(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
-        g = library_field(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
-        if method == "euler":  # the discrete rescaling is defined on the layer grid only
-            g = g.on_grid(dt, 0.0, num_layers)
+    def factory(Q, K, V, *, picture, method):
+        f = wrong(Q, K, V, picture=picture, method=method)
+        g = make_dynamics(Q, K, V, picture=picture, method=method)
+        name = next(cases)
+        if method == "euler":  # the discrete rescaling is defined on the layer grid only (bound by the stepper)
+            dt = EULER_STEPS[name]
+            num_layers = round(TINY[name]["t1"] / dt)
+            f, g = f.on_grid(dt, 0.0, num_layers), g.on_grid(dt, 0.0, num_layers)
         y = jax.random.normal(jax.random.key(0), (5, V.shape[0]), V.dtype)
         t = jnp.asarray(1.0 if method == "euler" else 0.7, V.dtype)
         active.append(float(jnp.max(jnp.abs(f.vector_field(t, y, None) - g.vector_field(t, y, None)))) > 1e-9)
@@ -77,7 +82,7 @@ def test_every_mutation_is_a_different_field():
     Q, K = (jnp.asarray(rng.normal(size=(3, 3))) for _ in range(2))
     V = jnp.asarray(rng.normal(size=(3, 3)))
     y = jnp.asarray(rng.normal(size=(6, 3)))
-    g = library_field(Q, K, V, picture="rescaled", method="tsit5", dt=None, num_layers=1)
+    g = make_dynamics(Q, K, V, picture="rescaled", method="tsit5")
     for m in MUTATIONS:
-        f = mutated_field_factory(m)(Q, K, V, picture="rescaled", method="tsit5", dt=None, num_layers=1)
+        f = mutated_field_factory(m)(Q, K, V, picture="rescaled", method="tsit5")
         assert float(jnp.max(jnp.abs(f.vector_field(0.5, y, None) - g.vector_field(0.5, y, None)))) > 1e-3, m

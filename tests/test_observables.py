@@ -36,6 +36,8 @@ from attnflow.observables import (
     unstable_left_basis,
 )
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 
 def blobs(rng, centers, per, radius):
     """Clusters of `per` points within `radius` of each center (shuffled); returns points, labels."""

@@ -14,6 +14,8 @@ from attnflow.cli.main import main as cli_main
 from attnflow.integrate import solve_ode
 from attnflow.probe import finite_guard, load_probe_config, optimize, run_probe
 
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
+
 TINY = {
     "distance-to-failure": {"system": {"num_triples": 2, "n": 5}, "dynamics": {"t1": 1.0, "dt": 0.25},
                             "failure": {"radii": [0.1, 1.0]}, "optimizer": {"num_steps": 4, "checkpoint_every": 2}},

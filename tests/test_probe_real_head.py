@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.observables import diameter
-from attnflow.probe import load_probe_config, run_probe
+from attnflow.probe import load_probe_config, parse_probe_config, run_probe
 from attnflow.probe.real_head import load_real_head
 from attnflow.probe.sensitivity import levels_of
 
@@ -28,7 +28,7 @@ def test_real_head_sensitivity_config_runs_and_matches_central_difference(tmp_pa
     # one entry, by central differences, independently of the study's code path
     i, j = np.unravel_index(np.argmax(np.abs(G)), G.shape)
     with jax.enable_x64(True):
-        h = load_real_head(config["head"])
+        h = load_real_head(parse_probe_config(config).head)
         s = diameter(h.x0)
         a = jax.jit(lambda V: levels_of(h.Q, h.K, V, h.x0, s, dt=0.1, layers=2,
                                         temperature=config["levels"]["temperature"], beta=h.beta)[0])

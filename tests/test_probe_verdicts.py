@@ -18,6 +18,8 @@ from attnflow.cli.main import main as cli_main
 from attnflow.probe import (NonFiniteLossError, distance_to_failure, load_probe_config, optimize, run_probe)
 from attnflow.probe.failure import ladder_matrix
 
+pytestmark = pytest.mark.usefixtures("x64")  # the ladder and the overflow checks compare float64 numbers
+
 SETTINGS = {"n": 6, "t1": 3.0, "dt": 0.25, "radii": [0.1, 1.0], "num_steps": 3, "checkpoint_every": 3}
 SECTIONS = {"n": "system", "t1": "dynamics", "dt": "dynamics", "radii": "failure", "num_steps": "optimizer",
             "checkpoint_every": "optimizer"}

@@ -8,7 +8,7 @@ import pytest
 from attnflow.cli.main import main
 from attnflow.errors import InputError
 from attnflow.report import case_names, reproduce
-from attnflow.report import base as report_base
+from attnflow.report import catalogue as report_catalogue
 
 ALL = case_names()
 
@@ -102,8 +102,8 @@ def test_interrupted_run_keeps_previous_report(tmp_path, monkeypatch):
     def interrupted(ctx, res):
         raise KeyboardInterrupt
 
-    title, theorem, _ = report_base.CASES["thm8_5"]
-    monkeypatch.setitem(report_base.CASES, "thm8_5", (title, theorem, interrupted))
+    title, theorem, _ = report_catalogue.CASES["thm8_5"]
+    monkeypatch.setitem(report_catalogue.CASES, "thm8_5", (title, theorem, interrupted))
     with pytest.raises(KeyboardInterrupt):
         reproduce(out, quick=True, cases=["remark7_9", "thm8_5"], progress=False)
     assert (out / "summary.json").read_text() == before
@@ -114,12 +114,12 @@ def test_failing_case_never_loses_the_report(tmp_path, capsys):
     """A solve that overflows (a field growing like e^{300 t}) is recorded with its reason and time;
     the other cases run; report.md and summary.json are written; the exit status is 1."""
     from attnflow import AttentionFlow
-    from attnflow.report.base import library_field
+    from attnflow.fields import make_dynamics
 
-    def exploding(Q, K, V, *, picture, method, dt, num_layers):
+    def exploding(Q, K, V, *, picture, method):
         if V.shape == (1, 1):  # thm2_1 only
             return AttentionFlow(Q, K, 300.0 * V)
-        return library_field(Q, K, V, picture=picture, method=method, dt=dt, num_layers=num_layers)
+        return make_dynamics(Q, K, V, picture=picture, method=method)
 
     out = tmp_path / "r"
     s = reproduce(out, quick=True, cases=["thm2_1", "remark7_9"], progress=False, figures=False,

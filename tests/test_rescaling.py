@@ -3,8 +3,11 @@
 import jax.numpy as jnp
 import numpy as np
 from scipy.linalg import expm
+import pytest
 
 import attnflow as af
+
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 
 
 def test_continuous_rescaling_x_equals_expm_tV_z(rng):

@@ -14,6 +14,8 @@ from attnflow import geometry as geo
 from attnflow.integrate import solve_euler, solve_ode
 from attnflow.linalg import euler_transfer_matrix, matrix_power
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 central differences and tolerances
+
 N, D, T1, DT, STEPS = 5, 2, 1.0, 0.125, 8
 
 

@@ -16,7 +16,9 @@ from attnflow.spectral import (
     eigvals_sorted,
     predict_geometry,
 )
-from attnflow.spectral import batched as sb_mod
+from attnflow.spectral import eig as eig_mod
+
+pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 
 
 def _special_triples():
@@ -82,11 +84,11 @@ def test_numbers_match_an_independent_numpy_computation(d):
 
 
 def test_auto_route_is_traceable_whatever_was_called_first(monkeypatch):
-    """Under jit / grad the auto route never picks the host callback (issue 9): even when the
+    """Under jit / grad the auto route never picks the host callback: even when the
     probe says the backend cannot do eig (so concrete calls take the host route)."""
     V = jax.random.normal(jax.random.key(3), (4, 3, 3), jnp.float64)
     Q = K = jnp.broadcast_to(jnp.eye(3), (4, 3, 3))
-    monkeypatch.setattr(sb_mod, "_device_can_eig", lambda backend: False)
+    monkeypatch.setattr(eig_mod, "_device_can_eig", lambda backend: False)
     assert eig_route("auto") == "host"
     check_batch(Q, K, V)  # a concrete call first, on the host route
 
@@ -137,9 +139,9 @@ def test_routes_agree_and_auto_falls_back_to_host(monkeypatch):
         np.testing.assert_allclose(np.asarray(eigvals_sorted(V, route)), np.asarray(ref), rtol=1e-10, atol=1e-10)
     # modulus is non-increasing along each row
     assert np.all(np.diff(np.abs(np.asarray(ref)), axis=1) <= 1e-12)
-    probe = sb_mod._device_can_eig
+    probe = eig_mod._device_can_eig
     # a backend without an eig lowering: "auto" must route to the host callback
-    monkeypatch.setattr(sb_mod, "_device_can_eig", lambda backend: False)
+    monkeypatch.setattr(eig_mod, "_device_can_eig", lambda backend: False)
     assert eig_route("auto") == "host"
     jitted = jax.jit(lambda v: eigen_stats(v, "auto").cond1)  # traceable on the fallback path
     np.testing.assert_array_equal(np.asarray(jitted(V)), np.asarray(eigen_stats(V, "device").cond1))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,62 @@ def test_make_test_runs_every_test_file_in_one_process():
     assert test_files and not _uncovered(test_files, runs)
     assert (ROOT / "attnflow").resolve() in [(ROOT / a).resolve() for a in args if not a.startswith("-")], \
         "make test must collect the doctests of attnflow/"
+
+
+#: a pytest plugin that prints each file pytest's collection takes (after testpaths, python_files,
+#: ignore options and conftest hooks have had their say), as a test module or as a doctest module
+#: (--doctest-modules also takes a test file whose name python_files rejects), and then drops it,
+#: so that no module is imported
+_COLLECTED_FILES_PLUGIN = """
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    collectors = yield
+    for c in collectors:
+        print("COLLECTS", "doctests" if type(c).__name__ == "DoctestModule" else "tests", file_path)
+    return []
+"""
+
+
+def _files_pytest_collects(args: list[str], cwd: Path, plugin_dir: Path) -> dict[str, set[Path]]:
+    """The files ``pytest <args>`` run in ``cwd`` would collect tests from: {"tests": test modules,
+    "doctests": doctest modules}."""
+    (plugin_dir / "_collected_files_probe.py").write_text(_COLLECTED_FILES_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-p", "_collected_files_probe"],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 5), r.stdout[-3000:] + r.stderr[-3000:]  # 5: nothing collected
+    collected: dict[str, set[Path]] = {"tests": set(), "doctests": set()}
+    for line in r.stdout.splitlines():
+        if line.startswith("COLLECTS "):
+            _, kind, path = line.split(" ", 2)
+            collected[kind].add(Path(path).resolve())
+    return collected
+
+
+def test_collection_probe_sees_a_file_the_configuration_leaves_out(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\npython_files = ["check_*.py"]\n')
+    (tmp_path / "tests").mkdir()
+    for name in ("test_left_out.py", "check_taken.py"):
+        (tmp_path / "tests" / name).write_text("def test_one():\n    assert True\n")
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    tests = tmp_path / "tests"
+    collected = _files_pytest_collects(["-q", "-p", "no:cacheprovider", "--doctest-modules", "tests"], tmp_path, plugin_dir)
+    assert collected["tests"] == {(tests / "check_taken.py").resolve()}
+    assert collected["doctests"] == {(tests / "check_taken.py").resolve(), (tests / "test_left_out.py").resolve()}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_pytest_collects_every_test_file_and_doctest_module_from_make_test(tmp_path):
+    out = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    (args,) = _pytest_invocations(out)
+    collected = _files_pytest_collects(args, ROOT, tmp_path)
+    test_files = {p.resolve() for p in (ROOT / "tests").rglob("test_*.py")}
+    assert Path(__file__).resolve() in collected["tests"]
+    assert not sorted(test_files - collected["tests"]), f"make test does not collect {sorted(test_files - collected['tests'])}"
+    package = ROOT / "attnflow"
+    modules = {p.resolve() for p in package.rglob("*.py") if p.name != "__main__.py"}  # pytest never imports those
+    left_out = sorted(modules - collected["doctests"])
+    assert not left_out, f"make test does not collect the doctests of {left_out}"

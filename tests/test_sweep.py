@@ -15,11 +15,12 @@ import pytest
 
 import attnflow  # noqa: F401
 from attnflow.errors import InputError
-from attnflow.observables import GEOMETRY_LABELS, classify_geometry
+from attnflow.observables import GEOMETRY_LABELS, classify_configuration, classify_geometry
 from attnflow.runio import load_config
 from attnflow.sweep import load_sweep_config, run_sweep, wilson_interval
-from attnflow.sweep.classify import classify_batch, unstable_projector
-from attnflow.spectral import check_batch
+from attnflow.spectral import check_batch, unstable_projector
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -172,16 +173,16 @@ def test_batched_classifier_matches_host_classifier():
         I = jnp.eye(3)[None]
         sb = check_batch(I, I, jnp.asarray(V)[None])
         P, k = unstable_projector(jnp.asarray(V))
-        o = classify_batch(jnp.asarray(z), jnp.asarray(x), scale, sb.phi_dual[0],
-                           sb.stats.lambda1[0], sb.paranormal[0], sb.para_dim_F[0], P, k)
+        o = classify_configuration(jnp.asarray(z), jnp.asarray(x), scale, sb.phi_dual[0],
+                                   sb.stats.lambda1[0], sb.paranormal[0], sb.para_dim_F[0], P, k)
         h = _host_label(z, V, x, scale)
         assert GEOMETRY_LABELS[int(o.label)] == h.label, (i, h)
         assert int(o.num_clusters) == h.num_clusters
         assert int(o.num_levels) == h.num_levels
         assert int(o.num_subspaces) == h.num_subspaces
         assert [bool(c) for c in o.criteria] == [h.criteria[lab] for lab in GEOMETRY_LABELS]
-    assert {GEOMETRY_LABELS[int(classify_batch(jnp.asarray(z), jnp.asarray(z), 1.0,
-                                               jnp.zeros(3), 1j, False, 0, jnp.zeros((3, 3)), 0).label)]
+    assert {GEOMETRY_LABELS[int(classify_configuration(jnp.asarray(z), jnp.asarray(z), 1.0,
+                                                       jnp.zeros(3), 1j, False, 0, jnp.zeros((3, 3)), 0).label)]
             for z, _ in cases[:1]} == {"none"}
 
 

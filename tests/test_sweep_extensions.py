@@ -27,8 +27,10 @@ from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.observables import GEOMETRY_LABELS, classify_geometry
 from attnflow.runio import load_config
-from attnflow.sweep.dynamics import dynamics_groups, run_dynamics_sweep
+from attnflow.sweep.dynamics import check_dynamics_config, run_dynamics_sweep
 from attnflow.sweep.fields import ff_key, layer_key
+
+pytestmark = pytest.mark.usefixtures("x64")  # float64 references
 
 CASES = {  # test id: (dynamics, extra config keys)
     "causal": ("causal", {}),
@@ -148,5 +150,5 @@ def test_dynamics_keys_validated_before_work():
                        ({"dynamics": "layered", "dtype": "float32"}, "float64"),
                        ({"dynamics": "multihead", "heads": 2, "dtype": "float32"}, "float64")):
         with pytest.raises(InputError, match=match):
-            dynamics_groups(dict(base, **bad))
-    dynamics_groups(dict(base, dynamics="multihead", heads=1, dtype="float32"))  # one head: the plain flow
+            check_dynamics_config(dict(base, **bad))
+    check_dynamics_config(dict(base, dynamics="multihead", heads=1, dtype="float32"))  # one head: the plain flow

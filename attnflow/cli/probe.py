@@ -22,9 +22,9 @@ def add_parser(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..probe import load_probe_config, run_probe
+    from ..probe import read_probe_config, run_probe
 
-    config = load_probe_config(args.config)
+    config = read_probe_config(args.config)  # parsed once, every key checked
     run_probe(config, args.out, progress=not args.no_progress)
-    print(f"{config['study']}: report in {args.out}/report.md")
+    print(f"{config.study}: report in {args.out}/report.md")
     return 0

@@ -31,9 +31,9 @@ def add_parser(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     import json
 
-    from ..sweep import load_sweep_config, run_sweep
+    from ..sweep import load_sweep_config, parse_sweep_config, run_sweep
 
-    config = load_sweep_config(args.config)
+    config = parse_sweep_config(load_sweep_config(args.config))
     processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
                                    ("process_id", args.process_id)) if v is not None}
     summary = run_sweep(config, args.out, num_devices=args.devices, progress=False if args.no_progress else None,

@@ -16,7 +16,7 @@ __all__ = [
     "RescaledFlow",
     "DiscreteRescaledFlow",
     "as_weights",
-    # extensions (issue 13): feed-forward, layer-varying weights, normalisation
+    # extensions: feed-forward, layer-varying weights, normalisation
     "AbstractWrapper",
     "Wrapped",
     "FeedForward",

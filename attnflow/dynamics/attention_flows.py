@@ -19,7 +19,6 @@ All three share one computation, :meth:`_AttentionField.vector_field`: the raw t
 from __future__ import annotations
 
 import math
-import copy
 from typing import ClassVar, final
 
 import equinox as eqx
@@ -237,6 +236,14 @@ class RescaledFlow(_AttentionField):
         return jnp.linalg.solve(self.transport(t), c)
 
 
+class _LayerGrid(eqx.Module):
+    """The layer grid t0 + k dt, k < num_layers, that the stepper binds (:meth:`DiscreteRescaledFlow.on_grid`)."""
+
+    dt: Float[Array, ""]
+    t0: Float[Array, ""]
+    num_layers: int = eqx.field(static=True)
+
+
 @final
 class DiscreteRescaledFlow(_AttentionField):
     r"""Exact discrete rescaling of the Euler layer stepper (Remark 3.4).
@@ -258,32 +265,41 @@ class DiscreteRescaledFlow(_AttentionField):
         (5, 4, 2)
     """
 
-    dt: Float[Array, ""] | None
-    t0: Float[Array, ""] | None
-    num_layers: int | None = eqx.field(static=True)
+    grid: _LayerGrid | None
     relative: ClassVar[bool] = True
 
     def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None):
         self._setup(Q, K, V, beta, attention_impl, mask)
         rescaling_generator(self.weights, type(self).__name__)
-        self.dt = self.t0 = None
-        self.num_layers = None
+        self.grid = None
 
     def on_grid(self, dt, t0, num_layers):
         dtype = self.weights.dtype
-        bound = copy.copy(self)
-        for name, value in (("dt", jnp.asarray(dt, dtype)), ("t0", jnp.asarray(t0, dtype)),
-                            ("num_layers", int(num_layers))):
-            object.__setattr__(bound, name, value)
-        return bound
+        grid = _LayerGrid(jnp.asarray(dt, dtype), jnp.asarray(t0, dtype), int(num_layers))
+        return eqx.tree_at(lambda f: f.grid, self, grid, is_leaf=lambda x: x is None)
+
+    @property
+    def dt(self):
+        """The layer step (None until :meth:`on_grid`)."""
+        return None if self.grid is None else self.grid.dt
+
+    @property
+    def t0(self):
+        """The first layer's time (None until :meth:`on_grid`)."""
+        return None if self.grid is None else self.grid.t0
+
+    @property
+    def num_layers(self):
+        """The number of layers of the grid (None until :meth:`on_grid`)."""
+        return None if self.grid is None else self.grid.num_layers
 
     def _grid(self):
-        if self.dt is None:
+        if self.grid is None:
             raise InputError(
                 "DiscreteRescaledFlow is defined on the layer grid only: step it with "
                 "attnflow.integrate.EulerStepper(dt, num_layers) (or solve_euler), which supplies dt."
             )
-        return self.dt, self.t0, self.num_layers
+        return self.grid.dt, self.grid.t0, self.grid.num_layers
 
     def _R(self):
         dt, _, _ = self._grid()

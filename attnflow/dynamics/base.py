@@ -90,11 +90,12 @@ class AbstractAttentionDynamics(AbstractDynamics):
 
 
 @final
-class SumOfFields(AbstractDynamics):
+class SumOfFields(AbstractAttentionDynamics):
     r"""The sum of fields, :math:`f(t, y) = \sum_k f_k(t, y)` (e.g. attention + feed-forward).
 
     The raw tokens are those of the first term that has a picture other than the identity
-    (all terms of a sum must describe the same state).
+    (all terms of a sum must describe the same state). Its attention matrix is that of its first
+    attention term (an :class:`~attnflow.InputError` when it has none).
 
     Example:
         >>> import jax.numpy as jnp

@@ -241,7 +241,6 @@ class TransformerBlock(AbstractWrapper):
         return a + self.feedforward.vector_field(t, half, args)
 
     def on_grid(self, dt, t0, num_layers):
-        bound = super().on_grid(dt, t0, num_layers)
-        object.__setattr__(bound, "feedforward", self.feedforward.on_grid(dt, t0, num_layers))
-        object.__setattr__(bound, "dt", jnp.asarray(dt))
-        return bound
+        return eqx.tree_at(lambda f: (f.inner, f.feedforward, f.dt), self,
+                           (self.inner.on_grid(dt, t0, num_layers), self.feedforward.on_grid(dt, t0, num_layers),
+                            jnp.asarray(dt)), is_leaf=lambda x: x is None)

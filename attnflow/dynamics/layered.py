@@ -21,7 +21,6 @@ Each layer may carry heads too (``axes=("layer", "head")``).
 
 from __future__ import annotations
 
-import copy
 from typing import Callable, final
 
 import equinox as eqx
@@ -154,11 +153,9 @@ class LayeredFlow(_PerTimeAttention):
         if num_layers > self.weights.num_layers:
             raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
                              f"{self.weights.num_layers} (one set per layer).")
-        bound = copy.copy(self)
         dtype = self.weights.dtype
-        object.__setattr__(bound, "dt", jnp.asarray(dt, dtype))
-        object.__setattr__(bound, "t0", jnp.asarray(t0, dtype))
-        return bound
+        return eqx.tree_at(lambda f: (f.dt, f.t0), self, (jnp.asarray(dt, dtype), jnp.asarray(t0, dtype)),
+                           is_leaf=lambda x: x is None)
 
     def weights_at(self, t):
         if self.dt is None:

@@ -10,7 +10,7 @@ and the layer stepper's grid is passed on (``on_grid``). Subclasses implement on
 
 from __future__ import annotations
 
-import copy
+import equinox as eqx
 
 from ..errors import InputError
 from .base import AbstractAttentionDynamics, AbstractDynamics
@@ -36,11 +36,9 @@ class AbstractWrapper(AbstractAttentionDynamics):
         return self.inner.tokens(t, y)
 
     def attention(self, t, y):
-        if not hasattr(self.inner, "attention"):
+        if not isinstance(self.inner, AbstractAttentionDynamics):
             raise InputError(f"the wrapped field {type(self.inner).__name__} has no attention matrix.")
         return self.inner.attention(t, y)
 
     def on_grid(self, dt, t0, num_layers):
-        bound = copy.copy(self)
-        object.__setattr__(bound, "inner", self.inner.on_grid(dt, t0, num_layers))
-        return bound
+        return eqx.tree_at(lambda f: f.inner, self, self.inner.on_grid(dt, t0, num_layers))

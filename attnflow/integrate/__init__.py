@@ -1,7 +1,12 @@
-"""Integrators: diffrax ODE solves and the forward-Euler layer stepper, one result type."""
+"""Integrators: diffrax ODE solves and the forward-Euler layer stepper, one shape, one result type.
 
+Both are :class:`AbstractIntegrator`: ``bind(field)`` then ``solve(field, y0, *, save_fn, args)``
+returning a :class:`Trajectory`. :func:`solve_ode` and :func:`solve_euler` are their one-call forms.
+"""
+
+from .base import AbstractIntegrator
 from .euler import EulerStepper, plain_shift, solve_euler, sphere_shift
-from .ode import DEFAULT_TOLERANCES, SOLVERS, make_solver, solve_ode
+from .ode import DEFAULT_TOLERANCES, SOLVERS, ODESolver, make_solver, solve_ode
 from .solution import (
     RESULT_NONFINITE,
     RESULT_SOLVER_STOPPED,
@@ -13,7 +18,9 @@ from .solution import (
 )
 
 __all__ = [
+    "AbstractIntegrator",
     "EulerStepper",
+    "ODESolver",
     "plain_shift",
     "sphere_shift",
     "solve_euler",

@@ -28,6 +28,7 @@ from .._resources import check_count, check_memory
 from .._x64 import check_float64_kept
 from ..dynamics.base import AbstractDynamics
 from ..errors import InputError
+from .base import AbstractIntegrator, check_dynamics
 from .solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
 
 __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
@@ -64,7 +65,7 @@ def sphere_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array
     return out / jnp.linalg.norm(out, axis=-1, keepdims=True)
 
 
-class EulerStepper(eqx.Module):
+class EulerStepper(AbstractIntegrator):
     r"""Forward Euler on the layer grid :math:`t_k = t_0 + k\Delta t`, k = 0..num_layers.
 
     Args:
@@ -136,9 +137,7 @@ class EulerStepper(eqx.Module):
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
         """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""
-        if not isinstance(dynamics, AbstractDynamics):
-            raise InputError(f"dynamics must be an attnflow dynamics (AbstractDynamics), got {type(dynamics).__name__}.")
-        return dynamics.on_grid(self.dt, self.t0, self.num_layers)
+        return check_dynamics(dynamics).on_grid(self.dt, self.t0, self.num_layers)
 
     def solve(
         self,

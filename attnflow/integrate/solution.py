@@ -12,7 +12,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PyTree
+from jaxtyping import Array, Float, Int, PyTree
 
 from ..errors import NonFiniteError, SolverError
 
@@ -53,16 +53,6 @@ class Trajectory(eqx.Module):
     num_steps: Int[Array, ""]
     result: Int[Array, ""]
     t_nonfinite: Float[Array, ""]
-
-    @property
-    def failed(self) -> Bool[Array, ""]:
-        """True when the solve failed: the solver stopped before t1, or the state became non-finite."""
-        return self.result != RESULT_SUCCESS
-
-    @property
-    def succeeded(self) -> Bool[Array, ""]:
-        """True when the solve reached t1 with finite output."""
-        return self.result == RESULT_SUCCESS
 
 
 def save_state(t, y, args):

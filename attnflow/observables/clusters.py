@@ -83,7 +83,7 @@ def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None)
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import cluster_tolerance
-        >>> float(cluster_tolerance(jnp.array([[0.0], [2.0]]), rel_tol=0.1))
+        >>> round(float(cluster_tolerance(jnp.array([[0.0], [2.0]]), rel_tol=0.1)), 6)  # float32: ~7 digits
         0.2
     """
     v.check_array("y", y, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)

@@ -6,14 +6,15 @@ r"""Gradient-based probing of the paper's assumptions with optax (``attnflow pro
   (:func:`distance_to_failure` for your own Q, K, V);
 * :mod:`.beyond_pd` -- study 2: non-PD :math:`Q^TK` with V = I (Section 12.1);
 * :mod:`.sensitivity` -- study 3: d(a, b)/dV and its eigenbasis projection;
-* :mod:`.config` -- every key of a probe config checked in one place;
-* :mod:`.run` -- config, report folder.
+* :mod:`.config` -- a probe config read and parsed once, into a frozen, typed config;
+* :mod:`.run` -- the study's run and its report folder.
 """
 
-from .config import check_probe_config
+from .config import STUDIES, check_probe_config, load_probe_config, parse_probe_config, read_probe_config
 from .failure import distance_to_failure
 from .optimize import NonFiniteLossError, OptimizationResult, failure_reason, finite_guard, optimize
-from .run import STUDIES, load_probe_config, run_probe
+from .run import run_probe
 
 __all__ = ["optimize", "OptimizationResult", "NonFiniteLossError", "finite_guard", "failure_reason", "STUDIES",
-           "load_probe_config", "run_probe", "check_probe_config", "distance_to_failure"]
+           "load_probe_config", "read_probe_config", "parse_probe_config", "run_probe", "check_probe_config",
+           "distance_to_failure"]

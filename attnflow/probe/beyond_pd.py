@@ -25,7 +25,8 @@ import optax
 from .. import geometry as geo
 from ..observables import classify_tokens, diameter, num_clusters
 from .optimize import failure_reason, finite_guard, optimize
-from .systems import final_tokens, num_layers
+from .config import BeyondPDConfig
+from .systems import final_tokens
 from .tables import fmt, write_rows
 
 __all__ = ["normalised_qk", "run_beyond_pd"]
@@ -43,39 +44,39 @@ def normalised_qk(A_raw, norm):
     return norm * A_raw / jnp.linalg.norm(A_raw)
 
 
-def run_beyond_pd(config: dict, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
+def run_beyond_pd(config: BeyondPDConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
     """Run study 2; returns (summary, markdown, figure names). See the module docstring."""
     from ..runio import atomic_save_figure
 
-    sy, dy, ob, op, ch = config["system"], config["dynamics"], config["objective"], config["optimizer"], config["check"]
-    d, n, B = sy["d"], sy["n"], sy["num_starts"]
-    layers = num_layers(dy["t1"], dy["dt"])
-    key = jax.random.key(config["seed"])
+    sy, dy, ob, op, ch = config.system, config.dynamics, config.objective, config.optimizer, config.check
+    d, n, B = sy.d, sy.n, sy.num_starts
+    layers = dy.layers
+    key = jax.random.key(config.seed)
     kx, ka = jax.random.split(key)
     x0 = jax.random.normal(kx, (n, d), jnp.float64)  # one cloud shared by every start
     scale = diameter(x0)
     A0 = jax.random.uniform(ka, (B, d, d), jnp.float64, -1.0, 1.0)  # Section 12.1's U[-1, 1] entries
     eye = jnp.eye(d, dtype=jnp.float64)
     data = {"x0": jnp.broadcast_to(x0, (B, n, d)), "scale": jnp.full((B,), scale)}
-    norm, tau, mu, delta = sy["qk_norm"], ob["temperature"], ob["penalty"], ob["pd_margin"]
+    norm, tau, mu, delta = sy.qk_norm, ob.temperature, ob.penalty, ob.pd_margin
 
     def loss(A_raw, x):
         A_raw, ok = finite_guard(A_raw, eye)
         A = normalised_qk(A_raw, norm)
-        z = final_tokens(eye, A, eye, x["x0"], dt=dy["dt"], layers=layers)
+        z = final_tokens(eye, A, eye, x["x0"], dt=dy.dt, layers=layers)
         count = geo.soft_cluster_count(z, x["scale"], tau)
         lam = geo.qk_lambda_min(eye, A) / norm
         value = -count / n + mu * jax.nn.relu(lam + delta)
         return jnp.where(ok, value, jnp.nan), {"soft_count": count, "lambda_min_rel": lam}
 
-    res = optimize(loss, A0, data, optimizer=optax.adam(op["learning_rate"]), num_steps=op["num_steps"],
+    res = optimize(loss, A0, data, optimizer=optax.adam(op.learning_rate), num_steps=op.num_steps,
                    checkpoint=out / "checkpoints" / "beyond_pd.npz", fingerprint=fingerprint,
-                   checkpoint_every=op["checkpoint_every"], progress=progress, desc="beyond Q^T K > 0",
+                   checkpoint_every=op.checkpoint_every, progress=progress, desc="beyond Q^T K > 0",
                    interrupt_after=interrupt_after)
     counts = np.asarray(res.aux["soft_count"])
     lams = np.asarray(res.aux["lambda_min_rel"])
     # a start whose loss, gradient, count or lambda_min is non-finite is excluded, never compared
-    status = [failure_reason(int(k), op["num_steps"]) if k >= 0 else
+    status = [failure_reason(int(k), op.num_steps) if k >= 0 else
               (None if np.isfinite(c) and np.isfinite(lam) else "its final soft count or lambda_min is not finite")
               for k, c, lam in zip(res.failed_at, counts, lams)]
     valid = np.array([st is None for st in status])
@@ -85,16 +86,16 @@ def run_beyond_pd(config: dict, out, progress: bool = True, interrupt_after: int
     A_best = np.asarray(normalised_qk(res.params[best], norm))
 
     horizons = []
-    for factor in ch["horizons"]:
+    for factor in ch.horizons:
         L = int(round(factor * layers))
-        z = np.asarray(final_tokens(eye, jnp.asarray(A_best), eye, x0, dt=dy["dt"], layers=L))
-        h = {"horizon": factor, "t": L * dy["dt"], "status": "ok", "num_clusters": None, "vertex": None, "origin": None,
+        z = np.asarray(final_tokens(eye, jnp.asarray(A_best), eye, x0, dt=dy.dt, layers=L))
+        h = {"horizon": factor, "t": L * dy.dt, "status": "ok", "num_clusters": None, "vertex": None, "origin": None,
              "boundary": None, "interior": None, "non_vertex_fraction": None, "tokens": z.tolist()}
         if not np.all(np.isfinite(z)):
             h["status"] = "excluded: the tokens are not finite at this horizon"
         else:
-            cls = classify_tokens(z, rel_tol=ch["rel_tol"], scale=float(scale))
-            h.update({"num_clusters": int(num_clusters(jnp.asarray(z), ch["rel_tol"], scale)),
+            cls = classify_tokens(z, rel_tol=ch.rel_tol, scale=float(scale))
+            h.update({"num_clusters": int(num_clusters(jnp.asarray(z), ch.rel_tol, scale)),
                       "vertex": int(np.sum(cls == 0)), "origin": int(np.sum(cls == 1)),
                       "boundary": int(np.sum(cls == 2)), "interior": int(np.sum(cls == 3)),
                       "non_vertex_fraction": float(np.mean(cls >= 2))})
@@ -179,8 +180,8 @@ def _markdown(summary, config, figs, out):
     return "\n".join([
         "## Beyond Q^T K > 0 (Section 12.1), V = I",
         "",
-        f"{s['starts']} Adam searches over non-PD Q^T K (||Q^T K||_F = {config['system']['qk_norm']}, "
-        f"d = {config['system']['d']}, n = {config['system']['n']}, {s['layers']} layers of dt = {config['dynamics']['dt']}) "
+        f"{s['starts']} Adam searches over non-PD Q^T K (||Q^T K||_F = {config.system.qk_norm}, "
+        f"d = {config.system.d}, n = {config.system.n}, {s['layers']} layers of dt = {config.dynamics.dt}) "
         "maximising the soft cluster count at the fixed initial scale; every start is a row of the first table "
         "(starts.csv), every horizon of the re-run a row of the second (horizons.csv).",
         "",
@@ -189,7 +190,7 @@ def _markdown(summary, config, figs, out):
         "",
         loss,
         "",
-        f"Best start {s['best_start']} (column best): soft count {s['best_soft_count']:.3g} of n = {config['system']['n']}, "
+        f"Best start {s['best_start']} (column best): soft count {s['best_soft_count']:.3g} of n = {config.system.n}, "
         f"lambda_min(sym Q^T K) = {s['best_lambda_min_sym']:.3g}.",
         "",
         *starts,

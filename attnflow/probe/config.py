@@ -1,26 +1,44 @@
-r"""Checks of a resolved probe config, in one place: :func:`check_probe_config` range-checks
-every key of its study (sizes are integers >= 1, tolerances, steps and temperatures finite and
-> 0, lists non-empty and finite, t1 / dt a whole number of layers), reads and checks the user's
-own weights (:func:`user_weights`) and refuses sizes that cannot fit in memory. It raises
-:class:`attnflow.errors.InputError` in one sentence naming the key, and runs before anything
-compiles or the output folder is claimed (``load_probe_config``, ``run_probe`` and
-:func:`attnflow.probe.distance_to_failure` all call it).
+r"""A probe config, read and parsed once: :func:`read_probe_config` resolves a TOML file over
+its study's shipped default and :func:`parse_probe_config` range-checks every key of its study
+(sizes are integers >= 1, tolerances, steps and temperatures finite and > 0, lists non-empty and
+finite, t1 / dt a whole number of layers), reads and checks the user's own weights
+(:func:`user_weights`) and refuses sizes that cannot fit in memory, returning a frozen, typed
+config (:class:`FailureConfig`, :class:`BeyondPDConfig`, :class:`SensitivityConfig`) that the
+studies read; nothing downstream reads the config's keys. A refusal is one
+:class:`attnflow.errors.InputError` sentence naming the key, before anything compiles or the
+output folder is claimed. The config's fingerprint (the resolved dict and the sha256 of
+``system.weights_file``) is computed here, the same as it always was, so earlier folders resume.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import tomllib
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 
 from .. import _validate as v
 from .._resources import check_fits
 from ..errors import InputError
+from ..runio import config_fingerprint, load_config
+from ..weights import check_shapes
 from .systems import num_layers
 
-__all__ = ["check_probe_config", "user_weights"]
+__all__ = ["STUDIES", "read_probe_config", "load_probe_config", "parse_probe_config", "check_probe_config",
+           "user_weights", "ProbeConfig", "FailureConfig", "BeyondPDConfig", "SensitivityConfig", "Dynamics",
+           "Optimizer", "Head"]
+
+#: study name -> shipped default config
+STUDIES = {
+    "distance-to-failure": "probe-distance-to-failure.toml",
+    "beyond-pd": "probe-beyond-pd.toml",
+    "sensitivity": "probe-sensitivity.toml",
+}
 
 _FLOAT = 8  # bytes of a float64
 
@@ -44,9 +62,6 @@ def _flow_bytes(members: int, layers: int, n: int, d: int) -> float:
 def _fits(config: dict, what: str, nbytes: float, sizes: dict[str, tuple[float, int]]) -> None:
     """Refuse a run of ``nbytes`` that cannot fit; ``sizes``: config key -> (value, power) of what
     the bytes grow with, compared with the shipped default to name the key to lower."""
-    from ..runio import load_config
-    from .run import STUDIES
-
     shipped = load_config(None, STUDIES[config["study"]])
     default = {key: shipped[key.split(".")[0]][key.split(".")[1]] for key in sizes if key != _LAYERS}
     default[_LAYERS] = num_layers(shipped["dynamics"]["t1"], shipped["dynamics"]["dt"])
@@ -121,7 +136,7 @@ def user_weights(config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
         out[name] = np.asarray(a, np.float64)
     Q, K, V = out["Q"], out["K"], out["V"]
     try:
-        v.check_weights(Q, K, V)
+        check_shapes(*(np.broadcast_to(0.0, a.shape[-2:]) for a in (Q, K, V)))  # each triple's shapes
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
     sizes = {a.shape[0] for a in (Q, K, V) if a.ndim == 3}
@@ -134,7 +149,7 @@ def user_weights(config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     return tuple(np.broadcast_to(a, (B,) + a.shape[-2:]).copy() for a in (Q, K, V))
 
 
-def _failure(config: dict) -> dict:
+def _failure(config: dict) -> tuple[dict, tuple | None]:
     layers = _common(config)
     d, n, num = _ginibre(config)
     fa = config["failure"]
@@ -152,7 +167,7 @@ def _failure(config: dict) -> dict:
     members = num * len(fa["radii"])
     _fits(config, f"distance to failure ({members} members of {n} tokens in d = {d}, {layers} layers)",
           _flow_bytes(members, layers, n, d), {"system.n": (n, 2), _LAYERS: (layers, 1), "system.num_triples": (num, 1)})
-    return identity
+    return identity, weights
 
 
 def _beyond_pd(config: dict) -> dict:
@@ -207,9 +222,199 @@ def _sensitivity(config: dict) -> dict:
     return {}
 
 
+@dataclass(frozen=True)
+class Dynamics:
+    """``[dynamics]``: the horizon t1 and the layer step dt (``layers`` = t1 / dt, a whole number)."""
+
+    t1: float
+    dt: float
+    layers: int
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """``[optimizer]``: Adam's step size, its number of steps and the steps between checkpoints."""
+
+    learning_rate: float
+    num_steps: int
+    checkpoint_every: int
+
+
+@dataclass(frozen=True)
+class FailureSystem:
+    """distance-to-failure ``[system]``: Ginibre triples (d, num_triples, min_gap) of n tokens, or the
+    user's weights file."""
+
+    d: int
+    n: int
+    num_triples: int
+    min_gap: float
+    weights_file: str
+
+
+@dataclass(frozen=True)
+class FailureSearch:
+    """``[failure]``: the hyperplane residual at which clustering is lost, the soft levels' width, the radii."""
+
+    threshold: float
+    temperature: float
+    radii: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BeyondPDSystem:
+    """beyond-pd ``[system]``: d, n tokens, independent searches, the fixed ||Q^T K||_F."""
+
+    d: int
+    n: int
+    num_starts: int
+    qk_norm: float
+
+
+@dataclass(frozen=True)
+class Objective:
+    """beyond-pd ``[objective]``: the soft cluster count's width, the not-PD margin and penalty."""
+
+    temperature: float
+    pd_margin: float
+    penalty: float
+
+
+@dataclass(frozen=True)
+class ClusterCheck:
+    """beyond-pd ``[check]``: the cluster tolerance and the horizons (multiples of t1) of the re-runs."""
+
+    rel_tol: float
+    horizons: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class SensitivitySystem:
+    """sensitivity ``[system]``: the source ("ginibre" or "minilm") and the Ginibre triples' sizes."""
+
+    source: str
+    d: int
+    n: int
+    num_triples: int
+    min_gap: float
+
+
+@dataclass(frozen=True)
+class Head:
+    """sensitivity ``[head]``: a trained head (model folder, "" = built in; parameter layer; head),
+    the sentence it reads, and whether its biases are kept."""
+
+    model: str
+    layer: int
+    head: int
+    text: str
+    biases: bool
+
+
+@dataclass(frozen=True)
+class FDCheck:
+    """sensitivity ``[check]``: the central-difference step and the largest accepted relative error."""
+
+    fd_step: float
+    fd_tolerance: float
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What every parsed probe config has: ``study``, ``seed``, ``dynamics``, the ``identity`` of
+    what the run reads beyond the config (the sha256 of ``system.weights_file``), the ``fingerprint``
+    (of the resolved config and that identity) and :meth:`as_dict` (the resolved config)."""
+
+    seed: int
+    dynamics: Dynamics
+    identity: dict = field(repr=False)
+    fingerprint: str = field(repr=False)
+    _source: str = field(repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        """The resolved config as parsed (a fresh copy)."""
+        return json.loads(self._source)
+
+
+@dataclass(frozen=True)
+class FailureConfig(_Parsed):
+    """A checked distance-to-failure config; ``weights``: the user's (Q, K, V0) stacks, or None."""
+
+    system: FailureSystem = None
+    failure: FailureSearch = None
+    optimizer: Optimizer = None
+    weights: tuple | None = field(default=None, repr=False, compare=False)
+    study: str = "distance-to-failure"
+
+
+@dataclass(frozen=True)
+class BeyondPDConfig(_Parsed):
+    """A checked beyond-pd config."""
+
+    system: BeyondPDSystem = None
+    objective: Objective = None
+    optimizer: Optimizer = None
+    check: ClusterCheck = None
+    study: str = "beyond-pd"
+
+
+@dataclass(frozen=True)
+class SensitivityConfig(_Parsed):
+    """A checked sensitivity config (``head`` is read when ``system.source`` is "minilm")."""
+
+    system: SensitivitySystem = None
+    levels_temperature: float = None
+    check: FDCheck = None
+    head: Head = None
+    study: str = "sensitivity"
+
+
+ProbeConfig = Union[FailureConfig, BeyondPDConfig, SensitivityConfig]
+
+
+def _table(cls, table: dict):
+    """The frozen dataclass ``cls`` of a checked table (lists become tuples)."""
+    return cls(**{k: tuple(x) if isinstance(x, list) else x for k, x in table.items() if k in cls.__dataclass_fields__})
+
+
+def _typed(config: dict, identity: dict, weights: tuple | None) -> ProbeConfig:
+    dy = config["dynamics"]
+    common = dict(seed=config["seed"], dynamics=Dynamics(dy["t1"], dy["dt"], num_layers(dy["t1"], dy["dt"])),
+                  identity=identity, fingerprint=config_fingerprint({**config, **identity}),
+                  _source=json.dumps(config))
+    study = config["study"]
+    if study == "distance-to-failure":
+        return FailureConfig(**common, system=_table(FailureSystem, config["system"]),
+                             failure=_table(FailureSearch, config["failure"]),
+                             optimizer=_table(Optimizer, config["optimizer"]), weights=weights)
+    if study == "beyond-pd":
+        return BeyondPDConfig(**common, system=_table(BeyondPDSystem, config["system"]),
+                              objective=_table(Objective, config["objective"]),
+                              optimizer=_table(Optimizer, config["optimizer"]), check=_table(ClusterCheck, config["check"]))
+    return SensitivityConfig(**common, system=_table(SensitivitySystem, config["system"]),
+                             levels_temperature=config["levels"]["temperature"], check=_table(FDCheck, config["check"]),
+                             head=_table(Head, config["head"]))
+
+
+def parse_probe_config(config: dict) -> ProbeConfig:
+    """Check every key of a resolved probe config (see the module docstring) and return it frozen and
+    typed, with the fingerprint of the config and of ``system.weights_file``'s bytes.
+
+    Example:
+        >>> from attnflow.probe.config import load_probe_config, parse_probe_config
+        >>> c = parse_probe_config(load_probe_config("probe-beyond-pd.toml"))
+        >>> c.study, c.system.num_starts, c.dynamics.layers, c.check.horizons
+        ('beyond-pd', 8, 60, (1.0, 2.0, 4.0))
+    """
+    checks = {"distance-to-failure": _failure, "beyond-pd": _beyond_pd, "sensitivity": _sensitivity}
+    study = v.check_choice("config key 'study'", config.get("study"), tuple(checks), "the probe study")
+    identity, weights = checks[study](config) if study == "distance-to-failure" else (checks[study](config), None)
+    return _typed(config, identity, weights)
+
+
 def check_probe_config(config: dict) -> dict:
-    """Check every key of a resolved probe config (see the module docstring); returns the identity
-    of what the run reads beyond the config (the sha256 of ``system.weights_file``), to be folded
+    """Check every key of a resolved probe config (:func:`parse_probe_config`); returns the identity
+    of what the run reads beyond the config (the sha256 of ``system.weights_file``), which is folded
     into its fingerprint.
 
     Example:
@@ -224,6 +429,53 @@ def check_probe_config(config: dict) -> dict:
         ...     print(err)
         config key 'optimizer.learning_rate' must be a finite number > 0 (Adam's step size), got -0.1.
     """
-    checks = {"distance-to-failure": _failure, "beyond-pd": _beyond_pd, "sensitivity": _sensitivity}
-    study = v.check_choice("config key 'study'", config.get("study"), tuple(checks), "the probe study")
-    return checks[study](config)
+    return parse_probe_config(config).identity
+
+
+def read_probe_config(path: str | Path, overrides: dict | None = None) -> ProbeConfig:
+    """The parsed config of a probe (:func:`parse_probe_config`): the shipped default of its ``study``
+    with the file's values (and then ``overrides``, a nested dict) on top (a relative
+    ``system.weights_file`` in the file is read from the file's folder).
+
+    Example:
+        >>> from attnflow.probe.config import read_probe_config
+        >>> c = read_probe_config("probe-sensitivity.toml", {"system": {"num_triples": 2}})
+        >>> c.study, c.system.num_triples
+        ('sensitivity', 2)
+    """
+    from ..runio import CONFIG_DIR, merge_config
+
+    p = Path(path)
+    if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
+        p = CONFIG_DIR / p.name
+    if not p.is_file():
+        raise InputError(f"probe config {path} does not exist (shipped: {', '.join(STUDIES.values())}).")
+    try:
+        with open(p, "rb") as fh:
+            study = tomllib.load(fh).get("study")
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"probe config {p} is not valid TOML: {err}.") from err
+    if study not in STUDIES:
+        raise InputError(f"probe config {p} must set study to one of {sorted(STUDIES)}, got {study!r}.")
+    config = load_config(p, STUDIES[study])
+    weights_file = config["system"].get("weights_file", "")
+    if weights_file and not Path(weights_file).is_absolute():  # read from the config file's folder
+        config["system"]["weights_file"] = str((p.parent / weights_file).resolve())
+    if overrides:
+        config = merge_config(config, overrides, where="overrides")
+    if config["study"] != study:
+        raise InputError("the study of a probe config cannot be overridden.")
+    return parse_probe_config(config)
+
+
+def load_probe_config(path: str | Path, overrides: dict | None = None) -> dict:
+    """The resolved config of a probe as a dict, checked (:func:`read_probe_config`, whose parsed
+    config :func:`attnflow.probe.run_probe` also takes).
+
+    Example:
+        >>> from attnflow.probe import load_probe_config
+        >>> c = load_probe_config("probe-sensitivity.toml", {"system": {"num_triples": 2}})
+        >>> c["study"], c["system"]["num_triples"]
+        ('sensitivity', 2)
+    """
+    return read_probe_config(path, overrides).as_dict()

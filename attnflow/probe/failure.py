@@ -51,9 +51,9 @@ from .. import geometry as geo
 from ..errors import InputError
 from ..geometry.smooth import safe_norm
 from ..observables import diameter
-from .config import user_weights
+from .config import FailureConfig, read_probe_config
 from .optimize import failure_reason, finite_guard, optimize
-from .systems import final_tokens, num_layers, sample_good_triples
+from .systems import final_tokens, sample_good_triples
 from .tables import fmt, write_rows
 
 __all__ = ["hyperplane_residual", "ladder_matrix", "distance_to_failure", "run_failure"]
@@ -104,19 +104,18 @@ def _relative_margin(Q, K, V, V0):
     return jnp.minimum(m.condition1 / jnp.linalg.norm(V0), m.qk / (jnp.linalg.norm(Q) * jnp.linalg.norm(K)))
 
 
-def _systems(config: dict):
+def _systems(config: FailureConfig):
     """(Q, K, V0, x0) with a leading triple axis, and their description for the report."""
-    sy = config["system"]
-    weights = user_weights(config)
-    if weights is None:
-        arrays = sample_good_triples(config["seed"], sy["num_triples"], sy["d"], sy["n"], sy["min_gap"])
-        text = f"{sy['num_triples']} Ginibre-based good triples (entries N(0, 1/d), d = {sy['d']}, n = {sy['n']})"
+    sy = config.system
+    if config.weights is None:
+        arrays = sample_good_triples(config.seed, sy.num_triples, sy.d, sy.n, sy.min_gap)
+        text = f"{sy.num_triples} Ginibre-based good triples (entries N(0, 1/d), d = {sy.d}, n = {sy.n})"
     else:
-        Q, K, V0 = weights
-        x0 = np.random.default_rng(config["seed"]).normal(size=(V0.shape[0], sy["n"], V0.shape[-1]))
+        Q, K, V0 = config.weights
+        x0 = np.random.default_rng(config.seed).normal(size=(V0.shape[0], sy.n, V0.shape[-1]))
         arrays = (Q, K, V0, x0)
-        text = (f"{V0.shape[0]} triple(s) of your own (d = {V0.shape[-1]}, n = {sy['n']} tokens N(0, 1), from "
-                f"{sy['weights_file'] or 'the [weights] table'})")
+        text = (f"{V0.shape[0]} triple(s) of your own (d = {V0.shape[-1]}, n = {sy.n} tokens N(0, 1), from "
+                f"{sy.weights_file or 'the [weights] table'})")
     return tuple(jnp.asarray(a) for a in arrays), text
 
 
@@ -126,25 +125,25 @@ def _first(witnesses: list[dict], pred) -> dict | None:
     return min(found, key=lambda w: (w["rho"], w["witness"])) if found else None
 
 
-def _study(config: dict, out: Path, progress: bool, interrupt_after: int | None, fingerprint: str) -> dict:
+def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: int | None, fingerprint: str) -> dict:
     """The searches and the hard judgement of every witness; returns the summary (checkpoints
     under ``out/checkpoints``)."""
     from ..spectral import check_good_triple
 
-    sy, dy, fa, op = config["system"], config["dynamics"], config["failure"], config["optimizer"]
-    layers = num_layers(dy["t1"], dy["dt"])
+    dy, fa, op = config.dynamics, config.failure, config.optimizer
+    layers = dy.layers
     (Q, K, V0, x0), source = _systems(config)
     scale = jax.vmap(diameter)(x0)
     data = {"Q": Q, "K": K, "V0": V0, "x0": x0, "scale": scale}
-    eps, tau = fa["threshold"], fa["temperature"]
-    radii = np.asarray(fa["radii"], np.float64)
+    eps, tau = fa.threshold, fa.temperature
+    radii = np.asarray(fa.radii, np.float64)
     B, R = V0.shape[0], radii.size
     # members: every (triple, radius) pair, triple-major
     members = {k: jnp.repeat(v, R, axis=0) for k, v in data.items()}
     members["rho"] = jnp.asarray(np.tile(radii, B))
 
     def tokens(V, x):
-        return final_tokens(x["Q"], x["K"], V, x["x0"], dt=dy["dt"], layers=layers)
+        return final_tokens(x["Q"], x["K"], V, x["x0"], dt=dy.dt, layers=layers)
 
     def perturbed(D, x):
         return finite_guard(ladder_matrix(D, x["V0"], x["rho"]), x["V0"])
@@ -160,14 +159,14 @@ def _study(config: dict, out: Path, progress: bool, interrupt_after: int | None,
         H = hyperplane_residual(tokens(V, x), V, x["scale"], tau)
         return jnp.where(ok, m, jnp.nan), {"H": H, "margin": m, "V": V}
 
-    D0 = jax.random.normal(jax.random.key(config["seed"]), (B * R,) + V0.shape[1:], V0.dtype)
-    opt = optax.adam(op["learning_rate"])
+    D0 = jax.random.normal(jax.random.key(config.seed), (B * R,) + V0.shape[1:], V0.dtype)
+    opt = optax.adam(op.learning_rate)
     ck = out / "checkpoints"
     results = {}
     for name, fn in (("clustering", loss_clustering), ("def41", loss_def41)):
-        results[name] = optimize(fn, D0, members, optimizer=opt, num_steps=op["num_steps"],
+        results[name] = optimize(fn, D0, members, optimizer=opt, num_steps=op.num_steps,
                                  checkpoint=ck / f"{name}.npz", fingerprint=fingerprint,
-                                 checkpoint_every=op["checkpoint_every"], progress=progress,
+                                 checkpoint_every=op.checkpoint_every, progress=progress,
                                  desc=f"distance to failure ({name})", interrupt_after=interrupt_after)
     Qn, Kn = np.asarray(Q), np.asarray(K)
     m0 = np.asarray(jax.vmap(lambda x: _relative_margin(x["Q"], x["K"], x["V0"], x["V0"]))(data))
@@ -180,7 +179,7 @@ def _study(config: dict, out: Path, progress: bool, interrupt_after: int | None,
         for i in range(B * R):
             b, r = divmod(i, R)
             if res.failed_at[i] >= 0:
-                reason, step = failure_reason(int(res.failed_at[i]), op["num_steps"]), int(res.failed_at[i])
+                reason, step = failure_reason(int(res.failed_at[i]), op.num_steps), int(res.failed_at[i])
             elif not (np.isfinite(H[i]) and np.isfinite(margin[i]) and np.all(np.isfinite(V[i]))):
                 reason, step = "the final H, Def 4.1 margin or V is not finite", res.steps
             else:
@@ -255,7 +254,7 @@ def _study(config: dict, out: Path, progress: bool, interrupt_after: int | None,
     }
 
 
-def run_failure(config: dict, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
+def run_failure(config: FailureConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
     """Run study 1; returns (summary, markdown, figure names). See the module docstring."""
     from ..runio import atomic_save_figure
 
@@ -292,8 +291,8 @@ def distance_to_failure(Q: Any, K: Any, V: Any, *, progress: bool = False, **set
     """
     import tempfile
 
-    from ..runio import CONFIG_DIR, config_fingerprint, load_config
-    from .run import STUDIES, load_probe_config
+    from ..runio import CONFIG_DIR, load_config
+    from .config import STUDIES
 
     schema = load_config(None, STUDIES["distance-to-failure"])
     sections = {k: s for s, t in schema.items() if isinstance(t, dict) and s != "weights" for k in t}
@@ -310,9 +309,9 @@ def distance_to_failure(Q: Any, K: Any, V: Any, *, progress: bool = False, **set
             overrides[key] = value
         else:
             overrides.setdefault(sections[key], {})[key] = value
-    config = load_probe_config(CONFIG_DIR / STUDIES["distance-to-failure"], overrides)
+    config = read_probe_config(CONFIG_DIR / STUDIES["distance-to-failure"], overrides)
     with tempfile.TemporaryDirectory() as tmp, jax.enable_x64(True):
-        return _study(config, Path(tmp), progress, None, config_fingerprint(config))
+        return _study(config, Path(tmp), progress, None, config.fingerprint)
 
 
 def _histogram(rows, ratio):
@@ -370,7 +369,7 @@ _WITNESS_COLUMNS = [
 
 
 def _markdown(summary, config, figs, out):
-    eps = config["failure"]["threshold"]
+    eps = config.failure.threshold
     s = summary
     triples = write_rows(out / "triples.csv", s["rows"], _TRIPLE_COLUMNS)
     write_rows(out / "witnesses.csv", s["witnesses"], _WITNESS_COLUMNS)
@@ -379,7 +378,7 @@ def _markdown(summary, config, figs, out):
     lines = [
         "## Distance to failure (Def 4.1 vs clustering)",
         "",
-        f"{s['systems']}, {s['layers']} Euler layers of dt = {config['dynamics']['dt']} (rescaled picture). On each sphere "
+        f"{s['systems']}, {s['layers']} Euler layers of dt = {config.dynamics.dt} (rescaled picture). On each sphere "
         f"||V - V0||_F = rho ||V0||_F, rho in {s['radii']}, with ||V||_F = ||V0||_F (so no witness is a pure time "
         "rescaling V -> c V0, which would only slow the flow), Adam maximises the hyperplane residual H (clustering "
         f"lost when H >= {eps}, units of the initial diameter) and, separately, minimises the relative Def 4.1 margin "

@@ -34,7 +34,7 @@ import optax
 from jaxtyping import PyTree
 
 from ..errors import InputError, NonFiniteError
-from ..linalg import lapack_needs_loop, map_over_batch
+from .._batching import lapack_needs_loop, map_over_batch
 from ..runio import load_verified_npz, save_verified_npz, set_aside
 
 __all__ = ["OptimizationResult", "NonFiniteLossError", "optimize", "finite_guard", "failure_reason"]
@@ -185,7 +185,7 @@ def optimize(
     def one_eval(p, x):
         return loss_fn(p, x)
 
-    # A lax.map on CPU: each member's eig / eigh / solve runs inline (attnflow.linalg.loop_over_systems)
+    # A lax.map on CPU: each member's eig / eigh / solve runs inline (attnflow._batching.loop_over_systems)
     batched = (lambda f, ax: map_over_batch(f, ax)) if lapack_needs_loop() else (lambda f, ax: jax.vmap(f, in_axes=ax))
     step_fn = jax.jit(batched(one_step, (0, 0, 0, 0)))
     eval_fn = jax.jit(batched(one_eval, (0, 0)))

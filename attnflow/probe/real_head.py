@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ..errors import InputError
+from .config import Head
 
 __all__ = ["RealHead", "load_real_head"]
 
@@ -36,15 +37,16 @@ class RealHead(NamedTuple):
     label: str
 
 
-def load_real_head(head_cfg: dict) -> RealHead:
-    """The head and token cloud named by a probe config's ``[head]`` table (float64: call inside
-    ``jax.enable_x64(True)``, as ``attnflow probe`` does).
+def load_real_head(head_cfg: Head) -> RealHead:
+    """The head and token cloud named by a probe config's parsed ``[head]`` table (float64: call
+    inside ``jax.enable_x64(True)``, as ``attnflow probe`` does).
 
     Example:
         >>> import jax
+        >>> from attnflow.probe.config import Head
         >>> from attnflow.probe.real_head import load_real_head
         >>> with jax.enable_x64(True):
-        ...     h = load_real_head({"model": "", "layer": 3, "head": 9, "text": "Hello world", "biases": False})
+        ...     h = load_real_head(Head(model="", layer=3, head=9, text="Hello world", biases=False))
         >>> h.Q.shape, h.V.shape, h.x0.shape, h.tokens, h.assumptions["good"]
         ((32, 384), (384, 384), (4, 384), ('[CLS]', 'hello', 'world', '[SEP]'), True)
     """
@@ -53,20 +55,20 @@ def load_real_head(head_cfg: dict) -> RealHead:
     from ..models import forward, head_factors, head_weights, load_model, load_tokenizer, resolve_model_path, tokenize
     from ..models.heads import head_assumptions
 
-    model = load_model(head_cfg["model"] or None, dtype=jnp.float64)
+    model = load_model(head_cfg.model or None, dtype=jnp.float64)
     cfg = model.config
-    layer, head = head_cfg["layer"], head_cfg["head"]
+    layer, head = head_cfg.layer, head_cfg.head
     if not (isinstance(layer, int) and 0 <= layer < cfg.num_param_layers):
         raise InputError(f"head.layer must be a parameter-layer index in [0, {cfg.num_param_layers}), got {layer!r}.")
     if not (isinstance(head, int) and 0 <= head < cfg.num_heads):
         raise InputError(f"head.head must be a head index in [0, {cfg.num_heads}), got {head!r}.")
     w = head_weights(model).layer(layer).head(head)
-    tok = tokenize(load_tokenizer(resolve_model_path(head_cfg["model"] or None), cfg.max_position), head_cfg["text"])
+    tok = tokenize(load_tokenizer(resolve_model_path(head_cfg.model or None), cfg.max_position), head_cfg.text)
     x0 = forward(model, jnp.asarray(tok.input_ids)).hidden_states[layer]
     wo, wv = head_factors(model, jnp.float64)
     row = head_assumptions(np.asarray(w.Q), np.asarray(w.K), np.asarray(wo[layer, head]), np.asarray(wv[layer, head]),
                            float(w.beta), layer, head)
-    biases = (w.q_bias, w.k_bias, w.v_bias) if head_cfg["biases"] else None
-    name = (head_cfg["model"] or "all-MiniLM-L6-v2").rstrip("/").split("/")[-1]
+    biases = (w.q_bias, w.k_bias, w.v_bias) if head_cfg.biases else None
+    name = (head_cfg.model or "all-MiniLM-L6-v2").rstrip("/").split("/")[-1]
     return RealHead(Q=w.Q, K=w.K, V=w.V, beta=w.beta, biases=biases, x0=x0, tokens=tok.tokens,
                     assumptions=asdict(row), label=f"{name} layer {layer} head {head}")

@@ -27,7 +27,8 @@ from ..observables import diameter
 from ..spectral.eigenpair import modulus_order
 from .real_head import load_real_head
 from .tables import fmt, write_rows
-from .systems import final_tokens, num_layers, sample_good_triples
+from .config import SensitivityConfig
+from .systems import final_tokens, sample_good_triples
 
 __all__ = ["levels_of", "eigenbasis_sensitivity", "run_sensitivity"]
 
@@ -73,35 +74,35 @@ def eigenbasis_sensitivity(G: np.ndarray, V: np.ndarray, modes: int):
     return w[order], X.T @ G @ Y.T
 
 
-def _systems(config):
+def _systems(config: SensitivityConfig):
     """[(label, Q, K, V, x0, beta, biases)] and a description of the systems for the report."""
-    sy = config["system"]
-    if sy["source"] == "minilm":
-        h = load_real_head(config["head"])
+    sy = config.system
+    if sy.source == "minilm":
+        h = load_real_head(config.head)
         a = h.assumptions
         text = (f"{h.label} ({'with' if h.biases is not None else 'without'} its biases), beta = {float(h.beta):.4g}; "
                 f"lambda_1 = {a['lambda1_re']:.4g}, |lambda_2| = {a['abs_lambda2']:.4g}, <Q phi_1, K phi_1> = "
                 f"{a['qk_value']:.3g} (Def 4.1 {'holds' if a['good'] else 'FAILS'}); tokens: the {h.x0.shape[0]} "
-                f"hidden states entering layer {config['head']['layer']} for \"{config['head']['text']}\" "
+                f"hidden states entering layer {config.head.layer} for \"{config.head.text}\" "
                 f"({' '.join(h.tokens)})")
         return [(h.label, h.Q, h.K, h.V, h.x0, h.beta, h.biases)], text, int(h.Q.shape[0])
-    Q, K, V, x0 = (jnp.asarray(a) for a in sample_good_triples(config["seed"], sy["num_triples"], sy["d"], sy["n"], sy["min_gap"]))
-    text = (f"{V.shape[0]} Ginibre-based good triples (d = {sy['d']}, n = {sy['n']}), tokens N(0, 1)")
-    return [(f"triple {b}", Q[b], K[b], V[b], x0[b], 1.0, None) for b in range(V.shape[0])], text, sy["d"]
+    Q, K, V, x0 = (jnp.asarray(a) for a in sample_good_triples(config.seed, sy.num_triples, sy.d, sy.n, sy.min_gap))
+    text = (f"{V.shape[0]} Ginibre-based good triples (d = {sy.d}, n = {sy.n}), tokens N(0, 1)")
+    return [(f"triple {b}", Q[b], K[b], V[b], x0[b], 1.0, None) for b in range(V.shape[0])], text, sy.d
 
 
-def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
+def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
     """Run study 3; returns (summary, markdown, figure names). See the module docstring."""
     from tqdm.auto import tqdm
 
     from ..runio import atomic_save_figure
 
-    dy, lv, ch = config["dynamics"], config["levels"], config["check"]
-    layers = num_layers(dy["t1"], dy["dt"])
+    dy, ch = config.dynamics, config.check
+    layers = dy.layers
     systems, description, modes = _systems(config)
-    rng = np.random.default_rng(config["seed"] + 1)
-    f = jax.jit(lambda Q, K, V, x0, s, beta, biases: levels_of(Q, K, V, x0, s, dt=dy["dt"], layers=layers,
-                                                               temperature=lv["temperature"], beta=beta, biases=biases))
+    rng = np.random.default_rng(config.seed + 1)
+    f = jax.jit(lambda Q, K, V, x0, s, beta, biases: levels_of(Q, K, V, x0, s, dt=dy.dt, layers=layers,
+                                                               temperature=config.levels_temperature, beta=beta, biases=biases))
     jac = jax.jit(jax.jacrev(lambda V, *rest: f(rest[0], rest[1], V, *rest[2:])))
     rows, figs = [], []
     for b, (label, Q, K, V, x0, beta, biases) in enumerate(tqdm(systems, desc="sensitivity map", disable=not progress,
@@ -109,7 +110,7 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
         s = diameter(x0)
         G = np.asarray(jac(V, Q, K, x0, s, beta, biases))  # (2, d, d): da/dV, db/dV
         U = rng.normal(size=V.shape)
-        h = ch["fd_step"]
+        h = ch.fd_step
         fd = (np.asarray(f(Q, K, V + h * U, x0, s, beta, biases)) - np.asarray(f(Q, K, V - h * U, x0, s, beta, biases))) / (2 * h)
         ab = np.asarray(f(Q, K, V, x0, s, beta, biases))
         if not all(np.all(np.isfinite(a)) for a in (G, fd, ab, s)):  # excluded, never compared
@@ -132,9 +133,9 @@ def run_sensitivity(config: dict, out, progress: bool = True, interrupt_after: i
         figs.append(atomic_save_figure(_figure(G, np.stack([Sa, Sb]), label), out / f"sensitivity_{b}.png", dpi=110))
     errors = [r["fd_rel_error"] for r in rows if r["status"] == "ok"]
     worst = max(errors) if errors else None
-    summary = {"study": "sensitivity", "source": config["system"]["source"], "systems": description,
+    summary = {"study": "sensitivity", "source": config.system.source, "systems": description,
                "triples": len(rows), "excluded": len(rows) - len(errors), "layers": layers, "rows": rows,
-               "max_fd_rel_error": worst, "fd_check_passed": None if worst is None else bool(worst <= ch["fd_tolerance"])}
+               "max_fd_rel_error": worst, "fd_check_passed": None if worst is None else bool(worst <= ch.fd_tolerance)}
     return summary, _markdown(summary, config, figs, out), figs
 
 
@@ -206,11 +207,11 @@ def _markdown(summary, config, figs, out):
     worst = summary["max_fd_rel_error"]
     check = ("no system with finite levels and gradient to check" if worst is None else
              f"worst relative error {worst:.2e} ({'passed' if summary['fd_check_passed'] else 'FAILED'}, "
-             f"tolerance {config['check']['fd_tolerance']}, column central-difference error)")
+             f"tolerance {config.check.fd_tolerance}, column central-difference error)")
     lines = [
         "## Sensitivity map d(a, b)/dV",
         "",
-        f"{summary['systems']}; {summary['layers']} Euler layers of dt = {config['dynamics']['dt']}. Central-difference "
+        f"{summary['systems']}; {summary['layers']} Euler layers of dt = {config.dynamics.dt}. Central-difference "
         f"check along a random direction: {check}. Excluded (non-finite levels, gradient or central difference; never "
         f"compared): {summary['excluded']} of {summary['triples']} systems (column status).",
         "",

@@ -1,10 +1,11 @@
-"""Building blocks of the reproduction report: checks, case results, the run context,
-and the batched simulation + diagnostics every case shares."""
+"""Building blocks of the reproduction report: checks, case results, a case's settings and run
+context, and the batched simulation + diagnostics every case shares (the field comes from
+:mod:`attnflow.fields`, the integration from :mod:`attnflow.integrate`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,14 +15,14 @@ import numpy as np
 
 import equinox as eqx
 
-from .. import _validate as v
-from ..dynamics import AttentionFlow, DiscreteRescaledFlow, RescaledFlow
-from ..integrate import raise_if_failed, solve_euler, solve_ode
+from .._validate import check_layers
+from ..fields import make_dynamics
+from ..integrate import DEFAULT_TOLERANCES, EulerStepper, ODESolver, raise_if_failed
 from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
 from .reference import growth_rate, trajectory_defect
 
-__all__ = ["Check", "CaseResult", "Context", "Run", "run_case_sim", "library_field", "defect_check", "fmt",
-           "CASES", "register"]
+__all__ = ["Check", "CaseResult", "CaseSettings", "CaseInfo", "Context", "Run", "run_case_sim", "defect_check",
+           "fmt", "case"]
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -106,41 +107,51 @@ class CaseResult:
                                  None if passed is None else bool(passed), float(margin), note))
 
 
-def library_field(Q, K, V, *, picture: str, method: str, dt: float | None, num_layers: int):
-    """The vector field attnflow integrates for a picture and method (the default
-    ``Context.field_factory``): :class:`~attnflow.AttentionFlow` (raw), :class:`~attnflow.RescaledFlow`
-    (rescaled) or :class:`~attnflow.DiscreteRescaledFlow` (rescaled Euler layers).
+@dataclass(frozen=True)
+class CaseSettings:
+    """One case's resolved settings (the config's global keys overlaid by the case's table and,
+    with ``--quick``, by ``[quick]``), checked by :mod:`attnflow.report.config`; the keys a case's
+    table does not hold are None. Field order is the config's key order (:meth:`as_dict`).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.report.base import library_field
-        >>> I = jnp.eye(2)
-        >>> type(library_field(I, I, I, picture="rescaled", method="tsit5", dt=None, num_layers=1)).__name__
-        'RescaledFlow'
+        >>> from attnflow.report.base import CaseSettings
+        >>> s = CaseSettings("float64", 2, 0.02, 1e-6, 16, 16384, 0, n=8, t1=4.0)
+        >>> s.n, s.as_dict()["t1"], "d" in s.as_dict()
+        (8, 4.0, False)
     """
-    if picture == "raw":
-        return AttentionFlow(Q, K, V)
-    if method == "euler":
-        return DiscreteRescaledFlow(Q, K, V)  # the layer grid (dt, layers) is bound by the stepper
-    return RescaledFlow(Q, K, V)
+
+    dtype: str
+    batch: int
+    rel_tol: float
+    rank_tol: float
+    num_saves: int
+    max_steps: int
+    gif_frames: int
+    n: int | None = None
+    d: int | None = None
+    eps: float | None = None
+    t1: float | None = None
+    x0_scale: float | None = None
+
+    def as_dict(self) -> dict:
+        """The settings that are set, in the config's order (as written to config.json)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
     """Everything a case needs: its resolved settings, the seed, the figure folder, and the
-    vector field to integrate (``field_factory``, default :func:`library_field`; the mutation
-    tests pass a wrong one). ``figures=False`` skips drawing."""
+    vector field to integrate: ``field_factory(Q, K, V, picture=, method=)``, by default the
+    field registry's :func:`attnflow.fields.make_dynamics` (the layer grid is bound by the
+    stepper; the mutation tests pass a wrong factory). ``figures=False`` skips drawing."""
 
     name: str
-    settings: dict  # global settings overlaid with the case's table
+    settings: CaseSettings
     out: Path
     quick: bool
     seed: int
-    field_factory: Callable = library_field
+    field_factory: Callable = make_dynamics
     figures: bool = True
-
-    def __getitem__(self, key: str) -> Any:
-        return self.settings[key]
 
 
 @dataclass
@@ -177,19 +188,14 @@ def _diagnostics(z, P, rel_tol, rank_tol):
 
 
 @eqx.filter_jit
-def _solve(dyn, x0, ts, *, method, dt, num_layers, rtol, atol, max_steps):
-    if method == "euler":
-        dyn = dyn.on_grid(dt, 0.0, num_layers)  # tokens / attention below need the grid too
-        one = lambda y0: solve_euler(dyn, y0, dt=dt, num_steps=num_layers)
-    else:
-        one = lambda y0: solve_ode(dyn, y0, t0=0.0, t1=ts[-1], ts=ts, rtol=rtol, atol=atol, max_steps=max_steps)
-    traj = jax.vmap(one)(x0)
+def _solve(dyn, x0, integrator):
+    """Every member of the batch x0 (B, n, d) through ``integrator`` (the Euler layer stepper or the
+    ODE solver); the raw tokens and P at every save from the same (bound) field."""
+    dyn = integrator.bind(dyn)  # tokens / attention below need the layer grid too
+    traj = jax.vmap(lambda y0: integrator.solve(dyn, y0))(x0)
     tok = jax.vmap(jax.vmap(dyn.tokens))(traj.ts, traj.ys)
     P = jax.vmap(jax.vmap(dyn.attention))(traj.ts, traj.ys)
     return traj, tok, P
-
-
-_TOL = {"float32": (1e-5, 1e-6), "float64": (1e-9, 1e-11)}  # rtol, atol of the adaptive solves
 
 
 def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescaled", method: str = "tsit5",
@@ -199,23 +205,24 @@ def run_case_sim(ctx: Context, x0, Q, K, V, *, t1: float, picture: str = "rescal
     P at every save come from the same field object (its ``tokens`` and ``attention``), so the
     diagnostics see the dynamics that produced the trajectory. A failed solve raises
     :class:`~attnflow.SolverError` / :class:`~attnflow.NonFiniteError` with the time."""
-    dtype = jnp.float64 if ctx["dtype"] == "float64" else jnp.float32
-    num_layers = v.check_layers("t1", t1, "dt", dt) if method == "euler" else 1
+    s = ctx.settings
+    dtype = jnp.float64 if s.dtype == "float64" else jnp.float32
     Qj, Kj, Vj = (jnp.asarray(np.asarray(a), dtype) for a in (Q, K, V))
-    dyn = ctx.field_factory(Qj, Kj, Vj, picture=picture, method=method, dt=dt, num_layers=num_layers)
-    T = int(num_saves or ctx["num_saves"])
-    ts = jnp.linspace(0.0, float(t1), T, dtype=dtype)
-    rtol, atol = _TOL[ctx["dtype"]]
-    traj, tok, P = _solve(dyn, jnp.asarray(np.asarray(x0), dtype), ts, method=method,
-                          dt=None if dt is None else float(dt), num_layers=num_layers, rtol=rtol, atol=atol,
-                          max_steps=int(ctx["max_steps"]))
+    dyn = ctx.field_factory(Qj, Kj, Vj, picture=picture, method=method)
+    if method == "euler":
+        integrator = EulerStepper(float(dt), check_layers("t1", t1, "dt", dt))
+    else:
+        ts = jnp.linspace(0.0, float(t1), int(num_saves or s.num_saves), dtype=dtype)
+        rtol, atol = DEFAULT_TOLERANCES[s.dtype]
+        integrator = ODESolver(0.0, ts[-1], ts=ts, rtol=rtol, atol=atol, max_steps=int(s.max_steps))
+    traj, tok, P = _solve(dyn, jnp.asarray(np.asarray(x0), dtype), integrator)
     raise_if_failed(traj, what=f"the {picture} {method} solve of case {ctx.name}")
     ts = np.asarray(traj.ts)[0]
     z, x, P = (np.asarray(a, np.float64) for a in (traj.ys, tok, P))
     ncl, bd, rk = (np.asarray(a) for a in _diagnostics(jnp.asarray(z), jnp.asarray(P),
-                                                         float(ctx["rel_tol"]), float(ctx["rank_tol"])))
+                                                         float(s.rel_tol), float(s.rank_tol)))
     return Run(ts, z, x, P, ncl, bd, rk, picture=picture, method=method, dt=dt, Q=np.asarray(Q, np.float64),
-               K=np.asarray(K, np.float64), V=np.asarray(V, np.float64), dtype=ctx["dtype"])
+               K=np.asarray(K, np.float64), V=np.asarray(V, np.float64), dtype=s.dtype)
 
 
 def defect_tolerance(dtype: str) -> float:
@@ -248,23 +255,34 @@ def defect_check(res: "CaseResult", run: Run, *, intervals: int = 12) -> None:
                    "(raw: Re lambda_1; rescaled: -min Re mu)")
 
 
-CASES: dict[str, tuple[str, str, Callable[[Context, CaseResult], None]]] = {}
+@dataclass(frozen=True)
+class CaseInfo:
+    """What the report states about a case: its name, title and theorem, and the layer step of a
+    case that runs the Euler stepper (its t1 must be a whole number of them), else None."""
+
+    name: str
+    title: str
+    theorem: str
+    euler_dt: float | None = None
 
 
-#: the layer step of each case that runs the Euler stepper (its t1 must be a whole number of them)
-EULER_STEPS: dict[str, float] = {}
+def case(name: str, title: str, theorem: str, *, euler_dt: float | None = None):
+    """Decorator attaching :class:`CaseInfo` to a case function ``fn(ctx, res)`` (as ``fn.info``);
+    it registers nothing: the report's cases and their order are listed in
+    :mod:`attnflow.report.catalogue`. The runner builds ``res = CaseResult(name, title, theorem)``;
+    the case fills it in.
 
-
-def register(name: str, title: str, theorem: str, *, euler_dt: float | None = None):
-    """Decorator adding a case function ``fn(ctx, res)`` to :data:`CASES` (in report order). The
-    runner builds ``res = CaseResult(name, title, theorem)``; the case fills it in. A case that
-    runs Euler layers names their step ``euler_dt`` (:data:`EULER_STEPS`), so that its t1 is
-    checked before any work."""
+    Example:
+        >>> from attnflow.report.base import case
+        >>> @case("demo", "A demo", "Thm 0", euler_dt=0.5)
+        ... def demo(ctx, res):
+        ...     pass
+        >>> demo.info.euler_dt
+        0.5
+    """
 
     def wrap(fn):
-        CASES[name] = (title, theorem, fn)
-        if euler_dt is not None:
-            EULER_STEPS[name] = euler_dt
+        fn.info = CaseInfo(name, title, theorem, euler_dt)
         return fn
 
     return wrap

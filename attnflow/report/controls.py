@@ -14,11 +14,15 @@ a classifier or a check that accepted them could not tell structure from noise.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..observables import classify_geometry
 from ..spectral import predict_geometry
-from .base import CaseResult, Context, Run, defect_check, fmt, register, run_case_sim
+from .base import CaseResult, Context, Run, case, defect_check, fmt, run_case_sim
+from .checks import polytope_checks
+from .draws import hyperplane_V, random_spd_factor, similar, stream
 from .mutations import mutated_field_factory
 
 __all__ = ["negative_controls"]
@@ -32,11 +36,9 @@ def _noise(rng, n: int, d: int) -> np.ndarray:
     return g / np.linalg.norm(g, axis=1, keepdims=True) * rng.uniform(size=(n, 1)) ** (1 / d)
 
 
-@register("negative_controls", "Negative controls (must be rejected)", "controls")
+@case("negative_controls", "Negative controls (must be rejected)", "controls")
 def negative_controls(ctx: Context, res: CaseResult) -> None:
-    from .cases import hyperplane_V, polytope_checks, random_spd_factor, similar, stream
-
-    rel = float(ctx["rel_tol"])
+    rel = float(ctx.settings.rel_tol)
     rng = stream(ctx, "noise")
     Vs = {2: {"V = I": np.eye(2), "good V (1.348, -0.068)": hyperplane_V(ctx, 2)},
           3: {"V = I": np.eye(3), "paranormal (1, 1, -1/2)": np.diag([1.0, 1.0, -0.5]),
@@ -53,12 +55,12 @@ def negative_controls(ctx: Context, res: CaseResult) -> None:
                           not accepted, 1.0 if not accepted else -float(len(accepted)),
                           note="expected failure of the classifier: PASS means rejected")
     # complex top eigenvalue: simulate, expect no clustering
-    n = int(ctx["n"])
+    n = int(ctx.settings.n)
     Vc = np.array([[0.2, -1.0], [1.0, 0.2]])
     I2 = np.eye(2)
     p = predict_geometry(I2, I2, Vc)
-    run = run_case_sim(ctx, stream(ctx, "complex_x0").normal(size=(int(ctx["batch"]), n, 2)), I2, I2, Vc,
-                       t1=float(ctx["t1"]))
+    run = run_case_sim(ctx, stream(ctx, "complex_x0").normal(size=(int(ctx.settings.batch), n, 2)), I2, I2, Vc,
+                       t1=float(ctx.settings.t1))
     obs = [classify_geometry(zb[-1], Vc, x=xb[-1], scale=float(np.max(np.linalg.norm(zb[0], axis=-1))),
                              rel_tol=rel) for zb, xb in zip(run.z, run.x)]
     accepted = sorted({lab for o in obs for lab in REFUSED if o.supports(lab)})
@@ -69,10 +71,9 @@ def negative_controls(ctx: Context, res: CaseResult) -> None:
     # a collapsed run: Thm 3.1's system under uniform attention must fail Thm 3.1's checks
     d = 2
     Q, K = random_spd_factor(stream(ctx, "spd", d), d)
-    wrong = Context(ctx.name, ctx.settings, ctx.out, ctx.quick, ctx.seed,
-                    field_factory=mutated_field_factory("uniform"), figures=False)
-    x0 = stream(ctx, "x0", n, d).normal(size=(int(ctx["batch"]), n, d))
-    bad = run_case_sim(wrong, x0, Q, K, np.eye(d), t1=float(ctx["t1"]))
+    wrong = dataclasses.replace(ctx, field_factory=mutated_field_factory("uniform"), figures=False)
+    x0 = stream(ctx, "x0", n, d).normal(size=(int(ctx.settings.batch), n, d))
+    bad = run_case_sim(wrong, x0, Q, K, np.eye(d), t1=float(ctx.settings.t1))
     probe = CaseResult("collapsed", "collapsed run", "Thm 3.1")
     defect_check(probe, bad)
     polytope_checks(probe, ctx, bad.ts, bad.z, what="z", A2=Q.T @ K)

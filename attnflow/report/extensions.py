@@ -42,13 +42,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dynamics import (AttentionFlow, LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow,
-                        sphere_flow)
-from .. import _validate as v
-from .._resources import check_count, check_fits
+from ..dynamics import normalise
 from .._x64 import float64_scope
 from ..errors import InputError
-from ..integrate import EulerStepper, sphere_shift
+from ..fields import build_field, field_entry, rescaled_from_raw
+from ..integrate import EulerStepper, plain_shift
 from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
 from ..runio import (
     atomic_save_figure,
@@ -60,10 +58,12 @@ from ..runio import (
     releases_output_dirs,
     write_marker,
 )
-from ..spectral import check_good_triple
 from ..weights import AttentionWeights
+from .draws import good_qk
+from .extensions_config import (AlbertSettings, MultiheadSettings, Sec12_2Settings, SphereSettings,
+                                check_extensions_config, parse_extensions_config, save_every)
 
-__all__ = ["run_extensions", "STUDIES", "Study", "DEFAULT_OUT"]
+__all__ = ["run_extensions", "STUDIES", "Study", "DEFAULT_OUT", "check_extensions_config"]
 
 KIND = "extensions"
 DEFAULT_OUT = "results/extensions"
@@ -111,15 +111,6 @@ def _plain(v):
 
 # ------------------------------------------------------------------------------------------------
 # running layer stacks
-#: saves per layer stack of each study that records a trajectory (its figures' resolution in time)
-SAVES = {"sec12_2": 40, "multihead": 60, "causal": 100, "sphere": 100}
-
-
-def _save_every(study: str, layers: int) -> int:
-    """Layers between two saves of ``study``'s stacks (``layers`` must be a multiple of it)."""
-    return max(1, layers // SAVES[study])
-
-
 @eqx.filter_jit
 def _stack_run(field, x0s, dt, num_layers, save_every, shift, save_fn):
     stepper = EulerStepper(dt, num_layers, save_every=save_every, shift=shift)
@@ -128,8 +119,6 @@ def _stack_run(field, x0s, dt, num_layers, save_every, shift, save_fn):
 
 def run_layers(field, x0s, *, dt: float, layers: int, save_every: int = 1, shift=None, save_fn=None):
     """Euler layer stack of ``field`` from every cloud of ``x0s`` (B, n, d): saved (B, T, ...) and times."""
-    from ..integrate import plain_shift
-
     traj = _stack_run(field, jnp.asarray(x0s, jnp.float64), float(dt), int(layers), int(save_every),
                       plain_shift if shift is None else shift, save_fn)
     if not bool(jnp.all(traj.result == 0)):
@@ -138,27 +127,20 @@ def run_layers(field, x0s, *, dt: float, layers: int, save_every: int = 1, shift
     return np.asarray(traj.ts[0]), jax.tree_util.tree_map(np.asarray, traj.ys)
 
 
-def good_qk(rng: np.random.Generator, V: np.ndarray, margin: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian Q, K resampled until <Q phi_1, K phi_1> > margin (Def 4.1 (2))."""
-    d = V.shape[0]
-    for _ in range(1000):
-        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
-        if check_good_triple(Q, K, V).qk_value > margin:
-            return Q, K
-    raise InputError("no Q, K with <Q phi_1, K phi_1> > 0 found in 1000 draws for this V.")  # pragma: no cover
-
-
 def _levels(s: np.ndarray, scale: float, rel_tol: float) -> int:
     return int(num_levels(jnp.asarray(s), rel_tol * scale))
 
 
+@jax.jit
+def _rescaled_saves(R, layers, x):
+    """z[k] = R^{-k} x[k] for the saved layers k (layers: (T,), x: (B, T, n, d)), with
+    :func:`attnflow.fields.rescaled_from_raw`."""
+    return jax.vmap(rescaled_from_raw, in_axes=(None, 0, 1), out_axes=1)(R, layers, x)
+
+
 def _rescale(R: np.ndarray, ts_layers: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """z[k] = R^{-k} x[k] for saved layers k (x: (B, T, n, d))."""
-    z = np.empty_like(x)
-    for t, k in enumerate(ts_layers):
-        Rk_inv = np.linalg.inv(np.linalg.matrix_power(R, int(k)))
-        z[:, t] = x[:, t] @ Rk_inv.T
-    return z
+    """z[k] = R^{-k} x[k] for saved layers k (x: (B, T, n, d)) as NumPy."""
+    return np.asarray(_rescaled_saves(jnp.asarray(R), jnp.asarray(np.asarray(ts_layers), jnp.int32), jnp.asarray(x)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -211,19 +193,18 @@ SEC12_2_PICTURES = {
 
 
 def _sec12_2_field(picture: str, Q, K, V, W, act: str):
-    if picture == "z":
-        return section12_2_flow(Q, K, V, W=W, activation=act)
-    return Wrapped(AttentionFlow(Q, K, V), W, act)
+    """The registry's ``feedforward`` field in one reading: z (its rescaled picture) or x (raw)."""
+    return build_field("feedforward", Q, K, V, picture="rescaled" if picture == "z" else "raw", W=W, activation=act)
 
 
 def _sec12_2_run(picture, Q, K, V, W, act, z0, cfg, every):
     """Euler layers of one reading; (times, rescaled z (B, T, n, d), raw x (B, T, n, d))."""
-    ts, y = run_layers(_sec12_2_field(picture, Q, K, V, W, act), z0, dt=cfg["dt"], layers=cfg["layers"],
+    ts, y = run_layers(_sec12_2_field(picture, Q, K, V, W, act), z0, dt=cfg.dt, layers=cfg.layers,
                        save_every=every)
-    ks = np.round(ts / cfg["dt"])
+    ks = np.round(ts / cfg.dt)
     if picture == "z":
         return ts, y, None
-    return ts, _rescale(np.eye(len(V)) + cfg["dt"] * V, ks, y), y
+    return ts, _rescale(np.eye(len(V)) + cfg.dt * V, ks, y), y
 
 
 def _paper_verdict(hits: int, total: int) -> str:
@@ -231,13 +212,13 @@ def _paper_verdict(hits: int, total: int) -> str:
                                                       f"paper: partly ({hits}/{total})")
 
 
-def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+def study_sec12_2(cfg: Sec12_2Settings, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("sec12_2", "Section 12.2: feed-forward flow, W sigma(attention), in two readings")
-    V = np.asarray(cfg["V"], float)  # checked by _settings
-    d, n, B, L, dt = V.shape[0], cfg["n"], cfg["clouds"], cfg["layers"], cfg["dt"]
+    V = np.asarray(cfg.V, float)  # checked by the parse
+    d, n, B, L, dt = V.shape[0], cfg.n, cfg.clouds, cfg.layers, cfg.dt
     t1 = dt * L
     Q, K = good_qk(rng, V)
-    W_draws = [rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(cfg["random_W_draws"])]
+    W_draws = [rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(cfg.random_W_draws)]
     _, phi_dual, lam = leading_vectors(V)
     z0 = rng.normal(size=(B, n, d))
     st.settings = {"V": V, "eigenvalues of V": np.round(np.sort(np.linalg.eigvals(V).real), 4), "Q": Q, "K": K,
@@ -247,15 +228,15 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                            "(docs/extensions.md)"}
     settings = {"identity, W = I": ("identity", np.eye(d)), "ReLU, W = I": ("relu", np.eye(d)),
                 "tanh, W = I": ("tanh", np.eye(d)), "ReLU, random W": ("relu", W_draws[0])}
-    every = _save_every("sec12_2", L)
-    tol_levels = f"levels: gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|"
-    tol_collapse = f"collapse: max|z(t1)| <= {cfg['collapse_tol']} max|z(0)|"
+    every = save_every("sec12_2", L)
+    tol_levels = f"levels: gap > {cfg.level_tol} max_i|phi_1^*(z_i(0))|"
+    tol_collapse = f"collapse: max|z(t1)| <= {cfg.collapse_tol} max|z(0)|"
     panels, level_curves, ratio_curves, seen = [], {}, {}, {}
 
     def observe(z):
         s = z @ phi_dual  # (B, T, n)
         scale = np.abs(s[:, 0]).max(axis=1)
-        levels = [_levels(s[b, -1], scale[b], cfg["level_tol"]) for b in range(B)]
+        levels = [_levels(s[b, -1], scale[b], cfg.level_tol) for b in range(B)]
         norms = np.linalg.norm(z, axis=-1).max(axis=-1)  # (B, T)
         return s, scale, levels, norms[:, -1] / norms[:, 0], norms / norms[:, :1]
 
@@ -266,7 +247,7 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
             name = f"{picture}: {label}"
             seen[name] = (levels, ratio)
             st.measure(picture=picture, setting=label, levels=levels, norm_ratio=np.round(ratio, 6))
-            level_curves[name] = [np.mean([_levels(s[b, t], scale[b], cfg["level_tol"]) for b in range(B)])
+            level_curves[name] = [np.mean([_levels(s[b, t], scale[b], cfg.level_tol) for b in range(B)])
                                   for t in range(len(ts))]
             ratio_curves[name] = np.exp(np.log(np.maximum(ratio_t, 1e-300)).mean(axis=0))
             panels.append((name, z[0]))
@@ -274,7 +255,7 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                 st.check(f"{picture}: identity, W = I is the plain flow: at most three hyperplanes (Thm 4.2)",
                          "<= 3 levels of phi_1^*(z_i(t1)), no collapse",
                          f"levels per cloud {levels}; max|z(t1)|/max|z(0)| {np.round(ratio, 3).tolist()}",
-                         all(k <= 3 for k in levels) and bool(np.all(ratio > cfg["collapse_tol"])), tol_levels)
+                         all(k <= 3 for k in levels) and bool(np.all(ratio > cfg.collapse_tol)), tol_levels)
             if picture == "z" and label == "ReLU, W = I":
                 # z[k+1] = z[k] + dt relu(.) >= z[k] coordinatewise, exactly (also in floating point)
                 drop = float(np.max(-np.diff(z, axis=1)))
@@ -289,7 +270,7 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                 R_inv_L = np.linalg.matrix_power(np.linalg.inv(np.eye(d) + dt * V), L)
                 norm0 = np.linalg.norm(z0, axis=-1).max(axis=-1)
                 bound = np.linalg.norm(R_inv_L, 2) * (norm0 + math.sqrt(d) * t1) / norm0
-                implied = "implies collapse" if bound.max() <= cfg["collapse_tol"] else "does not imply collapse"
+                implied = "implies collapse" if bound.max() <= cfg.collapse_tol else "does not imply collapse"
                 st.check("x: tanh, W = I: rescaled size below the speed bound (V with spectrum > 0: -> 0)",
                          "max|z(t1)|/max|z(0)| <= ||R^-L||_2 (max|x(0)| + sqrt(d) t1)/max|x(0)|, R = I + dt V",
                          f"{np.array2string(ratio, precision=2)} <= {np.array2string(bound, precision=2)} "
@@ -300,18 +281,18 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     for W in W_draws:
         for picture in SEC12_2_PICTURES:
             _, z, _ = _sec12_2_run(picture, Q, K, V, W, "relu", z0, cfg, L)
-            collapsed[picture].append(bool(np.all(observe(z)[3] <= cfg["collapse_tol"])))
+            collapsed[picture].append(bool(np.all(observe(z)[3] <= cfg.collapse_tol)))
     st.measure(picture="both", setting="ReLU, random W draws: collapsed (all clouds)",
                levels="-", norm_ratio={p: c for p, c in collapsed.items()})
     # the paper's three observations: what it says, what we observe, in each reading
     for picture in SEC12_2_PICTURES:
         levels, ratio = seen[f"{picture}: ReLU, W = I"]
-        hits = sum(k <= 3 and r > cfg["collapse_tol"] for k, r in zip(levels, ratio))
+        hits = sum(k <= 3 and r > cfg.collapse_tol for k, r in zip(levels, ratio))
         st.check(f"{picture}: paper says ReLU, W = I follows three hyperplanes", "<= 3 levels, no collapse",
                  f"levels per cloud {levels}; ratio {np.round(ratio, 3).tolist()}", None, tol_levels,
                  verdict=_paper_verdict(hits, B))
         levels, ratio = seen[f"{picture}: tanh, W = I"]
-        hits = int(np.sum(ratio <= cfg["collapse_tol"]))
+        hits = int(np.sum(ratio <= cfg.collapse_tol))
         st.check(f"{picture}: paper says tanh, W = I collapses to 0", "max|z(t1)|/max|z(0)| -> 0",
                  f"{np.array2string(ratio, precision=2)} (levels {levels})", None, tol_collapse,
                  verdict=_paper_verdict(hits, B))
@@ -331,7 +312,7 @@ def study_sec12_2(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                                    ylabel="max|z(t)| / max|z(0)|", title="Section 12.2: collapse to 0? "
                                    "(geometric mean over clouds)", logy=True),
                        "Size of the rescaled cloud against t; collapse to 0 is a line falling below "
-                       f"{cfg['collapse_tol']}."))
+                       f"{cfg.collapse_tol}."))
     return st
 
 
@@ -341,16 +322,16 @@ def _positive_good_triple(rng, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return Q, K, V
 
 
-def study_multihead(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+def study_multihead(cfg: MultiheadSettings, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("multihead", "Several heads, each a random good triple")
-    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
+    d, n, B = cfg.d, cfg.n, cfg.clouds
     x0 = rng.normal(size=(B, n, d))
-    every = _save_every("multihead", cfg["layers"])
+    every = save_every("multihead", cfg.layers)
     curves, settle = {}, []
-    st.settings = {"heads": cfg["heads"], "n": n, "d": d, "clouds": B, "dt": cfg["dt"], "layers": cfg["layers"],
+    st.settings = {"heads": list(cfg.heads), "n": n, "d": d, "clouds": B, "dt": cfg.dt, "layers": cfg.layers,
                    "weights": "V_h entrywise U[0.05, 1], divided by the spectral radius of S = sum_h V_h; "
                    "Q_h, K_h Gaussian with <Q_h phi_h, K_h phi_h> > 0.1"}
-    for H in cfg["heads"]:
+    for H in cfg.heads:
         triples = [_positive_good_triple(rng, d) for _ in range(H)]
         S = sum(t[2] for t in triples)
         rho = max(abs(np.linalg.eigvals(S)))
@@ -358,12 +339,12 @@ def study_multihead(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
         S = S / rho
         w = AttentionWeights(np.stack([t[0] for t in triples]), np.stack([t[1] for t in triples]), np.stack(Vs),
                              axes=("head",))
-        ts, x = run_layers(AttentionFlow(w), x0, dt=cfg["dt"], layers=cfg["layers"], save_every=every)
-        z = _rescale(np.eye(d) + cfg["dt"] * S, np.round(ts / cfg["dt"]), x)
+        ts, x = run_layers(build_field("multihead", w), x0, dt=cfg.dt, layers=cfg.layers, save_every=every)
+        z = _rescale(np.eye(d) + cfg.dt * S, np.round(ts / cfg.dt), x)
         _, phi_dual, _ = leading_vectors(S)
         s = z @ phi_dual
         scale = np.abs(s[:, 0]).max(axis=1)
-        lv = np.array([[_levels(s[b, t], scale[b], cfg["level_tol"]) for t in range(len(ts))] for b in range(B)])
+        lv = np.array([[_levels(s[b, t], scale[b], cfg.level_tol) for t in range(len(ts))] for b in range(B)])
         dirs = np.array([int(num_clusters(jnp.asarray(normalise(jnp.asarray(x[b, -1]))), 0.02, 1.0))
                          for b in range(B)])
         final = lv[:, -1]
@@ -375,25 +356,25 @@ def study_multihead(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
         if H == 1:
             st.check("H = 1: Thm 4.2, at most three hyperplanes", "<= 3 levels of phi_1^*(z(t1))",
                      f"levels per cloud {final.tolist()}", bool(np.all(final <= 3)),
-                     f"gap > {cfg['level_tol']} max_i|phi_1^*(z_i(0))|")
+                     f"gap > {cfg.level_tol} max_i|phi_1^*(z_i(0))|")
         else:
             st.check(f"H = {H}: levels of phi_S^*(z), S = sum_h V_h (open problem)", "no theorem",
                      f"levels per cloud {final.tolist()}, settled at t = {np.round(settled, 1).tolist()}", None,
-                     f"gap > {cfg['level_tol']} max_i|phi_S^*(z_i(0))|")
+                     f"gap > {cfg.level_tol} max_i|phi_S^*(z_i(0))|")
     st.figures.append((_fig_curves(folder, "multihead_levels", ts, curves, xlabel="t (layers x dt)",
                                    ylabel="levels of phi_S^*(z)", title="Several heads: hyperplane levels "
                                    "(mean over clouds)", logy=True),
                        "How many hyperplanes remain, and how fast, for H = 1, 2, 4, 8 heads."))
-    st.figures.append((_fig_curves(folder, "multihead_settle", cfg["heads"], {"settle time": settle},
+    st.figures.append((_fig_curves(folder, "multihead_settle", cfg.heads, {"settle time": settle},
                                    xlabel="heads H", ylabel="t at which the level count settles",
                                    title="Several heads: time to the final level count", marker="o"),
                        "Mean time after which the number of levels no longer changes."))
     return st
 
 
-def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+def study_albert(cfg: AlbertSettings, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("albert", "The ALBERT defence: shared weights vs per-layer weights perturbed by epsilon")
-    V, d, n, B, L, dt = V2D, 2, cfg["n"], cfg["clouds"], cfg["layers"], cfg["dt"]
+    V, d, n, B, L, dt = V2D, 2, cfg.n, cfg.clouds, cfg.layers, cfg.dt
     Q, K = good_qk(rng, V)
     shared = AttentionWeights(Q, K, V)
     _, phi_dual, _ = leading_vectors(V)
@@ -401,22 +382,22 @@ def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     key = jax.random.key(int(rng.integers(2**31)))
     R = np.eye(d) + dt * V
     st.settings = {"V": V, "Q": Q, "K": K, "n": n, "clouds": B, "dt": dt, "layers": L,
-                   "epsilons": cfg["epsilons"], "perturbation": "X_l = X + eps ||X||_F G_l/||G_l||_F, X in Q, K, V"}
+                   "epsilons": list(cfg.epsilons), "perturbation": "X_l = X + eps ||X||_F G_l/||G_l||_F, X in Q, K, V"}
 
     def final_z(field):
         ts, x = run_layers(field, x0, dt=dt, layers=L, save_every=L)
         return _rescale(R, np.round(ts / dt), x)[:, -1]
 
-    z_shared = final_z(AttentionFlow(shared))
+    z_shared = final_z(build_field("attention", shared))
     s_shared = z_shared @ phi_dual
-    labels_shared = [np.asarray(abz_levels(jnp.asarray(s / np.abs(s).max()), cfg["level_tol"])[0]) for s in s_shared]
+    labels_shared = [np.asarray(abz_levels(jnp.asarray(s / np.abs(s).max()), cfg.level_tol)[0]) for s in s_shared]
     agreement, levels_mean = [], []
-    for eps in cfg["epsilons"]:
-        z = final_z(LayeredFlow(perturbed_layers(shared, L, float(eps), key)))
+    for eps in cfg.epsilons:
+        z = final_z(build_field("layered", shared, num_layers=L, epsilon=float(eps), key=key))
         s = z @ phi_dual
-        lab = [np.asarray(abz_levels(jnp.asarray(sb / np.abs(sb).max()), cfg["level_tol"])[0]) for sb in s]
+        lab = [np.asarray(abz_levels(jnp.asarray(sb / np.abs(sb).max()), cfg.level_tol)[0]) for sb in s]
         agree = float(np.mean([np.mean(a == b) for a, b in zip(lab, labels_shared)]))
-        lv = [_levels(sb, np.abs(sb).max(), cfg["level_tol"]) for sb in s]
+        lv = [_levels(sb, np.abs(sb).max(), cfg.level_tol) for sb in s]
         agreement.append(agree)
         levels_mean.append(float(np.mean(lv)))
         st.measure(epsilon=eps, agreement=round(agree, 4), levels=lv)
@@ -426,8 +407,8 @@ def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
                      f"max |z_L - z_L(shared)| = {err:.2e}", err <= ROUNDING_TOL, f"{ROUNDING_TOL:g} (rounding)")
             st.check("epsilon = 0: Thm 4.2, at most three hyperplanes", "<= 3 levels",
                      f"levels per cloud {lv}", all(k <= 3 for k in lv),
-                     f"gap > {cfg['level_tol']} max_i|phi_1^*(z_i(t1))|")
-    eps_arr = np.asarray(cfg["epsilons"], float)
+                     f"gap > {cfg.level_tol} max_i|phi_1^*(z_i(t1))|")
+    eps_arr = np.asarray(cfg.epsilons, float)
     st.check("agreement with the shared-weight limit vs epsilon (no theorem)", "1 at epsilon = 0",
              ", ".join(f"{e:g}: {a:.2f}" for e, a in zip(eps_arr, agreement)), None, "fraction of tokens")
     st.figures.append((_fig_curves(folder, "albert_agreement", eps_arr,
@@ -444,30 +425,31 @@ def study_albert(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
 
 def _sphere_counts(field, x0, cfg, study: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Projected Euler on the sphere: save times, cluster counts, norm drift and tokens (B, T, ...)."""
-    tol = cfg["cluster_tol"]
+    tol = cfg.cluster_tol
     save = lambda t, y, args: (num_clusters(y, tol, 1.0), jnp.abs(jnp.linalg.norm(y, axis=-1) - 1).max(), y)
-    ts, (counts, drift, ys) = run_layers(field, x0, dt=cfg["dt"], layers=cfg["layers"],
-                                         save_every=_save_every(study, cfg["layers"]), shift=sphere_shift, save_fn=save)
+    ts, (counts, drift, ys) = run_layers(field, x0, dt=cfg.dt, layers=cfg.layers,
+                                         save_every=save_every(study, cfg.layers), shift=field_entry("sphere").shift,
+                                         save_fn=save)
     return ts, counts, drift, ys
 
 
-def _sphere_start(cfg: dict, rng: np.random.Generator):
+def _sphere_start(cfg: SphereSettings, rng: np.random.Generator):
     """The sphere studies' starts: ``clouds`` normalised Gaussian clouds (B, n, d), I_d, and the
     settings they share."""
-    d, n, B = cfg["d"], cfg["n"], cfg["clouds"]
+    d, n, B = cfg.d, cfg.n, cfg.clouds
     x0 = np.asarray(normalise(jnp.asarray(rng.normal(size=(B, n, d)))))
-    settings = {"n": n, "d": d, "clouds": B, "dt": cfg["dt"], "t1": cfg["dt"] * cfg["layers"], "betas": cfg["betas"]}
+    settings = {"n": n, "d": d, "clouds": B, "dt": cfg.dt, "t1": cfg.dt * cfg.layers, "betas": list(cfg.betas)}
     return x0, np.eye(d), settings
 
 
-def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+def study_causal(cfg: SphereSettings, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("causal", "Causal vs full attention (tokens on the sphere, V = I)")
     x0, I, st.settings = _sphere_start(cfg, rng)
     st.settings.update(weights="Q = K = V = I", step="projected Euler (renormalise)")
     curves = {}
-    for beta in cfg["betas"]:
+    for beta in cfg.betas:
         for mask in (None, "causal"):
-            ts, counts, drift, ys = _sphere_counts(sphere_flow(I, I, I, beta, mask=mask), x0, cfg, "causal")
+            ts, counts, drift, ys = _sphere_counts(build_field("sphere", I, I, I, beta=beta, mask=mask), x0, cfg, "causal")
             name = f"beta = {beta:g}, {'causal' if mask else 'full'}"
             curves[name] = counts.mean(axis=0)
             final = counts[:, -1]
@@ -477,12 +459,12 @@ def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
             if mask:
                 st.check(f"{name}: one cluster at x_1(0)", "1 cluster, every token -> x_1(0)",
                          f"clusters {final.tolist()}, max |x_i(t1) - x_1(0)| = {dist_to_x1.max():.2e}",
-                         bool(np.all(final == 1) and dist_to_x1.max() <= cfg["cluster_tol"]),
-                         f"chordal distance {cfg['cluster_tol']}")
+                         bool(np.all(final == 1) and dist_to_x1.max() <= cfg.cluster_tol),
+                         f"chordal distance {cfg.cluster_tol}")
             else:
                 st.check(f"{name}: clusters (no prediction at this horizon)", "-",
                          f"clusters {final.tolist()}, max |x_i(t1) - x_1(0)| = {dist_to_x1.max():.2e}", None,
-                         f"chordal distance {cfg['cluster_tol']}")
+                         f"chordal distance {cfg.cluster_tol}")
             st.check(f"{name}: tokens stay on the sphere", "| |x_i| - 1 | at rounding level",
                      f"{drift.max():.1e}", bool(drift.max() <= ROUNDING_TOL), f"{ROUNDING_TOL:g}")
     st.figures.append((_fig_curves(folder, "causal_clusters", ts, curves, xlabel="t", ylabel="clusters",
@@ -491,15 +473,15 @@ def study_causal(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
     return st
 
 
-def study_sphere(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
+def study_sphere(cfg: SphereSettings, rng: np.random.Generator, folder: Path) -> Study:
     st = Study("sphere", "Tokens on the sphere (Q = K = V = I): one cluster vs metastable clusters")
     x0, I, st.settings = _sphere_start(cfg, rng)
-    n = cfg["n"]
+    n = cfg.n
     st.settings["metastable"] = (f"2 <= clusters(t) <= n/2 (tokens grouped, not yet one cluster; chordal "
-                                 f"tolerance {cfg['cluster_tol']}), time on the save grid, censored at t1")
+                                 f"tolerance {cfg.cluster_tol}), time on the save grid, censored at t1")
     curves, meta, final_all = {}, [], {}
-    for beta in cfg["betas"]:
-        ts, counts, drift, _ = _sphere_counts(sphere_flow(I, I, I, beta), x0, cfg, "sphere")
+    for beta in cfg.betas:
+        ts, counts, drift, _ = _sphere_counts(build_field("sphere", I, I, I, beta=beta), x0, cfg, "sphere")
         step = ts[1] - ts[0]
         in_meta = (counts >= 2) & (counts <= n // 2)
         t_meta = in_meta.sum(axis=1) * step
@@ -508,29 +490,30 @@ def study_sphere(cfg: dict, rng: np.random.Generator, folder: Path) -> Study:
         final_all[beta] = counts[:, -1]
         st.measure(beta=beta, final_clusters=counts[:, -1], metastable_time=np.round(t_meta, 2),
                    max_norm_drift=float(drift.max()))
-    small = [b for b in cfg["betas"] if b <= 1.0]
+    small = [b for b in cfg.betas if b <= 1.0]
     if small:
         obs = {b: final_all[b].tolist() for b in small}
         st.check("small beta (<= 1): one cluster", "1 cluster at t1", f"{obs}",
-                 all(np.all(final_all[b] == 1) for b in small), f"chordal distance {cfg['cluster_tol']}")
-    big = max(cfg["betas"])
+                 all(np.all(final_all[b] == 1) for b in small), f"chordal distance {cfg.cluster_tol}")
+    big = max(cfg.betas)
     st.check(f"large beta ({big:g}): metastable clusters", ">= 2 clusters persist at t1",
-             f"{final_all[big].tolist()}", bool(np.all(final_all[big] >= 2)), f"chordal distance {cfg['cluster_tol']}")
-    order = [m for b, m in zip(cfg["betas"], meta) if b >= 1.0]
+             f"{final_all[big].tolist()}", bool(np.all(final_all[big] >= 2)), f"chordal distance {cfg.cluster_tol}")
+    order = [m for b, m in zip(cfg.betas, meta) if b >= 1.0]
     grid = float(ts[1] - ts[0])
     st.check("time in the metastable state grows with beta (beta >= 1)", "non-decreasing in beta",
-             ", ".join(f"{b:g}: {m:.1f}" for b, m in zip(cfg["betas"], meta)),
+             ", ".join(f"{b:g}: {m:.1f}" for b, m in zip(cfg.betas, meta)),
              bool(np.all(np.diff(order) >= -grid)), f"one save interval ({grid:g}); censored at t1")
     st.figures.append((_fig_curves(folder, "sphere_clusters", ts, curves, xlabel="t", ylabel="clusters",
                                    title="Sphere: clusters against time (mean over clouds)", logy=True),
                        "Number of clusters against time for each beta."))
-    st.figures.append((_fig_curves(folder, "sphere_metastable", cfg["betas"], {"time in metastable state": meta},
+    st.figures.append((_fig_curves(folder, "sphere_metastable", cfg.betas, {"time in metastable state": meta},
                                    xlabel="beta", ylabel="time", title="Sphere: time spent with 2..n/2 clusters",
                                    marker="o"),
                        "Time spent in the metastable (few separated clusters) state against beta."))
     return st
 
 
+#: the studies in report order (:data:`~attnflow.report.extensions_config.STUDY_NAMES`): (title, study function)
 STUDIES: dict[str, tuple[str, Callable]] = {
     "sec12_2": ("Section 12.2 feed-forward", study_sec12_2),
     "multihead": ("Several heads", study_multihead),
@@ -542,82 +525,6 @@ STUDIES: dict[str, tuple[str, Callable]] = {
 
 # ------------------------------------------------------------------------------------------------
 # the job
-#: the counts of a study's table: (smallest value, meaning)
-_COUNTS = {"n": (1, "tokens per cloud"), "clouds": (1, "initial clouds per setting"), "layers": (1, "Euler layers"),
-           "random_W_draws": (1, "draws of the random W"), "d": (1, "the token dimension")}
-#: the tolerances of a study's table: (largest value, meaning)
-_TOLS = {"level_tol": (1.0, "hyperplane gap tolerance, a fraction of the initial spread"),
-         "collapse_tol": (1.0, "collapse threshold, a fraction of the initial size"),
-         "cluster_tol": (2.0, "chordal distance on the unit sphere")}
-
-
-def _check_V(rows) -> None:
-    """``sec12_2.V``: a square matrix of finite numbers whose top-modulus eigenvalue is real, positive, simple."""
-    square = bool(rows) and all(isinstance(r, list) and len(r) == len(rows) for r in rows)
-    if not square or not np.all(np.isfinite(V := np.asarray(rows, float))) \
-            or not check_good_triple(np.eye(len(V)), np.eye(len(V)), V).condition1:
-        raise InputError(f"sec12_2.V must be a square matrix of finite numbers whose top-modulus eigenvalue is "
-                         f"real, positive and simple (Def 4.1 (1)), got {rows}.")
-
-
-def _settings(cfg: dict, name: str, quick: bool) -> dict:
-    """Study ``name``'s table (overlaid by ``[quick]`` with ``--quick``), every key checked."""
-    s = dict(cfg[name])
-    if quick:
-        s.update({k: value for k, value in cfg["quick"].items() if k in s})
-    key = lambda k: f"{name}.{k}"
-    for k, (low, meaning) in _COUNTS.items():
-        if k in s:
-            v.check_int(key(k), s[k], low, meaning)
-    v.check_number(key("dt"), s["dt"], "the layer step", low=0)
-    check_count(key("layers"), s["layers"], fix=f"lower {name}.layers")
-    if name in SAVES and s["layers"] % _save_every(name, s["layers"]):
-        raise InputError(f"{name}.layers must be a multiple of {_save_every(name, s['layers'])} (the "
-                         f"study saves every layers // {SAVES[name]} layers), got {s['layers']}.")
-    for k, (high, meaning) in _TOLS.items():
-        if k in s:
-            v.check_number(key(k), s[k], meaning, low=0, high=high)
-    if "betas" in s:
-        v.check_list(key("betas"), s["betas"], "inverse temperatures",
-                     item=lambda n, b: v.check_number(n, b, "an inverse temperature", low=0))
-    if "epsilons" in s:
-        v.check_list(key("epsilons"), s["epsilons"], "relative sizes of the per-layer perturbation",
-                     item=lambda n, e: v.check_number(n, e, "a relative size", low=0, closed="low"))
-    if "heads" in s:
-        v.check_list(key("heads"), s["heads"], "head counts", item=lambda n, h: v.check_int(n, h, 1, "heads"))
-    if "V" in s:
-        _check_V(s["V"])
-    return s
-
-
-def _check_memory(name: str, s: dict) -> None:
-    """Refuse a layer stack of study ``name`` (settings ``s``) whose attention scores (clouds x heads x n x n),
-    saved tokens (clouds x saves x n x d) and per-layer weights cannot fit in memory."""
-    n, clouds, d = s["n"], s["clouds"], len(s["V"]) if "V" in s else s.get("d", 2)
-    saves = s["layers"] // _save_every(name, s["layers"]) + 1 if name in SAVES else 2
-    heads, default = max(s.get("heads", [1])), load_config(None, "extensions.toml")[name]
-    nbytes = 4.0 * clouds * heads * n * n * 8 + 4.0 * clouds * saves * n * d * 8  # scores; saved tokens
-    keys = [(f"{name}.n", n, default["n"], 2), (f"{name}.clouds", clouds, default["clouds"], 1)]
-    if "epsilons" in s:  # one perturbed weight triple per layer
-        nbytes += 2.0 * s["layers"] * 3 * d * d * 8
-        keys.append((f"{name}.layers", s["layers"], default["layers"], 1))
-    check_fits(f"a layer stack of the {name} study ({clouds} clouds of {n} tokens, {saves} saves)", nbytes, keys)
-
-
-def check_extensions_config(cfg: dict, selected: list[str], quick: bool) -> dict[str, dict]:
-    """Every key of an extensions config (every study's table, selected or not) and the studies ``selected``
-    checked before any work, and the memory of the selected ones; returns their settings (:func:`_settings`)."""
-    v.check_int("seed", cfg["seed"], 0, "the seed of every study's draws")
-    v.check_names("studies", cfg["studies"], list(STUDIES), "the studies to run; empty: all",
-                  allow_empty=True)
-    v.check_names("the selected studies", selected, list(STUDIES), "the studies to run")
-    v.check_int("quick.clouds", cfg["quick"]["clouds"], 1, "initial clouds per setting with --quick")
-    settings = {name: _settings(cfg, name, quick) for name in STUDIES}
-    for name in selected:
-        _check_memory(name, settings[name])
-    return {name: settings[name] for name in selected}
-
-
 def _render(studies: list[Study], prov: dict, quick: bool) -> str:
     fmt_pass = {True: "PASS", False: "FAIL", None: "measured"}
     lines = ["# attnflow extensions: beyond the theorems", "",
@@ -659,18 +566,19 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
         ['sec12_2', 'multihead', 'albert', 'causal', 'sphere']
     """
     cfg = load_config(config, "extensions.toml")
-    selected = studies or cfg["studies"] or list(STUDIES)
-    settings = check_extensions_config(cfg, selected, quick)  # before any work
+    parsed = parse_extensions_config(cfg)  # every key checked, before any work
+    selected = list(studies or parsed.studies or STUDIES)
+    settings = check_extensions_config(parsed, selected, quick)
     folder, _ = claim_output_dir(out, KIND)
     write_marker(folder, KIND, {"complete": False})
-    prov = provenance(seed=cfg["seed"], config=cfg)
+    prov = provenance(seed=parsed.seed, config=cfg)
     results = []
     from tqdm.auto import tqdm
 
     with float64_scope():
         for name in tqdm(selected, desc="extensions", disable=not progress):
             start = time.perf_counter()
-            rng = np.random.default_rng([cfg["seed"], list(STUDIES).index(name)])
+            rng = np.random.default_rng([parsed.seed, list(STUDIES).index(name)])
             st = STUDIES[name][1](settings[name], rng, folder)
             st.seconds = time.perf_counter() - start
             results.append(st)
@@ -686,7 +594,7 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
                               "figures": [f for f, _ in st.figures]} for st in results},
     }
     atomic_write_json(folder / "summary.json", summary)
-    atomic_write_json(folder / "config.json", {"config": cfg, "resolved": settings})
+    atomic_write_json(folder / "config.json", {"config": cfg, "resolved": {k: st.as_dict() for k, st in settings.items()}})
     atomic_write_json(folder / "provenance.json", prov)
     atomic_write_text(folder / "report.md", _render(results, prov, quick))
     write_marker(folder, KIND, {"complete": True})

@@ -18,9 +18,10 @@ no_P                drift not weighted by P: sum_j V (z_j - z_i) (raw: sum_j V x
 transport_sign      rescaled picture: scores from e^{-tV} z (R^{-k} z) instead of e^{tV} z
 ==================  =======================================================================
 
-:func:`mutated_field_factory` returns a factory with the signature of
-:func:`attnflow.report.base.library_field`, to be passed as ``Context.field_factory`` so that
-the report's cases run on the wrong field with everything else unchanged.
+:func:`mutated_field_factory` returns a factory called like the field registry's
+:func:`attnflow.fields.make_dynamics` (``factory(Q, K, V, picture=, method=)``), to be passed as
+``Context.field_factory`` so that the report's cases run on the wrong field with everything else
+unchanged (the layer stepper binds its grid, :meth:`MutatedFlow.on_grid`, as for the right field).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 
-from ..dynamics.base import AbstractDynamics
+from ..dynamics.base import AbstractAttentionDynamics
 from ..linalg import euler_transfer_matrix, expm_tV, matrix_power
 
 __all__ = ["MUTATIONS", "MutatedFlow", "mutated_field_factory"]
@@ -39,9 +40,10 @@ MUTATIONS = ("scores_from_z", "softmax_axis", "V_transposed", "V_sign", "no_QK",
              "no_self_term", "no_P", "transport_sign")
 
 
-class MutatedFlow(AbstractDynamics):
+class MutatedFlow(AbstractAttentionDynamics):
     """The attention flow in ``picture`` ("raw" or "rescaled"; with ``dt`` set, the exact
-    discrete rescaling of Euler layers of that step) with the error ``mutation``.
+    discrete rescaling of Euler layers of that step, which :meth:`on_grid` sets) with the error
+    ``mutation``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -58,6 +60,12 @@ class MutatedFlow(AbstractDynamics):
     mutation: str = eqx.field(static=True, default="uniform")
     dt: float | None = eqx.field(static=True, default=None)
     max_layers: int = eqx.field(static=True, default=1)
+
+    def on_grid(self, dt, t0, num_layers):
+        """This wrong field as the layer stepper steps it: a rescaled picture becomes the discrete
+        rescaling of layers of step dt (t0 = 0 only)."""
+        return MutatedFlow(self.Q, self.K, self.V, picture=self.picture, mutation=self.mutation, dt=float(dt),
+                           max_layers=int(num_layers))
 
     def _transport(self, t, sign=1.0):
         if self.picture == "raw":
@@ -113,23 +121,22 @@ class MutatedFlow(AbstractDynamics):
 
 
 def mutated_field_factory(mutation: str):
-    """A ``Context.field_factory`` building :class:`MutatedFlow` with ``mutation``.
+    """A ``Context.field_factory`` building :class:`MutatedFlow` with ``mutation`` (the method
+    only matters through the stepper's :meth:`MutatedFlow.on_grid`).
 
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.report.mutations import mutated_field_factory
-        >>> f = mutated_field_factory("V_sign")(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="raw", method="tsit5",
-        ...                                     dt=None, num_layers=1)
-        >>> type(f).__name__, f.mutation
-        ('MutatedFlow', 'V_sign')
+        >>> f = mutated_field_factory("V_sign")(jnp.eye(2), jnp.eye(2), jnp.eye(2), picture="raw", method="tsit5")
+        >>> type(f).__name__, f.mutation, f.on_grid(0.5, 0.0, 4).dt
+        ('MutatedFlow', 'V_sign', 0.5)
     """
     if mutation not in MUTATIONS:
         from ..errors import InputError
 
         raise InputError(f"mutation must be one of {MUTATIONS}, got {mutation!r}.")
 
-    def factory(Q, K, V, *, picture, method, dt, num_layers):
-        return MutatedFlow(Q, K, V, picture=picture, mutation=mutation,
-                           dt=float(dt) if method == "euler" else None, max_layers=int(num_layers))
+    def factory(Q, K, V, *, picture, method):
+        return MutatedFlow(Q, K, V, picture=picture, mutation=mutation)
 
     return factory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import CaseResult, fmt
+from .base import CaseResult, CaseSettings, fmt
 
 
 def _cell(text: str) -> str:
@@ -13,8 +13,9 @@ def verdict(passed) -> str:
     return "info" if passed is None else ("PASS" if passed else "**FAIL**")
 
 
-def render_markdown(results: list[CaseResult], provenance: dict, config: dict, quick: bool,
+def render_markdown(results: list[CaseResult], provenance: dict, defaults: CaseSettings, quick: bool,
                     seconds: float) -> str:
+    """report.md of ``results``; ``defaults``: the config's global settings (stated in the header)."""
     checks = [c for r in results for c in r.checks]
     graded = [c for c in checks if c.passed is not None]
     npass = sum(bool(c.passed) for c in graded)
@@ -32,9 +33,9 @@ def render_markdown(results: list[CaseResult], provenance: dict, config: dict, q
         + (" QUICK smoke run (tiny n, short horizon): not a reproduction." if quick else ""),
         "",
         f"Run: {provenance.get('time_utc')}, git {provenance.get('git_commit')}, seed {provenance.get('seed')}, "
-        f"{config.get('batch')} initial configurations per case, dtype {config.get('dtype')}, "
-        f"cluster tolerance {config.get('rel_tol')} x the run's initial size, rank tolerance "
-        f"{config.get('rank_tol')}, "
+        f"{defaults.batch} initial configurations per case, dtype {defaults.dtype}, "
+        f"cluster tolerance {defaults.rel_tol} x the run's initial size, rank tolerance "
+        f"{defaults.rank_tol}, "
         f"{seconds:.0f} s. How to read it: docs/report.md.",
         "",
         "| case | theorem | hypotheses | checks passed | failed |",

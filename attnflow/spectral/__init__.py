@@ -16,17 +16,15 @@ from .assumptions import (
     predict_geometry,
     spectral_one,
 )
-from .eigenpair import eigenpair_at, leading_eigenpair_jax, modulus_order
+from .eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order
+from .eigenpair import eigenpair_at, leading_eigenpair_jax
 from .batched import (
-    EIG_ROUTES,
     GEOMETRIES,
     RULES,
     EigenStats,
     SpectralBatch,
     check_batch,
-    eig_route,
     eigen_stats,
-    eigvals_sorted,
     geometry_names,
     left_eig,
     projector_from_left_eig,

@@ -4,19 +4,9 @@ This is the only implementation: the single-system functions of
 :mod:`attnflow.spectral.assumptions` call :func:`check_batch` on a batch of one.
 
 Everything here is pure JAX (jit / vmap / grad / shard_map-able) except the choice of where
-the non-symmetric eigenvalue problem runs (the *eig route*):
-
-* ``"device"`` -- ``jax.lax.linalg.eig`` on the default backend. On CPU this is LAPACK; on
-  CUDA GPUs JAX (0.4.36+) lowers it to cuSOLVER ``geev`` when cuSOLVER >= 11.7.1 and only
-  eigenvalues / right vectors are requested, otherwise to LAPACK on the host. TPU has no lowering.
-* ``"host"`` -- a :func:`jax.pure_callback` into NumPy (``numpy.linalg.eigvals``); works inside
-  ``jit``/``shard_map`` on every backend (not under ``grad``), except on several (forced) CPU
-  devices, where the callback starves XLA:CPU's thread pool (the sweeps refuse it there).
-* ``"cpu"`` -- the eigenvalues are computed by a jitted call placed on the CPU device and moved
-  back (not usable inside an outer ``jit``).
-* ``"auto"`` -- traceable by construction: with traced inputs (under ``jit``, ``vmap``,
-  ``grad``) always ``"device"``, whatever was called before; with concrete inputs ``"device"``
-  when the backend compiles ``eig`` (probed once per backend), else ``"host"``.
+the non-symmetric eigenvalue problem runs, the *eig route* (``"auto"``, ``"device"``,
+``"host"``, ``"cpu"``), which :mod:`attnflow.spectral.eig` resolves (its names ``eig_route``,
+``eigvals_sorted``, ``sort_by_modulus`` and ``EIG_ROUTES`` are also reachable from here).
 
 Only eigenvalues need ``eig``: the leading eigenvectors :math:`\varphi_1` (right) and
 :math:`\varphi_1^*` (left, :math:`\varphi_1^*(\varphi_1)=1`) of a real simple :math:`\lambda_1`
@@ -62,19 +52,16 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, Int
 
 from .. import _validate as v
+from .._batching import lapack_needs_loop, loop_over_systems
 from ..errors import InputError
-from ..linalg import lapack_needs_loop, loop_over_systems
-from .eigenpair import eigenpair_at, modulus_order
+from .eig import EIG_ROUTES, eig_route, eigvals_sorted, sort_by_modulus
+from .eigenpair import eigenpair_at
 
 __all__ = [
-    "EIG_ROUTES",
     "GEOMETRIES",
     "RULES",
     "SpectralBatch",
     "EigenStats",
-    "eig_route",
-    "eigvals_sorted",
-    "sort_by_modulus",
     "eigen_stats",
     "check_batch",
     "geometry_names",
@@ -83,7 +70,6 @@ __all__ = [
     "unstable_projector",
 ]
 
-EIG_ROUTES = ("auto", "device", "host", "cpu")
 #: Limit geometries, predicted (:attr:`SpectralBatch.predicted`) and observed
 #: (:func:`attnflow.observables.classify_geometry`): one tuple, one index.
 GEOMETRIES = ("origin", "polytope", "polytope x subspace", "hyperplanes", "codim-k", "none")
@@ -108,103 +94,6 @@ _MULT_TOL = 1e-6  # eigenvalues within this (relative) of lambda_1 count as lamb
 _RANK_TOL = 1e-8  # singular values of V - lambda_1 I below this (relative) span F
 _SYM_TOL = 1e-12  # |A - A^T| <= _SYM_TOL * max(1, max|A|): A = Q^T K counts as symmetric
 _SCALAR_TOL = 1e-10  # |V - v I| <= _SCALAR_TOL * max(1, |v|): V counts as a multiple of I
-
-
-@functools.cache
-def _device_can_eig(backend: str) -> bool:
-    """Whether ``backend`` compiles a non-symmetric eigenvalue problem (probed once)."""
-    try:
-        dev = jax.local_devices(backend=backend)[0]
-        x = jax.device_put(np.eye(2), dev)
-        jax.jit(lambda a: jax.lax.linalg.eig(a, compute_left_eigenvectors=False,
-                                             compute_right_eigenvectors=False)[0])(x).block_until_ready()
-        return True
-    except Exception:  # NotImplementedError / XlaRuntimeError: no lowering on this backend
-        return False
-
-
-def _traced(*arrays) -> bool:
-    return any(isinstance(a, jax.core.Tracer) for a in arrays if a is not None)
-
-
-def eig_route(route: str = "auto", backend: str | None = None, *, traced: bool = False) -> str:
-    """Resolve ``route`` (``"auto"``, ``"device"``, ``"host"``, ``"cpu"``) for ``backend``.
-
-    ``"auto"``: ``"device"`` when ``traced`` (the inputs are JAX tracers: never a host callback
-    under a transformation), else ``"device"`` when the backend compiles ``eig``, else ``"host"``.
-
-    Example:
-        >>> from attnflow.spectral.batched import eig_route
-        >>> eig_route("auto", "cpu"), eig_route("auto", traced=True)
-        ('device', 'device')
-    """
-    if route not in EIG_ROUTES:
-        raise InputError(f"eig route must be one of {EIG_ROUTES}, got {route!r}.")
-    if route != "auto":
-        return route
-    if traced:
-        return "device"
-    backend = backend or jax.default_backend()
-    return "device" if _device_can_eig(backend) else "host"
-
-
-def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
-    """Sort by decreasing modulus, ties by decreasing real part, then imaginary part
-    (:func:`attnflow.spectral.eigenpair.modulus_order`).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.spectral.batched import sort_by_modulus
-        >>> sort_by_modulus(jnp.array([1.0, -2.0, 2.0, 0.5]) + 0j).real.tolist()
-        [2.0, -2.0, 1.0, 0.5]
-    """
-    def one(row):
-        return row[modulus_order(row)]
-
-    flat = w.reshape(-1, w.shape[-1])
-    return jax.vmap(one)(flat).reshape(w.shape)
-
-
-def _eigvals_device(V):
-    return jax.lax.linalg.eig(V, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
-
-
-def _eigvals_host(V):
-    cdtype = jnp.result_type(V.dtype, jnp.complex64)
-    spec = jax.ShapeDtypeStruct(V.shape[:-1], cdtype)
-    return jax.pure_callback(lambda a: np.linalg.eigvals(np.asarray(a)).astype(cdtype), spec, V,
-                             vmap_method="expand_dims")
-
-
-_eigvals_cpu_jit = jax.jit(lambda V: sort_by_modulus(_eigvals_device(V)))
-
-
-def eigvals_sorted(V: Float[Array, "*B d d"], route: str = "auto") -> Complex[Array, "*B d"]:
-    r"""Eigenvalues of V sorted by decreasing modulus (ties: larger real part first).
-
-    ``route`` says where ``eig`` runs (module docstring); ``"device"`` and ``"host"`` are
-    traceable (``jit``, ``vmap``, ``shard_map``; ``grad`` needs ``"device"``), ``"cpu"`` is not.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.spectral.batched import eigvals_sorted
-        >>> eigvals_sorted(jnp.diag(jnp.array([0.5, -2.0, 1.0])), route="host").real.tolist()
-        [-2.0, 1.0, 0.5]
-    """
-    shape = v.check_array("V", V, "a matrix (d, d) or a stack of them (*B, d, d)", min_rank=2)
-    if shape[-1] != shape[-2]:
-        raise InputError(f"V must be square in its last two axes (*B, d, d), got shape {shape}.")
-    route = eig_route(route, traced=_traced(V))
-    if route == "cpu":
-        if _traced(V):
-            raise InputError("eig route 'cpu' moves data between devices and cannot run under jit; "
-                             "use route='device' (or 'host') inside traced code.")
-        cpu = jax.local_devices(backend="cpu")[0]
-        home = getattr(V, "sharding", None)
-        w = _eigvals_cpu_jit(jax.device_put(V, cpu))
-        return jax.device_put(w, home) if home is not None else w
-    w = _eigvals_device(V) if route == "device" else _eigvals_host(V)
-    return sort_by_modulus(w)
 
 
 class EigenStats(eqx.Module):
@@ -258,7 +147,7 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
         ([True, False], [True, True], [1.0, -3.0])
     """
     v.check_square("V", V, "a stack of matrices (B, d, d)", stacked=True)
-    route = eig_route(route, traced=_traced(V))
+    route = eig_route(route, traced=v.is_traced(V))
     if route == "cpu":
         return _stats_jit(eigvals_sorted(V, "cpu"))
     return _eigen_stats_jit(V, route)
@@ -392,7 +281,7 @@ def check_batch(Q: Float[Array, "B m d"], K: Float[Array, "B m d"], V: Float[Arr
     if Q.shape != K.shape or V.shape[-1] != V.shape[-2] or Q.shape[-1] != V.shape[-1] or Q.shape[0] != V.shape[0]:
         raise InputError(f"check_batch needs Q, K (B, m, d) and V (B, d, d) with one B and d, "
                          f"got Q {Q.shape}, K {K.shape}, V {V.shape}.")
-    route = eig_route(route, traced=_traced(Q, K, V, eigenvalues))
+    route = eig_route(route, traced=v.is_traced(Q, K, V, eigenvalues))
     if eigenvalues is None and route == "cpu":
         eigenvalues = eigvals_sorted(V, "cpu")
     return _check_jit(Q, K, V, eigenvalues, route, lapack_needs_loop())
@@ -443,7 +332,7 @@ def left_eig(V: Float[Array, "d d"], route: str = "device"):
     """
     v.check_square("V", V, "a square matrix (d, d)")
     eig_route(route)  # validates the name
-    route = eig_route(route, traced=_traced(V)) if route == "auto" else ("host" if route == "cpu" else route)
+    route = eig_route(route, traced=v.is_traced(V)) if route == "auto" else ("host" if route == "cpu" else route)
     if route == "device":
         w, vr = jax.lax.linalg.eig(V.T, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
         return w, vr

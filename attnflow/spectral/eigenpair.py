@@ -34,20 +34,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
-__all__ = ["eigenpair_at", "leading_eigenpair_jax", "modulus_order"]
+from .eig import eigvals_sorted, modulus_order  # noqa: F401  (modulus_order: its long-standing address)
 
-
-def modulus_order(w: Complex[Array, " d"]) -> Array:
-    """The permutation sorting eigenvalues by decreasing modulus, ties by decreasing real part,
-    then decreasing imaginary part (so of a conjugate pair the one with Im > 0 comes first).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.spectral.eigenpair import modulus_order
-        >>> modulus_order(jnp.array([1.0, 1j, -1j, 2.0])).tolist()
-        [3, 0, 1, 2]
-    """
-    return jnp.lexsort((-w.imag, -w.real, -jnp.abs(w)))
+__all__ = ["eigenpair_at", "leading_eigenpair_jax"]
 
 
 def _null_vectors(V, lam):
@@ -80,7 +69,7 @@ def eigenpair_at(V: Float[Array, "d d"], lam) -> tuple:
         >>> float(lam), jnp.abs(phi).tolist(), round(float(dual @ phi), 12)
         (2.0, [1.0, 0.0], 1.0)
         >>> g = jax.grad(lambda V: eigenpair_at(V, jnp.asarray(2.0))[0])(V)   # phi* phi^T
-        >>> (jnp.round(g, 6) + 0.0).tolist()
+        >>> [[round(float(a), 6) + 0.0 for a in row] for row in g]
         [[1.0, 0.0], [0.666667, 0.0]]
     """
     phi, dual = _null_vectors(V, lam)
@@ -125,7 +114,5 @@ def leading_eigenpair_jax(V: Float[Array, "d d"], route: str = "auto") -> tuple[
         >>> float(lam.real), round(float((dual @ phi).real), 12)
         (2.0, 1.0)
     """
-    from .batched import eigvals_sorted
-
     w = eigvals_sorted(jax.lax.stop_gradient(V), route)
     return eigenpair_at(V, w[0])

@@ -3,48 +3,41 @@
 * :func:`run_spectral_sweep` -- how often random V satisfy Definition 4.1(1);
 * :func:`run_dynamics_sweep` -- predicted vs observed limit geometry over random triples;
 * :func:`run_sweep` -- dispatch on the config's ``kind``.
+
+A config is read (:func:`load_sweep_config`) and parsed once (:func:`parse_sweep_config`: a frozen
+:class:`SpectralSweepConfig` or :class:`DynamicsSweepConfig`); the runners accept either the table
+or the parsed config.
 """
 
+from .config import DynamicsSweepConfig, SpectralSweepConfig, load_sweep_config
+from .dynamics import check_dynamics_config, run_dynamics_sweep
 from .runner import make_mesh, sharded
-from .spectral import run_spectral_sweep, wilson_interval
+from .spectral import check_spectral_config, run_spectral_sweep, wilson_interval
 
-__all__ = ["run_sweep", "run_spectral_sweep", "run_dynamics_sweep", "wilson_interval", "make_mesh", "sharded",
-           "load_sweep_config"]
-
-
-def run_dynamics_sweep(*args, **kwargs):
-    from .dynamics import run_dynamics_sweep as run
-
-    return run(*args, **kwargs)
+__all__ = ["run_sweep", "run_spectral_sweep", "run_dynamics_sweep", "load_sweep_config", "parse_sweep_config",
+           "SpectralSweepConfig", "DynamicsSweepConfig", "wilson_interval", "make_mesh", "sharded"]
 
 
-def load_sweep_config(path):
-    """Load a sweep config: its ``kind`` picks the shipped default (and schema) it overlays.
+def parse_sweep_config(config) -> SpectralSweepConfig | DynamicsSweepConfig:
+    """The config checked once and typed (a parsed config is returned as it is).
 
     Example:
-        >>> from attnflow.sweep import load_sweep_config
-        >>> load_sweep_config("ginibre-spectral.toml")["kind"]
-        'spectral'
+        >>> from attnflow.sweep import load_sweep_config, parse_sweep_config
+        >>> cfg = parse_sweep_config(load_sweep_config("ginibre-dynamics.toml"))
+        >>> cfg.num_layers, cfg.dynamics.name, cfg.run.chunk_size
+        (120, 'attention', 500)
     """
-    from pathlib import Path
-
-    from ..errors import InputError
-    from ..runio import CONFIG_DIR, load_config, read_toml
-
-    p = Path(path)
-    if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
-        p = CONFIG_DIR / p.name
-    if not p.is_file():
-        raise InputError(f"sweep config {path} does not exist.")
-    kind = read_toml(p).get("kind")
-    defaults = {"spectral": "ginibre-spectral.toml", "dynamics": "ginibre-dynamics.toml"}
-    if kind not in defaults:
-        raise InputError(f"sweep config {p} must set kind = \"spectral\" or \"dynamics\", got {kind!r}.")
-    return load_config(p, defaults[kind])
+    if isinstance(config, (SpectralSweepConfig, DynamicsSweepConfig)):
+        return config
+    if isinstance(config, dict) and config.get("kind") == "spectral":
+        return check_spectral_config(config)
+    return check_dynamics_config(config)
 
 
-def run_sweep(config: dict, out, **kwargs):
-    """Run the sweep ``config["kind"]`` describes into ``out``; returns its summary."""
-    if config["kind"] == "spectral":
+def run_sweep(config, out, **kwargs):
+    """Run the sweep the config's ``kind`` describes (a table or a parsed config) into ``out``; returns
+    its summary."""
+    config = parse_sweep_config(config)
+    if config.kind == "spectral":
         return run_spectral_sweep(config, out, **kwargs)
     return run_dynamics_sweep(config, out, **kwargs)

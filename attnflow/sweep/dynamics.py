@@ -10,12 +10,14 @@ Per system (seeded, see :mod:`attnflow.ensembles`):
    which changes neither the assumptions nor the prediction); the config's ``dynamics`` key
    selects another field instead (causal mask, several heads, Section 12.2 feed-forward,
    per-layer weights, the sphere: :mod:`attnflow.sweep.fields`);
-3. the final configuration classified by :func:`attnflow.sweep.classify.classify_batch`
+3. the final configuration classified by :func:`attnflow.observables.classify_configuration`
    (the batched twin of :func:`attnflow.observables.classify_geometry`). A system's observed
    label is the first criterion met by all of its clouds; ``consistent`` says whether all
    clouds meet the criterion of the predicted geometry.
 
-Everything for one chunk is one jitted function, sharded over the devices with shard_map.
+Everything for one chunk is one jitted function, sharded over the devices with shard_map. The
+config is parsed once (:func:`check_dynamics_config`, a :class:`~attnflow.sweep.config.DynamicsSweepConfig`)
+and passed down.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .._x64 import in_float64
 
 from pathlib import Path
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,20 +35,21 @@ import numpy as np
 from .. import _validate as v
 from .._resources import check_fits
 from .. import runio
-from .._batching import group_size
+from .._batching import group_size, loop_over_systems, vmap_systems
 from .._chunked import DEFAULT_CHUNK
 from ..attention import select_impl
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
-from ..linalg import loop_over_systems, vmap_systems
 from ..spectral.batched import GEOMETRIES, check_batch, sort_by_modulus
-from .classify import classify_batch, left_eig, projector_from_left_eig
+from ..observables.geometry import classify_configuration
+from ..spectral.batched import left_eig, projector_from_left_eig
+from .config import DynamicsSweepConfig, run_settings
 from .fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
 from .runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
-__all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "dynamics_groups", "make_chunk_fn",
-           "check_dynamics_config", "check_dynamics_sizes"]
+__all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "make_chunk_fn", "check_dynamics_config",
+           "check_dynamics_sizes"]
 
 OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
@@ -66,16 +71,19 @@ STATE_COPIES = 6
 EIG_COPIES = 8
 
 
-def check_dynamics_config(config: dict) -> dict:
+def check_dynamics_config(config: dict) -> DynamicsSweepConfig:
     """Every key of a dynamics sweep config checked before any work (one :class:`InputError` sentence
-    naming the key, its value and what is expected); returns the config with the schema's types.
+    naming the key, its value and what is expected); returns the parsed config (the schema's types).
 
     Example:
         >>> from attnflow.runio import load_config
         >>> from attnflow.sweep.dynamics import check_dynamics_config
-        >>> check_dynamics_config(load_config(None, "ginibre-dynamics.toml"))["n"]
-        32
+        >>> cfg = check_dynamics_config(load_config(None, "ginibre-dynamics.toml"))
+        >>> cfg.n, cfg.num_layers
+        (32, 120)
     """
+    if isinstance(config, DynamicsSweepConfig):
+        return config
     cfg = check_sweep_config(config, "dynamics", "ginibre-dynamics.toml")
     v.check_names("v_ensembles", cfg["v_ensembles"], V_ENSEMBLES, "the ensembles of V")
     v.check_names("qk_ensembles", cfg["qk_ensembles"], QK_ENSEMBLES, "the ensembles of Q^T K")
@@ -83,23 +91,21 @@ def check_dynamics_config(config: dict) -> dict:
     for key, meaning in (("systems", "systems per group"), ("n", "tokens per cloud"),
                          ("clouds", "token clouds per system")):
         v.check_int(key, cfg[key], 1, meaning)
-    v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
+    layers = v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
     v.check_number("rel_tol", cfg["rel_tol"], "the cluster and level tolerance, a fraction of the diameter",
                    low=0, high=1)
     if v.check_int("max_clusters", cfg["max_clusters"], 0, "most clusters of a polytope; 0: max(3, n // 2)") > cfg["n"]:
         raise InputError(f"max_clusters must be at most n = {cfg['n']} (0: max(3, n // 2)), got {cfg['max_clusters']}.")
-    sweep_dynamics(cfg)  # the dynamics keys and their cross-key constraint on dtype
-    return cfg
+    spec = sweep_dynamics(cfg)  # the dynamics keys and their cross-key constraint on dtype
+    return DynamicsSweepConfig(
+        seed=int(cfg["seed"]), dtype=cfg["dtype"], density=float(cfg["density"]), run=run_settings(cfg["run"]),
+        source=copy.deepcopy(config), v_ensembles=tuple(cfg["v_ensembles"]), qk_ensembles=tuple(cfg["qk_ensembles"]),
+        d=tuple(int(d) for d in cfg["d"]), systems=int(cfg["systems"]), n=int(cfg["n"]), clouds=int(cfg["clouds"]),
+        t1=float(cfg["t1"]), dt=float(cfg["dt"]), num_layers=layers, rel_tol=float(cfg["rel_tol"]),
+        max_clusters=int(cfg["max_clusters"]), dynamics=spec)
 
 
-def dynamics_groups(config: dict) -> list[dict]:
-    """(V ensemble, Q^T K ensemble, d) groups of a dynamics config (checked by :func:`check_dynamics_config`)."""
-    check_dynamics_config(config)
-    return [{"v": v, "qk": q, "d": int(d), "systems": int(config["systems"]), "label": f"V={v}/QK={q}/d={d}"}
-            for v in config["v_ensembles"] for q in config["qk_ensembles"] for d in config["d"]]
-
-
-def check_dynamics_sizes(config: dict, devices: int) -> None:
+def check_dynamics_sizes(config: DynamicsSweepConfig, devices: int) -> None:
     """Refuse a dynamics sweep whose chunk (on each of ``devices``) or final table cannot fit in memory.
 
     One system of the largest d holds its weights and unstable projector (d x d, per head), its clouds'
@@ -107,12 +113,12 @@ def check_dynamics_sizes(config: dict, devices: int) -> None:
     for ``layered``, one weight triple per layer; while it runs, its attention scores (n x n per cloud and
     head; n x a key tile on the tiled path) and its eigenproblems (:data:`EIG_COPIES` complex d x d). A device
     holds ``run.chunk_size / devices`` systems; on CPU their scores are computed in groups
-    (:func:`attnflow.linalg.group_size`) and their eigenproblems one at a time.
+    (:func:`attnflow._batching.group_size`) and their eigenproblems one at a time.
     """
-    spec, default = sweep_dynamics(config), runio.load_config(None, "ginibre-dynamics.toml")
-    n, clouds, d, heads = int(config["n"]), int(config["clouds"]), max(int(x) for x in config["d"]), spec.num_heads
-    layers = int(round(config["t1"] / config["dt"]))
-    item = 8 if config["dtype"] == "float64" else 4
+    spec, default = config.dynamics, runio.load_config(None, "ginibre-dynamics.toml")
+    n, clouds, d, heads = config.n, config.clouds, max(config.d), spec.num_heads
+    layers = config.num_layers
+    item = 8 if config.dtype == "float64" else 4
     dense = select_impl(n, n) == "dense"
     scores = float(heads * clouds) * n * (n if dense else min(n, DEFAULT_CHUNK)) * item
     eig = float(EIG_COPIES) * d * d * 16
@@ -125,14 +131,14 @@ def check_dynamics_sizes(config: dict, devices: int) -> None:
         keys.append(("t1 / dt (layers)", layers, round(default["t1"] / default["dt"]), 1))
     check_fits(f"one system of the dynamics sweep ({clouds} clouds of {n} tokens in d = {d})",
                  kept + scores + eig, keys)
-    chunk = int(config["run"]["chunk_size"])
-    per_device = -(-min(chunk, int(config["systems"])) // devices)
+    chunk = config.run.chunk_size
+    per_device = -(-min(chunk, config.systems) // devices)
     at_once = 1 if jax.default_backend() == "cpu" else per_device
     check_fits(f"a chunk of the dynamics sweep ({per_device} systems per device)",
                  per_device * kept + group_size(per_device, n, item, heads * clouds) * scores + at_once * eig,
                  [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
-    rows = int(config["systems"]) * len(config["v_ensembles"]) * len(config["qk_ensembles"]) * len(config["d"])
-    check_table_memory("the dynamics sweep", "systems", int(config["systems"]), default["systems"], rows,
+    rows = config.systems * len(config.v_ensembles) * len(config.qk_ensembles) * len(config.d)
+    check_table_memory("the dynamics sweep", "systems", config.systems, default["systems"], rows,
                        TABLE_ROW_BYTES)
 
 
@@ -181,8 +187,9 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
         zT = jnp.where(jnp.isfinite(zT), zT, 0.0)
         xT = jnp.where(jnp.isfinite(xT), xT, 0.0)
         scale = jnp.max(jnp.linalg.norm(x0, axis=-1), axis=-1)  # (clouds,)
-        obs = jax.vmap(lambda z, x, s: classify_batch(z, x, s, phi_dual, lam1, para, dim_F, proj, k,
-                                                      rel_tol=rel_tol, max_clusters=max_clusters))(zT, xT, scale)
+        obs = jax.vmap(lambda z, x, s: classify_configuration(z, x, s, phi_dual, lam1, para, dim_F, proj, k,
+                                                              rel_tol=rel_tol, max_clusters=max_clusters))(
+            zT, xT, scale)
         all_crit = jnp.all(obs.criteria, axis=0)
         label = jnp.where(finite, jnp.argmax(all_crit), len(GEOMETRY_LABELS))
         return (label, all_crit, finite, jnp.max(obs.num_clusters), jnp.max(obs.num_levels),
@@ -190,7 +197,7 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
                 jnp.max(obs.max_norm_x))
 
     st = sb.stats
-    # XLA:CPU: cache-sized groups of systems (attnflow._batching.GROUP_BYTES); vmap elsewhere
+    # XLA:CPU: cache-sized groups of systems (attnflow._cache.GROUP_BYTES); vmap elsewhere
     heads = Q.shape[1] if Q.ndim == 4 else 1
     label, crit, finite, nc, nl, ns, fc, mz, mx = vmap_systems(
         one, tokens=n, itemsize=jnp.dtype(dtype).itemsize, matrices=heads * clouds)(
@@ -207,20 +214,19 @@ def _dynamics_stage(seeds, Q, K, V, sb, proj, k, *, spec: SweepDynamics, n, clou
             "f_clusters": fc, "finite": finite, "max_norm_z": mz, "max_norm_x": mx}
 
 
-def make_chunk_fn(group: dict, config: dict, route: str, mesh):
+def make_chunk_fn(group: dict, config: DynamicsSweepConfig | dict, route: str, mesh):
     """The function computing one chunk of ``group`` (seeds -> columns), sharded over ``mesh``."""
-    layers = int(round(config["t1"] / config["dt"]))
-    kw = dict(n=int(config["n"]), clouds=int(config["clouds"]), dt=float(config["dt"]), layers=layers,
-              dtype=jnp.float64 if config["dtype"] == "float64" else jnp.float32, rel_tol=float(config["rel_tol"]),
-              max_clusters=int(config["max_clusters"]) or None, spec=sweep_dynamics(config))
-    v, qk, d, density = group["v"], group["qk"], group["d"], float(config["density"])
+    config = check_dynamics_config(config)
+    kw = dict(n=config.n, clouds=config.clouds, dt=config.dt, layers=config.num_layers, dtype=config.jax_dtype,
+              rel_tol=config.rel_tol, max_clusters=config.max_clusters or None, spec=config.dynamics)
+    v, qk, d, density = group["v"], group["qk"], group["d"], config.density
     on_cpu = all(dev.platform == "cpu" for dev in mesh.devices.ravel())
 
     def spectral(seeds, w=None, proj=None, k=None, *, route=route):
         stage = lambda *a: _spectral_stage(a[0], v, qk, d, density, route, *a[1:])
         args = (seeds,) if w is None else (seeds, w, proj, k)
         # XLA:CPU: independent batched LAPACK calls (eig, eigvalsh) can deadlock its pool;
-        # one system at a time cannot (linalg.loop_over_systems), and looping the whole stage
+        # one system at a time cannot (_batching.loop_over_systems), and looping the whole stage
         # keeps its bits independent of the device count. GPUs keep the batch.
         return (loop_over_systems(stage) if on_cpu else stage)(*args)
 
@@ -255,9 +261,10 @@ def make_chunk_fn(group: dict, config: dict, route: str, mesh):
 
 @in_float64
 @runio.releases_output_dirs
-def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
+def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
-    """Run (or resume) the dynamics sweep of ``config`` into ``out``; returns the summary.
+    """Run (or resume) the dynamics sweep of ``config`` (a table, parsed here, or parsed) into ``out``;
+    returns the summary.
 
     Example:
         >>> import tempfile, pathlib
@@ -270,11 +277,11 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         >>> s["systems"]
         4
     """
-    groups = dynamics_groups(config)
-    spec = sweep_dynamics(config)
+    config = check_dynamics_config(config)
+    groups, spec = config.groups, config.dynamics
     sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
                      processes=processes, check_sizes=lambda devices: check_dynamics_sizes(config, devices))
-    chunks = plan_chunks([g["systems"] for g in groups], int(config["run"]["chunk_size"]))
+    chunks = plan_chunks([g["systems"] for g in groups], config.run.chunk_size)
     fns: dict[int, object] = {}
 
     def compute(c):
@@ -288,8 +295,8 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         cols["predicted"] = np.array([GEOMETRIES[i] for i in cols.pop("predicted_code")])
         cols["observed"] = np.array([OBSERVED[i] for i in cols.pop("observed_code")])
         cols.update(system=np.arange(c.start, c.stop), seed=seeds, v_ensemble=np.full(m, g["v"]),
-                    qk_ensemble=np.full(m, g["qk"]), d=np.full(m, g["d"]), n=np.full(m, int(config["n"])),
-                    clouds=np.full(m, int(config["clouds"])), dynamics=np.full(m, spec.name))
+                    qk_ensemble=np.full(m, g["qk"]), d=np.full(m, g["d"]), n=np.full(m, config.n),
+                    clouds=np.full(m, config.clouds), dynamics=np.full(m, spec.name))
         return cols
 
     parts, processes = sw.run_chunks(chunks, compute, "dynamics sweep")
@@ -297,8 +304,8 @@ def run_dynamics_sweep(config: dict, out: str | Path, *, num_devices: int | None
         return processes
     write_tables(sw.out, parts, COLUMNS, sw.formats)
     summary = summarize(concat(parts), groups)
-    summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config["t1"], dt=config["dt"],
-                   dynamics=spec.record())
+    summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config.source["t1"],
+                   dt=config.source["dt"], dynamics=spec.record())
     runio.atomic_write_json(sw.out / "summary.json", summary)
     plot(summary, sw.out)
     return dict(summary, **processes)

@@ -1,8 +1,10 @@
 r"""What the dynamics sweep steps: its ``dynamics`` config key, mapped onto the attnflow fields.
 
-One field, many dynamics: every option below is a module of :mod:`attnflow.dynamics`, built
-per system from the drawn (and spectrally normalised) weights; nothing here re-implements a
-field. The sweep then classifies the last layer exactly as for the plain flow.
+One field, many dynamics: every option below is an entry of the field registry
+(:func:`attnflow.fields.build_field`), built per system from the drawn (and spectrally
+normalised) weights; this module keeps only what is the sweep's own (its options, the per-system
+keys and draws, the initial clouds) and builds no field. The sweep then classifies the last
+layer exactly as for the plain flow.
 
 * ``attention``: ``DiscreteRescaledFlow(Q, K, V)`` (Remark 3.4, exact); state z; predicted: the
   theorems' geometry.
@@ -38,7 +40,7 @@ field. The sweep then classifies the last layer exactly as for the plain flow.
 
 Here :math:`R = I + \Delta t V` (:math:`R_S = I + \Delta t S`, :math:`S = \sum_h V_h`) and L is
 the number of layers: a raw-picture run is rescaled at its last layer by L solves with one LU
-factorisation of R. Independent heads have no rescaled form (their V_h do not commute with S;
+factorisation of R (:func:`attnflow.fields.rescaled_from_raw`). Independent heads have no rescaled form (their V_h do not commute with S;
 :mod:`attnflow.dynamics.multihead`), so the heads' geometry is read in the S-rescaled picture
 and nothing is predicted; the spectral columns of such a system are those of
 :math:`(Q_1, K_1, S)`. Where a prediction is inherited (causal, feedforward, layered), the
@@ -60,28 +62,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dynamics import (ACTIVATIONS, AttentionFlow, DiscreteRescaledFlow, FoldedBatch, LayeredFlow, Wrapped,
-                        normalise, perturbed_layers, section12_2_flow, sphere_flow)
-from ..dynamics.feedforward import FeedForward, TransformerBlock
-from ..dynamics.normalised import PreNorm
+from ..dynamics import ACTIVATIONS, FoldedBatch, normalise
 from ..ensembles import system_seeds, token_key
 from ..errors import InputError
-from ..integrate import EulerStepper, plain_shift, sphere_shift
-from ..weights import AttentionWeights
+from ..fields import build_field, field_entry, layer_matrix, rescaled_from_raw
+from ..integrate import EulerStepper
 
 __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
-           "ff_key", "block_mlp", "initial_clouds", "run_final_layer", "rescaled_from_raw"]
+           "ff_key", "ff_matrix", "block_mlp", "initial_clouds", "run_final_layer"]
 
 #: values of the sweep's ``dynamics`` key
 SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "mean", "block")
-#: the dynamics that step raw tokens whatever their options (read in z = R^{-L} x at the end)
-_RAW = ("layered", "prenorm", "mean", "block")
 #: the dynamics with no theorem (predicted "none")
 _NO_THEOREM = ("sphere", "prenorm", "mean", "block")
 #: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
 FF_WEIGHTS = ("identity", "random")
 #: the two readings of Section 12.2: sigma inside the rescaled drift (SPEC 3), or on the raw attention output
 FF_READINGS = ("z", "x")
+#: the registry's picture of each reading
+_FF_PICTURES = {"z": "rescaled", "x": "raw"}
 #: fold_in tags of a system's key for its per-layer perturbations and its feed-forward W
 #: (:mod:`attnflow.ensembles` uses 1, 2, 3 for V, Q^T K and the tokens)
 _LAYERS_TAG, _FF_TAG = 4, 5
@@ -105,9 +104,34 @@ class SweepDynamics:
         return self.heads if self.name == "multihead" else 1
 
     @property
+    def field(self) -> str:
+        """The registry name of the field (:data:`attnflow.fields.FIELDS`; one head is ``attention``)."""
+        return "attention" if self.name == "multihead" and self.num_heads == 1 else self.name
+
+    @property
+    def picture(self) -> str:
+        """The picture the field runs in: the exact discrete rescaling where the field has one, else raw
+        (feed-forward: its reading)."""
+        if self.name == "feedforward":
+            return _FF_PICTURES[self.ff_reading]
+        return "rescaled" if "rescaled" in field_entry(self.field).pictures else "raw"
+
+    @property
     def raw_picture(self) -> bool:
         """Whether the run steps raw tokens and is rescaled at the end (needs float64)."""
-        return self.name in _RAW or self.num_heads > 1 or (self.name == "feedforward" and self.ff_reading == "x")
+        return field_entry(self.field).steps_raw(self.picture)
+
+    def field_options(self, seed, d: int, num_layers: int, dtype) -> dict:
+        """The registry options of one system's field: its per-system draws (keys of ``seed``) included."""
+        if self.name == "feedforward":
+            return {"W": ff_matrix(seed, d, dtype) if self.ff_weight == "random" else None,
+                    "activation": self.activation}
+        if self.name == "layered":
+            return {"num_layers": num_layers, "epsilon": self.epsilon, "key": layer_key(seed)}
+        if self.name == "block":
+            W1, W2 = block_mlp(seed, d, self.hidden_width(d), dtype)
+            return {"W1": W1, "W2": W2, "activation": self.activation}
+        return {}
 
     @property
     def predicts(self) -> bool:
@@ -207,34 +231,24 @@ def ff_key(seed) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), _FF_TAG)
 
 
-def block_mlp(seed, d: int, hidden: int, activation: str, dtype) -> FeedForward:
-    """The block's MLP of one system: W1 (h, d) with N(0, 1/d) entries, W2 (d, h) with N(0, 1/h).
+def ff_matrix(seed, d: int, dtype) -> jax.Array:
+    """A system's random feed-forward W (``ff_weight = "random"``): (d, d) with N(0, 1/d) entries."""
+    return jax.random.normal(ff_key(seed), (d, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+
+
+def block_mlp(seed, d: int, hidden: int, dtype) -> tuple[jax.Array, jax.Array]:
+    """The block's MLP weights of one system: W1 (h, d) with N(0, 1/d) entries, W2 (d, h) with N(0, 1/h).
 
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.sweep.fields import block_mlp
-        >>> block_mlp(0, 3, 12, "gelu", jnp.float32).hidden_width
-        12
+        >>> [w.shape for w in block_mlp(0, 3, 12, jnp.float32)]
+        [(12, 3), (3, 12)]
     """
     k1, k2 = jax.random.split(ff_key(seed))
     W1 = jax.random.normal(k1, (hidden, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
     W2 = jax.random.normal(k2, (d, hidden), dtype) / jnp.sqrt(jnp.asarray(hidden, dtype))
-    return FeedForward(W1, W2, activation=activation)
-
-
-def rescaled_from_raw(R, num_layers: int, x):
-    r""":math:`z = R^{-L} x` for tokens x (..., n, d): L solves with one LU factorisation of R.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.sweep.fields import rescaled_from_raw
-        >>> rescaled_from_raw(2.0 * jnp.eye(2), 3, jnp.ones((1, 2))).tolist()
-        [[0.125, 0.125]]
-    """
-    lu = jax.scipy.linalg.lu_factor(R)
-    flat = x.reshape(-1, x.shape[-1]).T
-    z = jax.lax.fori_loop(0, num_layers, lambda _, y: jax.scipy.linalg.lu_solve(lu, y), flat)
-    return z.T.reshape(x.shape)
+    return W1, W2
 
 
 def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers: int, dtype):
@@ -256,37 +270,13 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
         True
     """
     d = x0.shape[-1]
-    shift = plain_shift
-    if spec.name in ("attention", "causal") or (spec.name == "multihead" and spec.num_heads == 1):
-        field = DiscreteRescaledFlow(Q, K, V, 1.0, mask="causal" if spec.name == "causal" else None)
-    elif spec.name == "multihead":
-        field = AttentionFlow(AttentionWeights(Q, K, V, axes=("head",)))
-    elif spec.name == "feedforward":
-        W = None
-        if spec.ff_weight == "random":
-            W = jax.random.normal(ff_key(seed), (d, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-        if spec.ff_reading == "z":
-            field = section12_2_flow(Q, K, V, W=W, activation=spec.activation)
-        else:
-            field = Wrapped(AttentionFlow(Q, K, V), W, spec.activation)
-    elif spec.name == "layered":
-        field = LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), layers, spec.epsilon, layer_key(seed)))
-    elif spec.name == "prenorm":
-        field = PreNorm(AttentionFlow(Q, K, V))
-    elif spec.name == "mean":
-        field = AttentionFlow(Q, K, V, normalisation="mean")
-    elif spec.name == "block":
-        field = TransformerBlock(AttentionFlow(Q, K, V), block_mlp(seed, d, spec.hidden_width(d), spec.activation, dtype))
-    else:  # sphere
-        field, shift = sphere_flow(Q, K, V, 1.0), sphere_shift
-    stepper = EulerStepper(dt, layers, save_every=layers, shift=shift)
+    field = build_field(spec.field, Q, K, V, picture=spec.picture, **spec.field_options(seed, d, layers, dtype))
+    stepper = EulerStepper(dt, layers, save_every=layers, shift=field_entry(spec.field).shift)
     dyn = stepper.bind(FoldedBatch(field))
     traj = stepper.solve(dyn, x0)
     last = traj.ys[-1]
     if spec.raw_picture:
-        S = V.sum(axis=0) if V.ndim == 3 else V
-        R = jnp.eye(d, dtype=dtype) + jnp.asarray(dt, dtype) * S
-        return rescaled_from_raw(R, layers, last), last
+        return rescaled_from_raw(layer_matrix(V, dt), layers, last), last
     return last, dyn.tokens(traj.ts[-1], last)
 
 

@@ -108,22 +108,21 @@ class SweepRun:
                        "chunks_computed_here": computed, "chunks": len(chunks)}
 
 
-def start_sweep(config: dict, out: str | Path, kind: str, *, num_devices: int | None = None,
+def start_sweep(config, out: str | Path, kind: str, *, num_devices: int | None = None,
                 progress: bool | None = None, processes: dict | None = None,
                 check_sizes: Callable[[int], None] | None = None) -> SweepRun:
     """Check the execution settings (table formats, eig route on this mesh), join the processes
     (:func:`init_distributed`), refuse sizes that cannot fit (``check_sizes(devices)``, called with the
-    number of devices of the mesh), then claim ``out`` (:func:`open_run`): every refusal comes
-    before the folder is touched."""
-    run = config["run"]
-    formats = check_table_formats(run["table_formats"])
-    pidx, pcount = init_distributed(bool(run["distributed"]), **(processes or {}))
-    route = eig_route(run["eig_route"])
-    mesh = make_mesh(int(run["devices"] if num_devices is None else num_devices))
+    number of devices of the mesh), then claim ``out`` (:func:`open_run`, fingerprinted by the table the
+    parsed ``config`` came from): every refusal comes before the folder is touched."""
+    run = config.run
+    formats = check_table_formats(list(run.table_formats))
+    pidx, pcount = init_distributed(run.distributed, **(processes or {}))
+    route = eig_route(run.eig_route)
+    mesh = make_mesh(run.devices if num_devices is None else int(num_devices))
     check_eig_route(route, mesh)
     if check_sizes is not None:
         check_sizes(int(mesh.shape["batch"]))
-    seed = int(config["seed"])
-    out, _ = open_run(out, kind, config, seed, pidx)
-    return SweepRun(out=out, seed=seed, route=route, mesh=mesh, formats=formats, process_index=pidx,
-                    process_count=pcount, progress=bool(run["progress"] if progress is None else progress))
+    out, _ = open_run(out, kind, config.source, config.seed, pidx)
+    return SweepRun(out=out, seed=config.seed, route=route, mesh=mesh, formats=formats, process_index=pidx,
+                    process_count=pcount, progress=run.progress if progress is None else bool(progress))

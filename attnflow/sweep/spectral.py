@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .._x64 import in_float64
 
+import copy
 import math
 from pathlib import Path
 
@@ -24,10 +25,10 @@ from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
 from ..spectral.batched import eigen_stats, eigvals_sorted, _stats_from_eigvals
+from .config import SpectralSweepConfig, run_settings
 from .runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
-__all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "spectral_groups", "check_spectral_config",
-           "check_spectral_sizes"]
+__all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "check_spectral_config", "check_spectral_sizes"]
 
 COLUMNS = ["system", "seed", "ensemble", "d", "lambda1_re", "lambda1_im", "abs_lambda2", "gap",
            "cond1", "cond1_real_part", "num_real"]
@@ -61,16 +62,18 @@ TABLE_ROW_BYTES = 1024
 EIG_COPIES = 6
 
 
-def check_spectral_config(config: dict) -> dict:
+def check_spectral_config(config: dict) -> SpectralSweepConfig:
     """Every key of a spectral sweep config checked before any work (one :class:`InputError` sentence
-    naming the key, its value and what is expected); returns the config with the schema's types.
+    naming the key, its value and what is expected); returns the parsed config (the schema's types).
 
     Example:
         >>> from attnflow.runio import load_config
         >>> from attnflow.sweep.spectral import check_spectral_config
-        >>> check_spectral_config(load_config(None, "ginibre-spectral.toml"))["confidence"]
+        >>> check_spectral_config(load_config(None, "ginibre-spectral.toml")).confidence
         0.95
     """
+    if isinstance(config, SpectralSweepConfig):
+        return config
     cfg = check_sweep_config(config, "spectral", "ginibre-spectral.toml")
     v.check_names("ensembles", cfg["ensembles"], V_ENSEMBLES, "the ensembles of V")
     ds = v.check_list("d", cfg["d"], "the dimensions", item=lambda name, d: v.check_int(name, d, 1, "a dimension"))
@@ -79,10 +82,13 @@ def check_spectral_config(config: dict) -> dict:
     if len(samples) not in (1, len(ds)):
         raise InputError(f"samples must have one entry or one per d ({len(ds)}), got {len(samples)}: {samples}.")
     v.check_number("confidence", cfg["confidence"], "the level of the Wilson intervals", low=0, high=1)
-    return cfg
+    return SpectralSweepConfig(seed=int(cfg["seed"]), dtype=cfg["dtype"], density=float(cfg["density"]),
+                               run=run_settings(cfg["run"]), source=copy.deepcopy(config),
+                               ensembles=tuple(cfg["ensembles"]), d=tuple(int(d) for d in ds),
+                               samples=tuple(int(k) for k in samples), confidence=float(cfg["confidence"]))
 
 
-def check_spectral_sizes(config: dict, devices: int) -> None:
+def check_spectral_sizes(config: SpectralSweepConfig, devices: int) -> None:
     """Refuse a spectral sweep whose chunk or final table cannot fit in memory.
 
     Each of ``devices`` holds ``run.chunk_size / devices`` matrices of the largest d (drawn, and the copy
@@ -90,31 +96,19 @@ def check_spectral_sizes(config: dict, devices: int) -> None:
     once: one on CPU (LAPACK solves a batch one matrix at a time), the device's whole share elsewhere.
     """
     default = runio.load_config(None, "ginibre-spectral.toml")
-    d = max(int(x) for x in config["d"])
-    item = 8 if config["dtype"] == "float64" else 4
+    d = max(config.d)
+    item = 8 if config.dtype == "float64" else 4
     matrix, workspace = 2.0 * d * d * item, float(EIG_COPIES) * d * d * 2 * item
     check_fits(f"one eigenvalue problem of the spectral sweep (d = {d})", matrix + workspace,
                  [("d", d, max(default["d"]), 2)])
-    chunk = int(config["run"]["chunk_size"])
-    per_device = -(-min(chunk, max(int(k) for k in config["samples"])) // devices)
+    chunk = config.run.chunk_size
+    per_device = -(-min(chunk, max(config.samples)) // devices)
     at_once = 1 if jax.default_backend() == "cpu" else per_device
     check_fits(f"a chunk of the spectral sweep ({per_device} matrices of d = {d} per device)",
                  per_device * matrix + at_once * workspace, [("run.chunk_size", chunk, default["run"]["chunk_size"], 1)])
-    per_d = [int(k) for k in config["samples"]] * (len(config["d"]) if len(config["samples"]) == 1 else 1)
+    per_d = list(config.samples) * (len(config.d) if len(config.samples) == 1 else 1)
     check_table_memory("the spectral sweep", "samples", max(per_d), max(default["samples"]),
-                       sum(per_d) * len(config["ensembles"]), TABLE_ROW_BYTES)
-
-
-def spectral_groups(config: dict) -> list[dict]:
-    """The (ensemble, d, samples) groups of a spectral config (checked by :func:`check_spectral_config`)."""
-    check_spectral_config(config)
-    ds, samples = config["d"], config["samples"]
-    out = []
-    for e in config["ensembles"]:
-        for i, d in enumerate(ds):
-            n = samples[i] if len(samples) > 1 else samples[0]
-            out.append({"ensemble": e, "d": int(d), "samples": int(n), "label": f"V={e}/d={d}"})
-    return out
+                       sum(per_d) * len(config.ensembles), TABLE_ROW_BYTES)
 
 
 def _compute_fn(ensemble: str, d: int, dtype, density: float, route: str):
@@ -146,9 +140,10 @@ def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
 
 @in_float64
 @runio.releases_output_dirs
-def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None = None,
+def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
-    """Run (or resume) the spectral sweep of ``config`` into ``out``; returns the summary.
+    """Run (or resume) the spectral sweep of ``config`` (a table, parsed here, or parsed) into ``out``;
+    returns the summary.
 
     Example:
         >>> import tempfile, pathlib
@@ -160,20 +155,20 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
         >>> s["groups"][0]["n"]
         50
     """
-    groups = spectral_groups(config)
-    dtype = jnp.float64 if config["dtype"] == "float64" else jnp.float32
+    config = check_spectral_config(config)
+    groups, dtype = config.groups, config.jax_dtype
     sw = start_sweep(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
                      processes=processes, check_sizes=lambda devices: check_spectral_sizes(config, devices))
-    chunks = plan_chunks([g["samples"] for g in groups], int(config["run"]["chunk_size"]))
+    chunks = plan_chunks([g["samples"] for g in groups], config.run.chunk_size)
     fns: dict[int, object] = {}
 
     def compute(c):
         g = groups[c.group]
         if c.group not in fns:
             if sw.route == "cpu":
-                fns[c.group] = _cpu_route_fn(g["ensemble"], g["d"], dtype, config["density"])
+                fns[c.group] = _cpu_route_fn(g["ensemble"], g["d"], dtype, config.density)
             else:
-                fns[c.group] = sharded(_compute_fn(g["ensemble"], g["d"], dtype, config["density"], sw.route),
+                fns[c.group] = sharded(_compute_fn(g["ensemble"], g["d"], dtype, config.density, sw.route),
                                        sw.mesh)
         seeds = system_seeds(sw.seed, g["label"], c.start, c.stop)
         cols = fns[c.group](seeds)
@@ -187,7 +182,7 @@ def run_spectral_sweep(config: dict, out: str | Path, *, num_devices: int | None
     if sw.process_index != 0:
         return processes
     write_tables(sw.out, parts, COLUMNS, sw.formats)
-    summary = summarize(concat(parts), groups, float(config["confidence"]))
+    summary = summarize(concat(parts), groups, config.confidence)
     summary["eig_route"] = sw.route
     summary["devices"] = int(sw.mesh.shape["batch"])
     runio.atomic_write_json(sw.out / "summary.json", summary)

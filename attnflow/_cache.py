@@ -1,0 +1,16 @@
+"""The CPU cache budget shared by the batching of systems and the tiled attention kernel.
+
+A leaf: it imports nothing from attnflow, so both :mod:`attnflow._batching` and
+:mod:`attnflow._chunked` read it without importing each other. Read it at call time
+(``_cache.GROUP_BYTES``), so that a changed value reaches every user.
+"""
+
+__all__ = ["GROUP_BYTES"]
+
+#: on XLA:CPU a batch of systems runs as a ``lax.map`` over groups whose attention scores take
+#: about this many bytes together (a vmap over the whole batch streams B score matrices through
+#: memory between fusions), and the tiled kernel processes as many tiles at once as fit in it.
+#: Measured on a 2-core EPYC, float32 Euler, group vs whole-batch vmap:
+#: (64, 256, 128) 190 vs 121 GF/s, (32, 512, 64) 119 vs 53, (16, 1024, 64) 140 vs 112,
+#: (256, 64, 32) equal (the whole batch is one group); benchmarks/NOTES.md section 9.
+GROUP_BYTES = 4 * 2**20

@@ -1,0 +1,141 @@
+"""The field registry (attnflow.fields): every name builds the field written out by hand, bit for bit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow import AttentionWeights, InputError
+from attnflow.dynamics import (AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
+                               TransformerBlock, Wrapped, perturbed_layers, section12_2_flow, sphere_flow)
+from attnflow.dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from attnflow.fields import FIELDS, build_field, field_entry, layer_matrix, make_dynamics, rescaled_from_raw
+from attnflow.integrate import EulerStepper, plain_shift, sphere_shift
+
+D, N, L, DT = 3, 6, 4, 0.1
+
+
+def _mats(seed=0, heads=None):
+    ks = jax.random.split(jax.random.key(seed), 3)
+    shape = (D, D) if heads is None else (heads, D, D)
+    return tuple(jax.random.normal(k, shape) / np.sqrt(D) for k in ks)
+
+
+def _x(seed=1):
+    return jax.random.normal(jax.random.key(seed), (N, D))
+
+
+def _same(a, b, *, grid=False):
+    """Equal vector fields (and, on the layer grid, equal Euler runs) on one random input."""
+    x = _x()
+    if grid:
+        stepper = EulerStepper(DT, L)
+        a, b = stepper.bind(a), stepper.bind(b)
+    assert type(a) is type(b)
+    assert np.array_equal(a.vector_field(jnp.asarray(0.2), x, None), b.vector_field(jnp.asarray(0.2), x, None))
+
+
+Q, K, V = _mats()
+W = jax.random.normal(jax.random.key(5), (D, D))
+W1, W2 = jax.random.normal(jax.random.key(6), (12, D)), jax.random.normal(jax.random.key(7), (D, 12))
+KEY = jax.random.key(9)
+
+# name -> (build_field keyword arguments, the field written out by hand, needs the layer grid)
+CASES = {
+    "attention-raw": ("attention", {}, AttentionFlow(Q, K, V), False),
+    "attention-rescaled-euler": ("attention", dict(picture="rescaled"), DiscreteRescaledFlow(Q, K, V, 1.0), True),
+    "attention-rescaled-ode": ("attention", dict(picture="rescaled", stepper="ode", t0=0.5),
+                               RescaledFlow(Q, K, V, t0=0.5), False),
+    "causal": ("causal", dict(picture="rescaled"), DiscreteRescaledFlow(Q, K, V, 1.0, mask="causal"), True),
+    "causal-raw": ("causal", {}, AttentionFlow(Q, K, V, mask="causal"), False),
+    "feedforward-z": ("feedforward", dict(W=W, activation="tanh"), section12_2_flow(Q, K, V, W=W, activation="tanh"),
+                      False),
+    "feedforward-x": ("feedforward", dict(picture="raw", W=W, activation="gelu"),
+                      Wrapped(AttentionFlow(Q, K, V), W, "gelu"), False),
+    "layered": ("layered", dict(num_layers=L, epsilon=0.1, key=KEY),
+                LayeredFlow(perturbed_layers(AttentionWeights(Q, K, V), L, 0.1, KEY)), True),
+    "layered-ode": ("layered", dict(num_layers=L, epsilon=0.1, key=KEY, stepper="ode", layer_dt=DT),
+                    TimeVaryingFlow(LayerInterpolation(perturbed_layers(AttentionWeights(Q, K, V), L, 0.1, KEY), DT,
+                                                       0.0)), False),
+    "sphere": ("sphere", {}, sphere_flow(Q, K, V, 1.0), False),
+    "prenorm": ("prenorm", {}, PreNorm(AttentionFlow(Q, K, V)), False),
+    "mean": ("mean", {}, AttentionFlow(Q, K, V, normalisation="mean"), False),
+    "block": ("block", dict(W1=W1, W2=W2, activation="relu"),
+              TransformerBlock(AttentionFlow(Q, K, V), FeedForward(W1, W2, activation="relu")), True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_registry_matches_hand_built(case):
+    name, kw, hand, grid = CASES[case]
+    _same(build_field(name, Q, K, V, **kw), hand, grid=grid)
+
+
+def test_multihead_matches_hand_built():
+    Qh, Kh, Vh = _mats(3, heads=2)
+    hand = AttentionFlow(AttentionWeights(Qh, Kh, Vh, axes=("head",)))
+    _same(build_field("multihead", Qh, Kh, Vh), hand)
+    _same(build_field("multihead", AttentionWeights(Qh, Kh, Vh, axes=("head",))), hand)
+
+
+def test_every_name_is_tested():
+    assert {CASES[c][0] for c in CASES} | {"multihead"} == set(FIELDS)
+
+
+def test_entries_say_shift_and_reading():
+    assert field_entry("sphere").shift is sphere_shift and not field_entry("sphere").steps_raw()
+    assert all(FIELDS[n].shift is plain_shift for n in FIELDS if n != "sphere")
+    assert not field_entry("attention").steps_raw("rescaled") and field_entry("attention").steps_raw("raw")
+    assert not field_entry("feedforward").steps_raw() and field_entry("feedforward").steps_raw("raw")
+    assert all(FIELDS[n].steps_raw() for n in ("multihead", "layered", "prenorm", "mean", "block"))
+
+
+def test_make_dynamics_is_the_attention_entry():
+    w = perturbed_layers(AttentionWeights(Q, K, V), L, 0.1, KEY)
+    assert type(make_dynamics(w, method="euler")) is LayeredFlow
+    _same(make_dynamics(w, method="tsit5", layer_dt=DT), TimeVaryingFlow(LayerInterpolation(w, DT, 0.0)))
+    _same(make_dynamics(Q, K, V, beta=2.0, picture="rescaled", method="euler"),
+          DiscreteRescaledFlow(Q, K, V, 2.0), grid=True)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: build_field("nope", Q, K, V), "field must be one of"),
+    (lambda: build_field("attention", Q, K, V, epsilon=0.1), "field 'attention' takes no option 'epsilon'"),
+    (lambda: build_field("layered", Q, K, V, epsilon=0.1, key=KEY), "field 'layered' needs the option 'num_layers'"),
+    (lambda: build_field("sphere", Q, K, V, picture="rescaled"), "field 'sphere' runs in the picture(s)"),
+    (lambda: build_field("attention", Q, K, V, stepper="rk4"), "stepper must be one of"),
+    (lambda: build_field("causal", Q, K, V, mask="causal"), "field 'causal' sets its own mask"),
+    (lambda: make_dynamics(Q, K, V, picture="z"), "picture must be one of"),
+])
+def test_refusals_are_one_sentence(call, message):
+    with pytest.raises(InputError) as e:
+        call()
+    text = str(e.value)
+    assert message in text and text.endswith(".") and text.count(". ") == 0
+
+
+def test_builds_under_vmap():
+    Qs, Ks, Vs = (jnp.stack([a, a * 0.5]) for a in (Q, K, V))
+    x = jnp.stack([_x(), _x(2)])
+    stepper = EulerStepper(DT, L)
+
+    def one(q, k, v, key, y):
+        fields = [build_field("attention", q, k, v, picture="rescaled"),
+                  build_field("layered", q, k, v, num_layers=L, epsilon=0.1, key=key)]
+        return [stepper.bind(f).vector_field(jnp.asarray(0.0), y, None) for f in fields]
+
+    keys = jax.random.split(KEY, 2)
+    got = jax.vmap(one)(Qs, Ks, Vs, keys, x)
+    for i in range(2):
+        want = one(Qs[i], Ks[i], Vs[i], keys[i], x[i])
+        for g, w_ in zip(got, want):
+            np.testing.assert_allclose(g[i], w_, rtol=1e-5, atol=1e-6)
+
+
+def test_rescaled_from_raw_is_the_inverse_power():
+    R = layer_matrix(V, DT)
+    x = _x()
+    z = rescaled_from_raw(R, L, x)
+    np.testing.assert_allclose(z, x @ np.linalg.inv(np.linalg.matrix_power(np.asarray(R), L)).T, rtol=1e-4,
+                               atol=1e-5)
+    assert np.array_equal(layer_matrix(jnp.stack([V, V]), DT), jnp.eye(D) + DT * (V + V))
