@@ -6,7 +6,7 @@ Tokens are particles, layers are time, attention is the interaction:
 
 Public pieces, along the data's path:
 
-* weights & tokens -> :class:`AttentionWeights`, :mod:`attnflow.linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
+* weights & tokens -> :class:`AttentionWeights`, :mod:`attnflow._linalg` (e^{tV}, I + dt V), :mod:`attnflow.spectral`
 * vector fields    -> :mod:`attnflow.dynamics` (AttentionFlow, RescaledFlow, DiscreteRescaledFlow)
 * integrators      -> :mod:`attnflow.integrate` (``ODESolver`` / ``solve_ode``, ``EulerStepper`` / ``solve_euler``)
 * one call         -> :func:`attnflow.simulate`
@@ -16,7 +16,7 @@ report/sweep jobs run in a scoped float64 mode (``jax.enable_x64(True)``); elsew
 function keeps the dtype it is given.
 """
 
-from .attention import attend, attention_matrix, scores, softmax  # noqa: E402
+from ._attention import attend, attention_matrix, scores, softmax  # noqa: E402
 from .dynamics import (  # noqa: E402
     AbstractAttentionDynamics,
     AbstractDynamics,
@@ -29,10 +29,10 @@ from .dynamics import (  # noqa: E402
 from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
 from .integrate import AbstractIntegrator, EulerStepper, ODESolver, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
 from ._batching import vmap_systems  # noqa: E402
-from .linalg import expm_tV  # noqa: E402
+from ._linalg import expm_tV  # noqa: E402
 from .fields import make_dynamics  # noqa: E402
-from .simulation import Simulation, simulate  # noqa: E402
-from .weights import AttentionWeights  # noqa: E402
+from ._simulation import Simulation, simulate  # noqa: E402
+from ._weights import AttentionWeights  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _cache
-from .attention import held_scores
+from ._attention import held_scores
 from .errors import InputError
 
 __all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size", "vmap_build"]
@@ -74,7 +74,7 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, 
     keep their attention scores within :data:`attnflow._cache.GROUP_BYTES` (at least 1, at most ``batch``).
 
     One system's scores: ``matrices`` (heads, clouds, ...) x the block of an n x n score matrix that
-    :func:`attnflow.attention.held_scores` says ``attend`` holds at once for ``impl``.
+    :func:`attnflow._attention.held_scores` says ``attend`` holds at once for ``impl``.
 
     Example:
         >>> import jax

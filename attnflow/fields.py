@@ -54,10 +54,10 @@ from jaxtyping import Array, Float
 
 from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
                        TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow, sphere_flow)
-from .dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from .dynamics._layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
 from .integrate import plain_shift, sphere_shift
-from .weights import AttentionWeights
+from ._weights import AttentionWeights
 
 __all__ = ["FIELDS", "PICTURES", "STEPPERS", "FieldEntry", "FieldContext", "register_field", "field_entry",
            "build_field", "make_dynamics", "layer_matrix", "rescaled_from_raw"]

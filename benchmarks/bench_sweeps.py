@@ -70,10 +70,10 @@ def main() -> int:
     jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.ensembles import system_seeds
     from attnflow.runio import atomic_write_json, load_config, provenance
-    from attnflow.spectral.batched import eig_route
-    from attnflow.sweep.dynamics import make_chunk_fn
-    from attnflow.sweep.runner import check_eig_route, make_mesh, sharded
-    from attnflow.sweep.spectral import _compute_fn, _cpu_route_fn
+    from attnflow.spectral import eig_route
+    from attnflow.sweep._dynamics import make_chunk_fn
+    from attnflow.sweep._runner import check_eig_route, make_mesh, sharded
+    from attnflow.sweep._spectral import _compute_fn, _cpu_route_fn
 
     route = eig_route(args.eig_route)
     counts = [int(c) for c in args.devices.split(",")]

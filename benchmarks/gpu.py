@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import attnflow  # noqa: F401
 
     jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
-    from attnflow.attention import select_impl
+    from attnflow._attention import select_impl
     from benchmarks.common import (
         atomic_write_json,
         atomic_write_text,
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
                   f"(tol {tol:.0e}) {'ok' if ok else 'FAIL'}")
 
     # the chunked kernel with many tiles (and its custom VJP) against dense float64 on CPU
-    from attnflow.attention import attend
+    from attnflow import attend
 
     kq, kk, kv = jax.random.split(jax.random.key(args.seed), 3)
     n_att = 3000
@@ -291,9 +291,9 @@ def _sweep_only(args) -> int:
 def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
     """Systems/s of the dynamics sweep's chunk function (spectral stage, Euler layers, classifier)."""
     from attnflow.ensembles import system_seeds
-    from attnflow.spectral.batched import eig_route
-    from attnflow.sweep.dynamics import make_chunk_fn
-    from attnflow.sweep.runner import make_mesh
+    from attnflow.spectral import eig_route
+    from attnflow.sweep._dynamics import make_chunk_fn
+    from attnflow.sweep import make_mesh
 
     from attnflow.runio import load_config
 
@@ -331,8 +331,8 @@ def _gradient_row(args, device, mm) -> dict:
     t_fwd, _ = _best(lambda: fwd(V), args.repeats)
     t_grad, _ = _best(lambda: grad(V), args.repeats)
     # the stepper unrolls checkpointed segments on the backends it was measured on
-    # (attnflow.integrate.euler.UNROLL_BACKENDS, CPU); time the other choice here, so a GPU run decides
-    from attnflow.integrate import euler
+    # (attnflow.integrate._euler.UNROLL_BACKENDS, CPU); time the other choice here, so a GPU run decides
+    from attnflow.integrate import _euler as euler
 
     default_backends = euler.UNROLL_BACKENDS
     unrolled_default = jax.default_backend() in default_backends

@@ -1,7 +1,7 @@
 """The wrong-dynamics table of docs/report.md: which checks catch which wrong vector field.
 
 Runs the whole report (default config, figures off) once with the right field and once per
-mutation of :mod:`attnflow.report.mutations`, and prints two Markdown tables:
+mutation of :mod:`attnflow.report._mutations`, and prints two Markdown tables:
 
 1. per case and mutation: the number of failed graded checks ("-": the mutation does not change
    the field for that case, e.g. V transposed when V = I, and the case passes; "0!": it changes
@@ -27,8 +27,8 @@ import jax.numpy as jnp
 def main() -> None:
     from attnflow.fields import make_dynamics
     from attnflow.report import case_names, parse_reproduce_config, reproduce
-    from attnflow.report.catalogue import EULER_STEPS
-    from attnflow.report.mutations import MUTATIONS, mutated_field_factory
+    from attnflow.report._catalogue import EULER_STEPS
+    from attnflow.report._mutations import MUTATIONS, mutated_field_factory
     from attnflow.runio import load_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

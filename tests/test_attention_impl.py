@@ -11,7 +11,7 @@ import pytest
 
 import attnflow
 from attnflow import AttentionFlow, RescaledFlow, attend
-from attnflow import attention as att
+from attnflow import _attention as att
 from attnflow._chunked import chunked_attend
 from attnflow.errors import InputError
 from attnflow.integrate import solve_euler

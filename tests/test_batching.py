@@ -98,7 +98,7 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
     import sys
     import textwrap
 
-    import attnflow.simulation as sim_mod
+    import attnflow._simulation as sim_mod
 
     B, n, d = 4, 6, 3
     x0, (Q, K, V) = rng.normal(size=(B, n, d)), _weights(rng, B, d, d)

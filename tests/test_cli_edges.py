@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnflow.errors import InputError
-from attnflow.models.report import read_texts
+from attnflow.models import read_texts
 
 
 def test_non_utf8_text_file_is_one_sentence(tmp_path):

@@ -13,13 +13,13 @@ import pytest
 
 from attnflow.errors import InputError
 from attnflow.report import reproduce
-from attnflow.report.extensions import STUDIES, check_extensions_config, run_extensions
-from attnflow.report.config import parse_reproduce_config
-from attnflow.report.run import case_names, resolve_settings
+from attnflow.report._extensions import STUDIES, check_extensions_config, run_extensions
+from attnflow.report import parse_reproduce_config
+from attnflow.report import case_names, resolve_settings
 from attnflow.runio import load_config
 from attnflow.sweep import load_sweep_config, run_sweep, wilson_interval
-from attnflow.sweep.dynamics import check_dynamics_config, check_dynamics_sizes
-from attnflow.sweep.spectral import check_spectral_config, check_spectral_sizes
+from attnflow.sweep._dynamics import check_dynamics_config, check_dynamics_sizes
+from attnflow.sweep._spectral import check_spectral_config, check_spectral_sizes
 
 REPO = Path(__file__).resolve().parent.parent
 # small runs (seconds) as bases, so that a check that stopped working fails a test instead of starting a long run

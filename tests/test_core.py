@@ -275,7 +275,7 @@ def test_euler_unrolled_derivatives_equal_rolled(rng, monkeypatch):
     """Checkpointed segments run unrolled (only for n >= 256 on CPU by default; forced here
     on a tiny system): gradient and Hessian-vector product (forward over reverse) equal the stored-layers ones, with a
     boolean mask passed through jit and a segment length that does not divide the layers."""
-    import attnflow.integrate.euler as euler
+    import attnflow.integrate._euler as euler
 
     monkeypatch.setattr(euler, "UNROLL_MIN_RESIDUAL_BYTES", 0)
     x0, Q, K, V = (jnp.asarray(a) for a in _problem(rng, n=8, d=3))

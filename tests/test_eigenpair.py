@@ -1,4 +1,4 @@
-"""The one leading-eigenpair implementation (attnflow.spectral.eigenpair): the spectral checks
+"""The one leading-eigenpair implementation (attnflow.spectral._eigenpair): the spectral checks
 and the differentiable margins return the same vectors, and its derivative is exact for a simple
 lambda_1 even where the other eigenvalues coincide (a low-rank V, as a real attention head's
 V_h = W_O W_V), checked against float64 central differences along random directions."""

@@ -54,7 +54,7 @@ def test_bad_input_raises_one_clear_error(args, kwargs, pattern):
 
 
 def test_errors_happen_before_compilation(monkeypatch):
-    import attnflow.simulation as sim_mod
+    import attnflow._simulation as sim_mod
 
     def boom(*a, **k):  # pragma: no cover - must not be reached
         raise AssertionError("compiled before validating")

@@ -414,7 +414,7 @@ def test_extensions_job_writes_a_report(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[albert]\nepsilons = [-0.5]\n")
     with pytest.raises(InputError, match="albert.epsilons"):
-        from attnflow.report.extensions import run_extensions
+        from attnflow.report._extensions import run_extensions
 
         run_extensions(tmp_path / "ext2", config=bad, studies=["albert"], progress=False)
 

@@ -8,7 +8,7 @@ import pytest
 from attnflow import AttentionWeights, InputError
 from attnflow.dynamics import (AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
                                TransformerBlock, Wrapped, perturbed_layers, section12_2_flow, sphere_flow)
-from attnflow.dynamics.layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from attnflow.dynamics import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from attnflow.fields import FIELDS, build_field, field_entry, layer_matrix, make_dynamics, rescaled_from_raw
 from attnflow.integrate import EulerStepper, plain_shift, sphere_shift
 

@@ -1,7 +1,7 @@
 """Each job's config is parsed once, at the edge, into a frozen, typed object that the job reads.
 
-The reproduce config (attnflow.report.config), the extensions config
-(attnflow.report.extensions_config) and the probe configs (attnflow.probe.config): the parse checks
+The reproduce config (attnflow.report._config), the extensions config
+(attnflow.report._extensions_config) and the probe configs (attnflow.probe._config): the parse checks
 every key (the refusals themselves are tested in test_config_validation.py and
 test_probe_verdicts.py); the parsed object cannot be changed; its dict is the resolved config; the
 probe's fingerprint is the one earlier folders were written with; and no other module of these jobs
@@ -14,9 +14,9 @@ import pathlib
 
 import pytest
 
-from attnflow.probe.config import parse_probe_config, read_probe_config
-from attnflow.report.config import parse_reproduce_config, resolve_settings
-from attnflow.report.extensions_config import check_extensions_config, parse_extensions_config
+from attnflow.probe import parse_probe_config, read_probe_config
+from attnflow.report import parse_reproduce_config, resolve_settings
+from attnflow.report._extensions_config import check_extensions_config, parse_extensions_config
 from attnflow.runio import config_fingerprint, load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "attnflow"
@@ -78,7 +78,7 @@ def test_a_weights_file_is_read_once_into_the_parsed_config(tmp_path):
 
 
 _CONFIG_NAMES = {"cfg", "config", "ctx", "head_cfg", "settings"}
-_PARSERS = {ROOT / "report" / "config.py", ROOT / "report" / "extensions_config.py", ROOT / "probe" / "config.py"}
+_PARSERS = {ROOT / "report" / "_config.py", ROOT / "report" / "_extensions_config.py", ROOT / "probe" / "_config.py"}
 
 
 def _key_reads(path: pathlib.Path) -> list[str]:
@@ -102,8 +102,8 @@ def test_the_parse_is_the_only_place_config_keys_are_read():
 
 
 def test_the_case_order_is_written_out_not_registered_by_import():
-    import attnflow.report.cases as cases
-    from attnflow.report.catalogue import CASES, EULER_STEPS, ORDER
+    import attnflow.report._cases as cases
+    from attnflow.report._catalogue import CASES, EULER_STEPS, ORDER
 
     assert list(CASES) == [fn.info.name for fn in ORDER]
     assert list(CASES)[-1] == "negative_controls"

@@ -21,10 +21,10 @@ from attnflow.models import (
     multihead_attention,
     read_checkpoint,
     self_attention,
-    tokenize,
+    _tokenize as tokenize,
 )
-from attnflow.models.idealised import idealised_runs
-from attnflow.models.layerwise import forward_padded
+from attnflow.models._idealised import idealised_runs
+from attnflow.models._layerwise import forward_padded
 from attnflow.spectral import check_good_triple
 from attnflow import AttentionWeights
 from model_fixtures import ALBERT_CONFIG, ALBERT_HEADS, reference_forward, write_albert

@@ -1,6 +1,6 @@
 """Mutation tests: the report's cases, run on deliberately wrong vector fields, must fail.
 
-Each wrong field (attnflow.report.mutations) replaces the integrated dynamics through
+Each wrong field (attnflow.report._mutations) replaces the integrated dynamics through
 ``reproduce(field_factory=...)``; everything else (weights, initial configurations, checks) is
 unchanged. Where a mutation does not change the field for a case (e.g. V transposed when V = I),
 the case runs the right dynamics and must pass; we measure that here, by evaluating both fields on
@@ -15,8 +15,8 @@ import pytest
 
 from attnflow.fields import make_dynamics
 from attnflow.report import reproduce
-from attnflow.report.catalogue import EULER_STEPS
-from attnflow.report.mutations import MUTATIONS, mutated_field_factory
+from attnflow.report._catalogue import EULER_STEPS
+from attnflow.report._mutations import MUTATIONS, mutated_field_factory
 
 CASES = ["thm3_1", "thm4_2_2d", "thm5_2", "thm4_2_euler_dt1"]
 TINY = {"batch": 1, "num_saves": 41, "gif_frames": 0,

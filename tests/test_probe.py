@@ -12,7 +12,7 @@ import pytest
 import attnflow as af
 from attnflow.cli.main import main as cli_main
 from attnflow.integrate import solve_ode
-from attnflow.probe import finite_guard, load_probe_config, optimize, run_probe
+from attnflow.probe import finite_guard, load_probe_config, _optimize as optimize, run_probe
 
 pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 
@@ -117,7 +117,7 @@ def test_nan_parameters_are_refused_and_guarded_inside_jit():
     # the core itself reports a NaN parameter inside jit as a non-finite state (its field is found
     # non-finite at t0 and the solve is not run); the probe's guard is a second line of defence
     sim = jax.jit(lambda V: af.simulate(x0, eye, eye, V, t1=1.0, picture="rescaled", throw=False))
-    from attnflow.integrate.solution import RESULT_NONFINITE, RESULT_SUCCESS
+    from attnflow.integrate import RESULT_NONFINITE, RESULT_SUCCESS
 
     assert int(sim(eye).result) == RESULT_SUCCESS
     assert int(sim(eye.at[0, 0].set(jnp.nan)).result) == RESULT_NONFINITE

@@ -10,8 +10,8 @@ import numpy as np
 
 from attnflow.observables import diameter
 from attnflow.probe import load_probe_config, parse_probe_config, run_probe
-from attnflow.probe.real_head import load_real_head
-from attnflow.probe.sensitivity import levels_of
+from attnflow.probe._real_head import load_real_head
+from attnflow.probe._sensitivity import levels_of
 
 
 def test_real_head_sensitivity_config_runs_and_matches_central_difference(tmp_path):

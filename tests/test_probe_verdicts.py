@@ -15,8 +15,8 @@ import pytest
 
 import attnflow as af
 from attnflow.cli.main import main as cli_main
-from attnflow.probe import (NonFiniteLossError, distance_to_failure, load_probe_config, optimize, run_probe)
-from attnflow.probe.failure import ladder_matrix
+from attnflow.probe import (NonFiniteLossError, distance_to_failure, load_probe_config, _optimize as optimize, run_probe)
+from attnflow.probe._failure import ladder_matrix
 
 pytestmark = pytest.mark.usefixtures("x64")  # the ladder and the overflow checks compare float64 numbers
 
@@ -188,7 +188,7 @@ def test_inline_weights_table_is_read_and_checked(tmp_path):
 # --- the other studies: excluded systems, and a stop that is right for its step ----------------
 
 def test_sensitivity_excludes_a_system_that_overflows(tmp_path, monkeypatch):
-    import attnflow.probe.sensitivity as sens
+    import attnflow.probe._sensitivity as sens
 
     real = sens._systems
 

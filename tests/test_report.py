@@ -8,7 +8,7 @@ import pytest
 from attnflow.cli.main import main
 from attnflow.errors import InputError
 from attnflow.report import case_names, reproduce
-from attnflow.report import catalogue as report_catalogue
+from attnflow.report import _catalogue as report_catalogue
 
 ALL = case_names()
 

@@ -12,7 +12,7 @@ import pytest
 import attnflow as af
 from attnflow import geometry as geo
 from attnflow.integrate import solve_euler, solve_ode
-from attnflow.linalg import euler_transfer_matrix, matrix_power
+from attnflow._linalg import euler_transfer_matrix, matrix_power
 
 pytestmark = pytest.mark.usefixtures("x64")  # float64 central differences and tolerances
 

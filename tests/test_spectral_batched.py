@@ -16,7 +16,7 @@ from attnflow.spectral import (
     eigvals_sorted,
     predict_geometry,
 )
-from attnflow.spectral import eig as eig_mod
+from attnflow.spectral import _eig as eig_mod
 
 pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 

@@ -18,10 +18,10 @@ import pytest
 
 from attnflow import runio
 from attnflow.errors import InputError
-from attnflow.probe import optimize
+from attnflow.probe import _optimize as optimize
 from attnflow.report import reproduce
 from attnflow.sweep import load_sweep_config, run_sweep
-from attnflow.sweep.runner import Chunk, plan_chunks, run_chunks
+from attnflow.sweep._runner import Chunk, plan_chunks, run_chunks
 
 REPO = Path(__file__).resolve().parent.parent
 

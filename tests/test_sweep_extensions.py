@@ -20,15 +20,15 @@ import scipy.linalg
 
 from attnflow import AttentionFlow, AttentionWeights
 from attnflow.dynamics import LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow, sphere_flow
-from attnflow.dynamics.feedforward import FeedForward, TransformerBlock
-from attnflow.dynamics.normalised import PreNorm
+from attnflow.dynamics import FeedForward, TransformerBlock
+from attnflow.dynamics import PreNorm
 from attnflow.ensembles import draw_systems, system_seeds, token_key
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.observables import GEOMETRY_LABELS, classify_geometry
 from attnflow.runio import load_config
-from attnflow.sweep.dynamics import check_dynamics_config, run_dynamics_sweep
-from attnflow.sweep.fields import ff_key, layer_key
+from attnflow.sweep import check_dynamics_config, run_dynamics_sweep
+from attnflow.sweep._fields import ff_key, layer_key
 
 pytestmark = pytest.mark.usefixtures("x64")  # float64 references
 

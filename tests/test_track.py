@@ -8,8 +8,8 @@ import pytest
 
 from attnflow import InputError
 from attnflow.cli.main import main
-from attnflow.models import forward, load_model, load_tokenizer, tokenize, track
-from attnflow.models.layerwise import token_stats
+from attnflow.models import forward, load_model, load_tokenizer, _tokenize as tokenize, track
+from attnflow.models._layerwise import token_stats
 from model_fixtures import write_albert
 
 SENTENCES = ["Tokens are particles .", "Layers are time and attention is the interaction .",
@@ -114,7 +114,7 @@ def test_padded_analysis_equals_unpadded(albert):
     import jax
 
     from attnflow.models import head_weights
-    from attnflow.models.layerwise import TRACK_DEFAULTS, analyse_sentence
+    from attnflow.models._layerwise import TRACK_DEFAULTS, analyse_sentence
 
     ids = np.array([2, 9, 10, 11, 12, 3])
     with jax.enable_x64(True):

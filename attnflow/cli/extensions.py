@@ -6,7 +6,7 @@ import argparse
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from ..report.extensions import DEFAULT_OUT, STUDIES
+    from ..report._extensions import DEFAULT_OUT, STUDIES
 
     p = subparsers.add_parser(
         "extensions",
@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _main(args) -> int:
-    from ..report.extensions import run_extensions
+    from ..report._extensions import run_extensions
 
     summary = run_extensions(args.out, config=args.config, quick=args.quick, studies=args.study,
                              progress=not args.no_progress)

@@ -13,7 +13,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "observed with pass/fail and margin, figures. Writes report.md, summary.json, checks.csv, PNG/GIF "
         "figures, the resolved config and provenance into --out.",
     )
-    from ..report.run import DEFAULT_OUT
+    from ..report._run import DEFAULT_OUT
 
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}); an existing "
                    "folder must be a previous reproduce report, which is replaced only when the run succeeds")

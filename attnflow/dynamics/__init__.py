@@ -1,11 +1,11 @@
 """Vector fields: one interface (``vector_field(t, y, args)``), many dynamics; fields add."""
 
-from .attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow, as_weights
-from .base import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch, SumOfFields
-from .feedforward import ACTIVATIONS, FeedForward, TransformerBlock, Wrapped, section12_2_flow
-from .layered import LayerInterpolation, LayeredFlow, TimeVaryingFlow, perturbed_layers
-from .normalised import PreNorm, TangentProjected, normalise, sphere_flow
-from .wrapping import AbstractWrapper
+from ._attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow, as_weights
+from ._base import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch, SumOfFields
+from ._feedforward import ACTIVATIONS, FeedForward, TransformerBlock, Wrapped, section12_2_flow
+from ._layered import LayerInterpolation, LayeredFlow, TimeVaryingFlow, perturbed_layers
+from ._normalised import PreNorm, TangentProjected, normalise, sphere_flow
+from ._wrapping import AbstractWrapper
 
 __all__ = [
     "AbstractDynamics",

@@ -28,8 +28,8 @@ Example:
     (2, 2)
 """
 
-from .counts import soft_cluster_count, soft_rank
-from .distances import (
+from ._counts import soft_cluster_count, soft_rank
+from ._distances import (
     boolean_distance_soft,
     hyperplane_distances,
     hyperplane_levels,
@@ -37,7 +37,7 @@ from .distances import (
     uniform_distance_soft,
     vertex_distances,
 )
-from .margins import (
+from ._margins import (
     GoodTripleMargins,
     distance_to_paranormal,
     eig_sorted,
@@ -46,8 +46,8 @@ from .margins import (
     qk_lambda_min,
     spectral_projector,
 )
-from .sensitivity import hvp, per_system_grad
-from .smooth import boltzmann_max, boltzmann_min, soft_max, soft_min
+from ._sensitivity import hvp, per_system_grad
+from ._smooth import boltzmann_max, boltzmann_min, soft_max, soft_min
 
 __all__ = [
     "soft_max", "soft_min", "boltzmann_min", "boltzmann_max",

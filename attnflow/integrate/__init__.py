@@ -4,10 +4,10 @@ Both are :class:`AbstractIntegrator`: ``bind(field)`` then ``solve(field, y0, *,
 returning a :class:`Trajectory`. :func:`solve_ode` and :func:`solve_euler` are their one-call forms.
 """
 
-from .base import AbstractIntegrator
-from .euler import EulerStepper, plain_shift, solve_euler, sphere_shift
-from .ode import DEFAULT_TOLERANCES, SOLVERS, ODESolver, make_solver, solve_ode
-from .solution import (
+from ._base import AbstractIntegrator
+from ._euler import EulerStepper, plain_shift, solve_euler, sphere_shift
+from ._ode import DEFAULT_TOLERANCES, SOLVERS, ODESolver, make_solver, solve_ode
+from ._solution import (
     RESULT_NONFINITE,
     RESULT_SOLVER_STOPPED,
     RESULT_SUCCESS,

@@ -16,7 +16,7 @@ Along the data's path:
 * :mod:`.report` -- the ``attnflow track`` job: run folder, figures (:mod:`.figures`), report.
 """
 
-from .checkpoint import (
+from ._checkpoint import (
     DEFAULT_PACKAGE,
     DEFAULT_PACKAGE_VERSION,
     Checkpoint,
@@ -26,7 +26,7 @@ from .checkpoint import (
     read_config,
     resolve_model_path,
 )
-from .encoder import ForwardOutput, TransformerModel, embed, forward, layer_norm, load_model, self_attention
+from ._encoder import ForwardOutput, TransformerModel, embed, forward, layer_norm, load_model, self_attention
 
 __all__ = [
     "DEFAULT_PACKAGE",
@@ -45,7 +45,7 @@ __all__ = [
     "load_model",
     "self_attention",
 ]
-from .heads import (  # noqa: E402
+from ._heads import (  # noqa: E402
     HeadAssumptions,
     head_assumptions,
     head_factors,
@@ -58,9 +58,9 @@ from .heads import (  # noqa: E402
 
 __all__ += ["HeadAssumptions", "head_assumptions", "head_factors", "assumption_table", "format_table", "ginibre_baseline", "head_weights",
             "multihead_attention"]
-from .tokenize import Tokenized, load_tokenizer, tokenize  # noqa: E402
+from ._tokenize import Tokenized, load_tokenizer, tokenize  # noqa: E402
 
 __all__ += ["Tokenized", "load_tokenizer", "tokenize"]
-from .report import read_texts, track  # noqa: E402
+from ._report import read_texts, track  # noqa: E402
 
 __all__ += ["read_texts", "track"]

@@ -22,10 +22,10 @@ Example:
     ('polytope', 3, True)
 """
 
-from .attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
-from .clusters import cluster_labels, cluster_tolerance, diameter, directions, num_clusters, pairwise_distances
-from .collapse import collapse_bound, max_norm, uniform_distance
-from .geometry import (
+from ._attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
+from ._clusters import cluster_labels, cluster_tolerance, diameter, directions, num_clusters, pairwise_distances
+from ._collapse import collapse_bound, max_norm, uniform_distance
+from ._classification import (
     GEOMETRY_LABELS,
     BatchObservation,
     GeometryObservation,
@@ -34,7 +34,7 @@ from .geometry import (
     clustered,
     levels_clustered,
 )
-from .hyperplanes import (
+from ._hyperplanes import (
     abz_levels,
     extreme_monotonicity,
     leading_vectors,
@@ -42,7 +42,7 @@ from .hyperplanes import (
     num_levels,
     projections,
 )
-from .polytope import (
+from ._polytope import (
     TOKEN_CLASSES,
     AffineHull,
     affine_hull,
@@ -52,7 +52,7 @@ from .polytope import (
     hull_violation,
     polytope_set_residual,
 )
-from .subspaces import codim_projections, split_coordinates, unstable_left_basis
+from ._subspaces import codim_projections, split_coordinates, unstable_left_basis
 
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",

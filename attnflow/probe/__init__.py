@@ -10,10 +10,10 @@ r"""Gradient-based probing of the paper's assumptions with optax (``attnflow pro
 * :mod:`.run` -- the study's run and its report folder.
 """
 
-from .config import STUDIES, check_probe_config, load_probe_config, parse_probe_config, read_probe_config
-from .failure import distance_to_failure
-from .optimize import NonFiniteLossError, OptimizationResult, failure_reason, finite_guard, optimize
-from .run import run_probe
+from ._config import STUDIES, check_probe_config, load_probe_config, parse_probe_config, read_probe_config
+from ._failure import distance_to_failure
+from ._optimize import NonFiniteLossError, OptimizationResult, failure_reason, finite_guard, optimize
+from ._run import run_probe
 
 __all__ = ["optimize", "OptimizationResult", "NonFiniteLossError", "finite_guard", "failure_reason", "STUDIES",
            "load_probe_config", "read_probe_config", "parse_probe_config", "run_probe", "check_probe_config",

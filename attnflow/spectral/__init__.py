@@ -4,7 +4,7 @@ One JAX implementation (:func:`check_batch`, for stacks of weights); the single-
 functions (:func:`check_good_triple`, :func:`predict_geometry`, ...) are a batch of one.
 """
 
-from .assumptions import (
+from ._assumptions import (
     GoodTripleCheck,
     LeadingEigenpair,
     ParanormalSplit,
@@ -16,9 +16,9 @@ from .assumptions import (
     predict_geometry,
     spectral_one,
 )
-from .eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order
-from .eigenpair import eigenpair_at, leading_eigenpair_jax
-from .batched import (
+from ._eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order
+from ._eigenpair import eigenpair_at, leading_eigenpair_jax
+from ._batched import (
     GEOMETRIES,
     RULES,
     EigenStats,

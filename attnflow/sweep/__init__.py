@@ -9,10 +9,10 @@ A config is read (:func:`load_sweep_config`) and parsed once (:func:`parse_sweep
 or the parsed config.
 """
 
-from .config import DynamicsSweepConfig, SpectralSweepConfig, load_sweep_config
-from .dynamics import check_dynamics_config, run_dynamics_sweep
-from .runner import make_mesh, sharded
-from .spectral import check_spectral_config, run_spectral_sweep, wilson_interval
+from ._config import DynamicsSweepConfig, SpectralSweepConfig, load_sweep_config
+from ._dynamics import check_dynamics_config, run_dynamics_sweep
+from ._runner import make_mesh, sharded
+from ._spectral import check_spectral_config, run_spectral_sweep, wilson_interval
 
 __all__ = ["run_sweep", "run_spectral_sweep", "run_dynamics_sweep", "load_sweep_config", "parse_sweep_config",
            "SpectralSweepConfig", "DynamicsSweepConfig", "wilson_interval", "make_mesh", "sharded"]

@@ -45,7 +45,7 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     misplaced or changed is set aside with a line on stderr and computed again, both when this
     process resumes its share and when process 0 reads all chunks at the end. The temporary
     files of this share's chunks that a kill left behind are removed first (the caller holds the
-    lock of this share: :func:`attnflow.sweep.runner.open_run`)."""
+    lock of this share: :func:`attnflow.sweep._runner.open_run`)."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
@@ -108,7 +108,7 @@ def plan_chunks(sizes: list[int], chunk_size: int) -> list[Chunk]:
     """Cut groups of ``sizes`` systems into chunks of at most ``chunk_size``.
 
     Example:
-        >>> from attnflow.sweep.runner import plan_chunks
+        >>> from attnflow.sweep._runner import plan_chunks
         >>> [c.name for c in plan_chunks([5, 2], 3)]
         ['g000-000000000', 'g000-000000003', 'g001-000000000']
     """

@@ -48,7 +48,7 @@ def check_table_formats(formats: list[str]) -> list[str]:
     """Validate ``run.table_formats`` (before any work); Parquet needs pyarrow.
 
     Example:
-        >>> from attnflow.sweep.runner import check_table_formats
+        >>> from attnflow.sweep._runner import check_table_formats
         >>> check_table_formats(["csv"])
         ['csv']
     """

@@ -1,0 +1,132 @@
+"""A sweep's config, parsed once at the edge: TOML -> resolved table -> validated, frozen, typed object.
+
+:func:`load_sweep_config` reads a TOML file over the shipped default of its ``kind`` (the shipped
+file is the schema); :func:`parse_sweep_config` checks every key once (one :class:`InputError`
+sentence naming it: :func:`attnflow.sweep.check_spectral_config`,
+:func:`attnflow.sweep.check_dynamics_config`) and returns a :class:`SpectralSweepConfig`
+or :class:`DynamicsSweepConfig`, which the sweep passes down instead of the table. The table
+itself is kept (``source``): the run folder's fingerprint and ``config.json`` are computed from
+it, so a folder written by an earlier version still resumes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax.numpy as jnp
+
+from ..errors import InputError
+from ._fields import SweepDynamics
+
+__all__ = ["RunSettings", "SpectralSweepConfig", "DynamicsSweepConfig", "run_settings", "load_sweep_config",
+           "DEFAULTS"]
+
+#: the shipped config of each kind (its default and schema)
+DEFAULTS = {"spectral": "ginibre-spectral.toml", "dynamics": "ginibre-dynamics.toml"}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The ``[run]`` table: how a sweep executes (``devices``, ``progress``, ``distributed`` and
+    ``table_formats`` do not change results and are not fingerprinted)."""
+
+    chunk_size: int
+    devices: int
+    eig_route: str
+    distributed: bool
+    progress: bool
+    table_formats: tuple[str, ...]
+
+
+def run_settings(run: dict) -> RunSettings:
+    """The checked ``[run]`` table as :class:`RunSettings`."""
+    return RunSettings(int(run["chunk_size"]), int(run["devices"]), run["eig_route"], bool(run["distributed"]),
+                       bool(run["progress"]), tuple(run["table_formats"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SweepConfig:
+    seed: int
+    dtype: str
+    density: float
+    run: RunSettings
+    #: the table as given (fingerprint, config.json, provenance)
+    source: dict = field(repr=False, compare=False)
+
+    @property
+    def jax_dtype(self):
+        """The precision of the sweep's computation (``dtype``) as a JAX dtype."""
+        return jnp.float64 if self.dtype == "float64" else jnp.float32
+
+    def as_dict(self) -> dict:
+        """A copy of the table this config was parsed from."""
+        return copy.deepcopy(self.source)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpectralSweepConfig(_SweepConfig):
+    """A checked spectral sweep config (``configs/ginibre-spectral.toml``)."""
+
+    ensembles: tuple[str, ...]
+    d: tuple[int, ...]
+    samples: tuple[int, ...]
+    confidence: float
+    kind = "spectral"
+
+    @property
+    def groups(self) -> list[dict]:
+        """The (ensemble, d, samples) groups in plan order."""
+        out = []
+        for e in self.ensembles:
+            for i, d in enumerate(self.d):
+                n = self.samples[i] if len(self.samples) > 1 else self.samples[0]
+                out.append({"ensemble": e, "d": d, "samples": n, "label": f"V={e}/d={d}"})
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicsSweepConfig(_SweepConfig):
+    """A checked dynamics sweep config (``configs/ginibre-dynamics.toml``); ``num_layers`` = t1 / dt."""
+
+    v_ensembles: tuple[str, ...]
+    qk_ensembles: tuple[str, ...]
+    d: tuple[int, ...]
+    systems: int
+    n: int
+    clouds: int
+    t1: float
+    dt: float
+    num_layers: int
+    rel_tol: float
+    max_clusters: int
+    dynamics: SweepDynamics
+    kind = "dynamics"
+
+    @property
+    def groups(self) -> list[dict]:
+        """The (V ensemble, Q^T K ensemble, d) groups in plan order."""
+        return [{"v": v, "qk": q, "d": d, "systems": self.systems, "label": f"V={v}/QK={q}/d={d}"}
+                for v in self.v_ensembles for q in self.qk_ensembles for d in self.d]
+
+
+def load_sweep_config(path) -> dict:
+    """Load a sweep config: its ``kind`` picks the shipped default (and schema) it overlays.
+
+    Example:
+        >>> from attnflow.sweep import load_sweep_config
+        >>> load_sweep_config("ginibre-spectral.toml")["kind"]
+        'spectral'
+    """
+    from ..runio import CONFIG_DIR, load_config, read_toml
+
+    p = Path(path)
+    if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
+        p = CONFIG_DIR / p.name
+    if not p.is_file():
+        raise InputError(f"sweep config {path} does not exist.")
+    kind = read_toml(p).get("kind")
+    if kind not in DEFAULTS:
+        raise InputError(f"sweep config {p} must set kind = \"spectral\" or \"dynamics\", got {kind!r}.")
+    return load_config(p, DEFAULTS[kind])
