@@ -16,7 +16,7 @@ report/sweep jobs run in a scoped float64 mode (``jax.enable_x64(True)``); elsew
 function keeps the dtype it is given.
 """
 
-from ._attention import attend, attention_matrix, scores, softmax  # noqa: E402
+from ._attention import attend, attention_matrix, scores, select_impl, softmax  # noqa: E402
 from .dynamics import (  # noqa: E402
     AbstractAttentionDynamics,
     AbstractDynamics,
@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "softmax",
+    "select_impl",
     "scores",
     "attention_matrix",
     "attend",

@@ -71,9 +71,7 @@ def main() -> int:
     from attnflow.ensembles import system_seeds
     from attnflow.runio import atomic_write_json, load_config, provenance
     from attnflow.spectral import eig_route
-    from attnflow.sweep._dynamics import make_chunk_fn
-    from attnflow.sweep._runner import check_eig_route, make_mesh, sharded
-    from attnflow.sweep._spectral import _compute_fn, _cpu_route_fn
+    from attnflow.sweep import check_eig_route, make_chunk_fn, make_mesh, make_spectral_chunk_fn
 
     route = eig_route(args.eig_route)
     counts = [int(c) for c in args.devices.split(",")]
@@ -93,10 +91,7 @@ def main() -> int:
         mesh = make_mesh(ndev)
         check_eig_route(route, mesh)
         seeds = system_seeds(0, "bench-spectral", 0, args.spectral_systems)
-        if route == "cpu":
-            fs = _cpu_route_fn("ginibre", d, jnp.float64, 0.1)
-        else:
-            fs = sharded(_compute_fn("ginibre", d, jnp.float64, 0.1, route), mesh)
+        fs = make_spectral_chunk_fn("ginibre", d, jnp.float64, 0.1, route, mesh)
         ts = best_time(lambda: fs(seeds), args.repeats)
         row = {"devices": ndev, "spectral_systems_per_s": args.spectral_systems / ts, "spectral_s": ts}
         if not args.skip_dynamics:

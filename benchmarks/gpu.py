@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import attnflow  # noqa: F401
 
     jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
-    from attnflow._attention import select_impl
+    from attnflow import select_impl
     from benchmarks.common import (
         atomic_write_json,
         atomic_write_text,
@@ -292,7 +292,7 @@ def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
     """Systems/s of the dynamics sweep's chunk function (spectral stage, Euler layers, classifier)."""
     from attnflow.ensembles import system_seeds
     from attnflow.spectral import eig_route
-    from attnflow.sweep._dynamics import make_chunk_fn
+    from attnflow.sweep import make_chunk_fn
     from attnflow.sweep import make_mesh
 
     from attnflow.runio import load_config

@@ -40,7 +40,7 @@ import scipy.linalg
 from attnflow import AttentionFlow
 from attnflow.dynamics import Wrapped, section12_2_flow
 from attnflow.observables import leading_vectors, num_levels
-from attnflow.report._extensions import good_qk, run_layers
+from attnflow.report import good_qk, run_layers
 
 V_KINDS = {"good": [[1.0, 0.3], [0.2, 0.4]], "identity": [[1.0, 0.0], [0.0, 1.0]],
            "mixed": [[1.0, 0.3], [0.2, -0.5]]}

@@ -42,7 +42,7 @@ import jax.numpy as jnp  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 from attnflow import AttentionFlow, vmap_systems  # noqa: E402
-from attnflow._attention import select_impl  # noqa: E402
+from attnflow import select_impl  # noqa: E402
 from attnflow.dynamics import FoldedBatch  # noqa: E402
 from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
 from attnflow.runio import atomic_save_figure  # noqa: E402

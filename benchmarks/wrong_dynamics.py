@@ -26,9 +26,8 @@ import jax.numpy as jnp
 
 def main() -> None:
     from attnflow.fields import make_dynamics
-    from attnflow.report import case_names, parse_reproduce_config, reproduce
-    from attnflow.report._catalogue import EULER_STEPS
-    from attnflow.report._mutations import MUTATIONS, mutated_field_factory
+    from attnflow.report import (EULER_STEPS, MUTATIONS, case_names, mutated_field_factory, parse_reproduce_config,
+                                 reproduce)
     from attnflow.runio import load_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -139,3 +139,41 @@ def test_rescaled_from_raw_is_the_inverse_power():
     np.testing.assert_allclose(z, x @ np.linalg.inv(np.linalg.matrix_power(np.asarray(R), L)).T, rtol=1e-4,
                                atol=1e-5)
     assert np.array_equal(layer_matrix(jnp.stack([V, V]), DT), jnp.eye(D) + DT * (V + V))
+
+
+def test_adding_a_dynamics_is_one_module_and_one_registry_entry(monkeypatch):
+    """docs/architecture.md's worked example: a new field registered in one entry runs through
+    build_field, the Euler stepper, an ODE solver and simulate, and equals the hand-built sum."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import attnflow as af
+    from attnflow import fields
+    from attnflow.dynamics import AbstractDynamics
+
+    class Damping(AbstractDynamics):
+        gamma: float
+
+        def vector_field(self, t, y, args):
+            return -self.gamma * y
+
+    monkeypatch.setattr(fields, "FIELDS", dict(fields.FIELDS))
+
+    @fields.register_field("damped", pictures=("raw",))
+    def _damped(w, how, *, gamma=0.5):
+        return af.AttentionFlow(w, **how.attention) + Damping(gamma)
+
+    rng = np.random.default_rng(7)
+    x0, Q, K, V = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((6, 3), (3, 3), (3, 3), (3, 3)))
+    field = fields.build_field("damped", Q, K, V, gamma=0.1)
+    hand = af.AttentionFlow(Q, K, V) + Damping(0.1)
+    assert np.array_equal(field.vector_field(0.0, x0, None), hand.vector_field(0.0, x0, None))
+    euler = af.simulate(x0, dynamics=field, t1=1.0, method="euler", dt=0.1, return_attention=True)
+    ode = af.simulate(x0, dynamics=field, t1=1.0, num_saves=3)
+    assert int(euler.result) == 0 and int(ode.result) == 0 and euler.attention.shape == (11, 6, 6)
+    # the damping term is there: gamma moves the end state
+    plain = af.simulate(x0, dynamics=fields.build_field("damped", Q, K, V, gamma=0.0), t1=1.0, num_saves=3)
+    assert not np.allclose(ode.states[-1], plain.states[-1])
+    with pytest.raises(af.InputError, match="gamma|option"):
+        fields.build_field("damped", Q, K, V, gammma=0.1)

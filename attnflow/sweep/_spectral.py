@@ -138,6 +138,14 @@ def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
     return batch
 
 
+def make_spectral_chunk_fn(ensemble: str, d: int, dtype, density: float, route: str, mesh):
+    """The function computing one chunk of a spectral group (seeds -> eigenvalue statistics): on the
+    CPU device for route ``"cpu"``, else sharded over ``mesh`` on the route's device."""
+    if route == "cpu":
+        return _cpu_route_fn(ensemble, d, dtype, density)
+    return sharded(_compute_fn(ensemble, d, dtype, density, route), mesh)
+
+
 @in_float64
 @runio.releases_output_dirs
 def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, num_devices: int | None = None,
@@ -165,11 +173,7 @@ def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, n
     def compute(c):
         g = groups[c.group]
         if c.group not in fns:
-            if sw.route == "cpu":
-                fns[c.group] = _cpu_route_fn(g["ensemble"], g["d"], dtype, config.density)
-            else:
-                fns[c.group] = sharded(_compute_fn(g["ensemble"], g["d"], dtype, config.density, sw.route),
-                                       sw.mesh)
+            fns[c.group] = make_spectral_chunk_fn(g["ensemble"], g["d"], dtype, config.density, sw.route, sw.mesh)
         seeds = system_seeds(sw.seed, g["label"], c.start, c.stop)
         cols = fns[c.group](seeds)
         cols = {k: np.asarray(v) for k, v in cols.items()}
