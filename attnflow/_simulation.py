@@ -285,13 +285,15 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
         weights = weights.astype(jdtype)
     traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
 
+    def check_size(num_out: int, fix: str) -> None:  # before any save-sized array exists
+        _check_output_size(x0, B, num_out, return_attention and save_fn is None,
+                           save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
+
     if method_name == "euler":
-        integrator, num_out, fix = _make_stepper(t0, t1, dt, ts, save_every, shift_fn, picture, weights, V)
+        integrator = _make_stepper(t0, t1, dt, ts, save_every, shift_fn, picture, weights, V, check_size)
     else:
-        integrator, num_out, fix = _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps,
-                                                    adjoint, dtype, jdtype)
-    _check_output_size(x0, B, num_out, return_attention and save_fn is None,
-                       save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
+        integrator = _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype,
+                                      jdtype, check_size)
     fold = batch_mode == "fold" and B is not None
     batched, shared = _make_field(dynamics, weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
                                   attention_impl=attention_impl, mask=mask, fold=fold)
@@ -384,8 +386,10 @@ def _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names) -> None:
         raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
 
 
-def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V) -> tuple[EulerStepper, int, str]:
-    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt; with the number of saves and the fix if too many."""
+def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V,
+                  check_size: Callable[[int, str], None]) -> EulerStepper:
+    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt (``check_size(saves, fix)`` refuses outputs
+    that cannot fit)."""
     if ts is not None:
         raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
                          "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
@@ -408,13 +412,14 @@ def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V) -> tup
     if weights is not None and num_layers > weights.num_layers > 1:
         raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
                          f"{weights.num_layers} (one set per layer).")
-    stepper = EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
-    return stepper, num_layers // save_every + 1, "raise save_every (fewer saved layers)"
+    check_size(num_layers // save_every + 1, "raise save_every (fewer saved layers)")
+    return EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
 
 
-def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype,
-                     jdtype) -> tuple[ODESolver, int, str]:
-    """The diffrax solve from t0 to t1 (adaptive, or constant steps dt); with the number of saves and the fix."""
+def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, jdtype,
+                     check_size: Callable[[int, str], None]) -> ODESolver:
+    """The diffrax solve from t0 to t1 (adaptive, or constant steps dt); ``check_size(saves, fix)`` refuses
+    outputs that cannot fit before the save times are built."""
     if ts is None:
         num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
         fix = "lower num_saves"
@@ -426,6 +431,7 @@ def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, a
             v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
     if max_steps is not None:
         v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
+    check_size(num_out, fix)
     default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
     ts = (jnp.asarray(ts, jdtype) if ts is not None
           else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
@@ -434,7 +440,7 @@ def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, a
                        atol=default_atol if atol is None else float(atol),
                        dt0=None if dt is None else float(dt), adaptive=dt is None, max_steps=max_steps,
                        adjoint=adjoint)
-    return solver, num_out, fix
+    return solver
 
 
 def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fold):
