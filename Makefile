@@ -28,12 +28,14 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	ulimit -s 65536 2>/dev/null || true; $(VENV)/bin/attnflow reproduce --out $(OUT)
 
-# The whole suite in one pytest process: every tests/test_*.py and every doctest in attnflow/
-# (pyproject.toml's testpaths), whatever the file's name. tests/conftest.py releases each test
-# module's compiled XLA programs when it ends, which keeps the process's memory flat; the larger
-# stack is a precaution for XLA:CPU's deeply recursive compiler passes.
+# The whole suite in one pytest run: every tests/test_*.py and every doctest in attnflow/
+# (pyproject.toml's testpaths), whatever the file's name, spread over TEST_WORKERS processes
+# (pytest-xdist; each test file stays in one process, so module-scoped fixtures are built once).
+# tests/conftest.py releases each test module's compiled XLA programs when it ends, which keeps a
+# process's memory flat; the larger stack is a precaution for XLA:CPU's deeply recursive compiler passes.
+TEST_WORKERS ?= 2
 test: $(BENCH_STAMP)
-	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q -p no:cacheprovider tests attnflow
+	ulimit -s 65536 2>/dev/null || true; $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests attnflow
 
 # make bench: the benchmark suite (benchmarks/README.md). Installs the optional
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are

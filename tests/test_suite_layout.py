@@ -84,12 +84,30 @@ def pytest_collect_file(file_path, parent):
 """
 
 
+def _in_one_process(args: list[str]) -> list[str]:
+    """``args`` without pytest-xdist's worker options (the probe reads collection in this process)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("-n", "--numprocesses", "--dist"):
+            skip = True
+        elif not a.startswith(("--numprocesses=", "--dist=")) and not (a.startswith("-n") and a[2:].isdigit()):
+            out.append(a)
+    return out + ["-p", "no:xdist"]
+
+
+def test_worker_options_are_dropped_for_the_probe():
+    assert _in_one_process(["-q", "-n", "2", "--dist", "loadfile", "tests", "-n4"]) == ["-q", "tests", "-p", "no:xdist"]
+
+
 def _files_pytest_collects(args: list[str], cwd: Path, plugin_dir: Path) -> dict[str, set[Path]]:
     """The files ``pytest <args>`` run in ``cwd`` would collect tests from: {"tests": test modules,
     "doctests": doctest modules}."""
     (plugin_dir / "_collected_files_probe.py").write_text(_COLLECTED_FILES_PLUGIN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-p", "_collected_files_probe"],
+    r = subprocess.run([sys.executable, "-m", "pytest", *_in_one_process(args), "--collect-only", "-p",
+                        "_collected_files_probe"],
                        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode in (0, 5), r.stdout[-3000:] + r.stderr[-3000:]  # 5: nothing collected
     collected: dict[str, set[Path]] = {"tests": set(), "doctests": set()}
