@@ -40,8 +40,9 @@ from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
 from ..errors import InputError
-from ..spectral._batched import eigvals_sorted
-from ..spectral._eigenpair import leading_eigenpair_jax, modulus_order
+from ..spectral._eig import eigvals_sorted
+from ..spectral._eig import modulus_order
+from ..spectral._eigenpair import leading_eigenpair_jax
 from ._smooth import safe_norm
 
 

@@ -5,8 +5,7 @@ This is the only implementation: the single-system functions of
 
 Everything here is pure JAX (jit / vmap / grad / shard_map-able) except the choice of where
 the non-symmetric eigenvalue problem runs, the *eig route* (``"auto"``, ``"device"``,
-``"host"``, ``"cpu"``), which :mod:`attnflow.spectral._eig` resolves (its names ``eig_route``,
-``eigvals_sorted``, ``sort_by_modulus`` and ``EIG_ROUTES`` are also reachable from here).
+``"host"``, ``"cpu"``), which :mod:`attnflow.spectral._eig` resolves.
 
 Only eigenvalues need ``eig``: the leading eigenvectors :math:`\varphi_1` (right) and
 :math:`\varphi_1^*` (left, :math:`\varphi_1^*(\varphi_1)=1`) of a real simple :math:`\lambda_1`
@@ -54,7 +53,7 @@ from jaxtyping import Array, Bool, Complex, Float, Int
 from .. import _validate as v
 from .._batching import lapack_needs_loop, loop_over_systems
 from ..errors import InputError
-from ._eig import EIG_ROUTES, eig_route, eigvals_sorted, sort_by_modulus
+from ._eig import eig_route, eigvals_sorted
 from ._eigenpair import eigenpair_at
 
 __all__ = [

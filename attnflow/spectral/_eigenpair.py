@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Complex, Float
 
-from ._eig import eigvals_sorted, modulus_order  # noqa: F401  (modulus_order: its long-standing address)
+from ._eig import eigvals_sorted
 
 __all__ = ["eigenpair_at", "leading_eigenpair_jax"]
 

@@ -41,7 +41,8 @@ from .._attention import select_impl
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
-from ..spectral._batched import GEOMETRIES, check_batch, sort_by_modulus
+from ..spectral._batched import GEOMETRIES, check_batch
+from ..spectral._eig import sort_by_modulus
 from ..observables._classification import classify_configuration
 from ..spectral._batched import left_eig, projector_from_left_eig
 from ._config import DynamicsSweepConfig, run_settings

@@ -37,7 +37,7 @@ from .._resources import check_fits
 from .._batching import loop_over_systems
 from ..errors import InputError
 from ..runio import load_config, merge_config
-from ..spectral._batched import EIG_ROUTES, eig_route
+from ..spectral._eig import EIG_ROUTES, eig_route
 from ._chunks import Chunk, concat, plan_chunks, run_chunks
 from ._distributed import init_distributed
 from ._mesh import check_eig_route, make_mesh, needs_per_system_loop, sharded

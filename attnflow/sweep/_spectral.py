@@ -24,7 +24,8 @@ from .._resources import check_fits
 from .. import runio
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
-from ..spectral._batched import eigen_stats, eigvals_sorted, _stats_from_eigvals
+from ..spectral._batched import eigen_stats, _stats_from_eigvals
+from ..spectral._eig import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
 from ._runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
