@@ -34,7 +34,7 @@ def run(tokens: int = 128, repeats: int = 20, torch_rows: bool = True) -> dict:
     import jax
     import numpy as np
 
-    from attnflow.models import default_model_path, forward, load_model, load_tokenizer, _tokenize as tokenize
+    from attnflow.models import default_model_path, forward, load_model, load_tokenizer, tokenize
 
     folder = default_model_path()
     tok = load_tokenizer(folder, tokens)

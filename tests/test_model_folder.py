@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 
 from attnflow import InputError
-from attnflow.models import load_tokenizer, read_checkpoint, read_config, resolve_model_path, _tokenize as tokenize
+from attnflow.models import load_tokenizer, read_checkpoint, read_config, resolve_model_path, tokenize
 from model_fixtures import ALBERT_CONFIG, BERT_CONFIG, WORDS, write_albert, write_bert
 
 

@@ -21,7 +21,7 @@ from attnflow.models import (
     multihead_attention,
     read_checkpoint,
     self_attention,
-    _tokenize as tokenize,
+    tokenize,
 )
 from attnflow.models._idealised import idealised_runs
 from attnflow.models._layerwise import forward_padded

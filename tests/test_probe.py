@@ -12,7 +12,7 @@ import pytest
 import attnflow as af
 from attnflow.cli.main import main as cli_main
 from attnflow.integrate import solve_ode
-from attnflow.probe import finite_guard, load_probe_config, _optimize as optimize, run_probe
+from attnflow.probe import finite_guard, load_probe_config, optimize, run_probe
 
 pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 

@@ -15,7 +15,7 @@ import pytest
 
 import attnflow as af
 from attnflow.cli.main import main as cli_main
-from attnflow.probe import (NonFiniteLossError, distance_to_failure, load_probe_config, _optimize as optimize, run_probe)
+from attnflow.probe import (NonFiniteLossError, distance_to_failure, load_probe_config, optimize, run_probe)
 from attnflow.probe._failure import ladder_matrix
 
 pytestmark = pytest.mark.usefixtures("x64")  # the ladder and the overflow checks compare float64 numbers

@@ -18,7 +18,7 @@ import pytest
 
 from attnflow import runio
 from attnflow.errors import InputError
-from attnflow.probe import _optimize as optimize
+from attnflow.probe import optimize
 from attnflow.report import reproduce
 from attnflow.sweep import load_sweep_config, run_sweep
 from attnflow.sweep._runner import Chunk, plan_chunks, run_chunks

@@ -8,7 +8,7 @@ import pytest
 
 from attnflow import InputError
 from attnflow.cli.main import main
-from attnflow.models import forward, load_model, load_tokenizer, _tokenize as tokenize, track
+from attnflow.models import forward, load_model, load_tokenizer, tokenize, track
 from attnflow.models._layerwise import token_stats
 from model_fixtures import write_albert
 
