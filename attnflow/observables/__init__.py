@@ -23,7 +23,27 @@ Example:
 """
 
 from ._attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
-from ._clusters import cluster_labels, cluster_tolerance, diameter, directions, num_clusters, pairwise_distances
+from ._clusters import (
+    cluster_labels,
+    cluster_tolerance,
+    connected_components,
+    diameter,
+    directions,
+    num_clusters,
+    pairwise_distances,
+)
+from ._pairs import (
+    DEFAULT_THRESHOLD,
+    close_pairs,
+    clusters_above,
+    count_components,
+    inner_product_range,
+    interaction_energy,
+    pair_fraction,
+    pairs_clustered,
+    similar_pairs,
+    span_dimension,
+)
 from ._collapse import collapse_bound, max_norm, uniform_distance
 from ._classification import (
     GEOMETRY_LABELS,
@@ -56,6 +76,9 @@ from ._subspaces import codim_projections, split_coordinates, unstable_left_basi
 
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
+    "connected_components", "count_components", "similar_pairs", "close_pairs", "pair_fraction",
+    "pairs_clustered", "clusters_above", "interaction_energy", "span_dimension", "inner_product_range",
+    "DEFAULT_THRESHOLD",
     "numerical_rank", "boolean_distance", "leaders", "off_leader_mass", "double_log_slope",
     "AffineHull", "affine_hull", "hull_vertices", "hull_violation", "hull_nesting", "classify_tokens",
     "TOKEN_CLASSES", "polytope_set_residual",

@@ -1,0 +1,177 @@
+r"""Pair statistics of a token cloud, for phase diagrams and metastability.
+
+On the sphere (tokens of unit norm) two tokens are *clustered* when their inner product is
+at least a threshold :math:`\theta` (default 0.999, i.e. an angle below about 2.6 degrees);
+in :math:`\mathbb{R}^d` when their distance is at most a fixed radius. From the resulting
+graph :math:`i \sim j`:
+
+* :func:`pairs_clustered`: the fraction of the :math:`n(n-1)` ordered off-diagonal pairs that are
+  clustered (1 for a single cluster, 0 for well-spread tokens);
+* :func:`connected_components` / :func:`count_components`: the clusters as connected components
+  of the graph, exact even when "clustered" is not transitive (the rank of a thresholded Gram
+  matrix is not a cluster count then);
+* :func:`interaction_energy`: :math:`E_\beta = \frac{1}{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}`,
+  which the sphere flow increases;
+* :func:`span_dimension`: the number of eigenvalues of the Gram matrix above a tolerance relative
+  to its trace;
+* :func:`inner_product_range`: the smallest and largest off-diagonal inner product.
+
+All are pure JAX (jit / vmap / use as a ``save_fn``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from .. import _validate as v
+from ._clusters import connected_components, pairwise_distances
+
+#: The peers' statistic: inner products of at least 0.999 count as one cluster.
+DEFAULT_THRESHOLD = 0.999
+
+
+def _tokens(x) -> Float[Array, "n d"]:
+    v.check_array("x", x, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    return v.as_float(x)
+
+
+def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[Array, "n n"]:
+    r"""The graph :math:`i \sim j \iff \langle x_i, x_j\rangle \ge \theta` (the diagonal included).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import similar_pairs
+        >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+        >>> similar_pairs(x, 0.999).astype(int).tolist()
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    x = _tokens(x)
+    gram = x @ x.T
+    return (gram >= threshold) | jnp.eye(x.shape[0], dtype=bool)
+
+
+def close_pairs(x: Float[Array, "n d"], radius) -> Bool[Array, "n n"]:
+    r"""The graph :math:`i \sim j \iff |x_i - x_j| \le r` in :math:`\mathbb{R}^d` (``radius`` r: a fixed length).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import close_pairs
+        >>> close_pairs(jnp.array([[0.0], [0.05], [3.0]]), 0.1).astype(int).tolist()
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    return pairwise_distances(_tokens(x)) <= radius
+
+
+def pair_fraction(adjacent: Bool[Array, "n n"]) -> Float[Array, ""]:
+    r"""Fraction of the :math:`n(n-1)` ordered pairs :math:`i \ne j` joined in ``adjacent`` (0 when n = 1).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import pair_fraction
+        >>> float(pair_fraction(jnp.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], bool)))  # 2 of 6
+        0.3333333432674408
+    """
+    n = adjacent.shape[0]
+    off = jnp.sum(adjacent) - jnp.sum(jnp.diagonal(adjacent))
+    return off / max(n * (n - 1), 1)
+
+
+def count_components(adjacent: Bool[Array, "n n"]) -> Int[Array, ""]:
+    """Number of connected components of ``adjacent`` (see :func:`connected_components`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import count_components
+        >>> int(count_components(jnp.eye(3, dtype=bool)))
+        3
+    """
+    labels = connected_components(adjacent)
+    return jnp.sum(labels == jnp.arange(adjacent.shape[0])).astype(jnp.int32)
+
+
+def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Float[Array, ""]:
+    r"""Fraction of ordered pairs :math:`i \ne j` with :math:`\langle x_i, x_j\rangle \ge \theta`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import pairs_clustered
+        >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+        >>> float(pairs_clustered(x))   # 4 of the 12 ordered pairs
+        0.3333333432674408
+    """
+    return pair_fraction(similar_pairs(x, threshold))
+
+
+def clusters_above(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Int[Array, ""]:
+    r"""Number of clusters: connected components of :math:`\langle x_i, x_j\rangle \ge \theta`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import clusters_above
+        >>> int(clusters_above(jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])))
+        2
+    """
+    return count_components(similar_pairs(x, threshold))
+
+
+def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
+    r""":math:`E_\beta(x) = \frac{1}{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}`, the energy the sphere flow climbs.
+
+    Computed as :math:`\exp(\mathrm{logsumexp}_{ij}(\beta\langle x_i,x_j\rangle) - \log(2\beta n^2))`, so it is
+    finite whenever the energy itself is representable; it is ``inf`` (never a wrong finite
+    number) when it is not.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import interaction_energy
+        >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0]])      # one cluster: E = e^beta / (2 beta)
+        >>> round(float(interaction_energy(x, 2.0)), 5), round(float(jnp.exp(2.0) / 4), 5)
+        (1.84726, 1.84726)
+    """
+    x = _tokens(x)
+    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    beta = jnp.asarray(beta, x.dtype)
+    n = x.shape[0]
+    log_sum = jax.nn.logsumexp(beta * (x @ x.T))
+    return jnp.exp(log_sum - jnp.log(2 * beta * n * n))
+
+
+def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, ""]:
+    r"""Dimension of the span of the tokens: eigenvalues of the Gram matrix above ``rel_tol`` times its trace.
+
+    Uses the :math:`d \times d` matrix :math:`X^\top X`, whose non-zero eigenvalues are the Gram
+    matrix's; the tolerance is relative to the trace :math:`\sum_i |x_i|^2`, a fixed scale (n for
+    tokens on the unit sphere). A zero cloud has dimension 0.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import span_dimension
+        >>> int(span_dimension(jnp.array([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])))
+        2
+    """
+    x = _tokens(x)
+    v.check_positive("rel_tol", rel_tol, "the tolerance relative to the trace, a finite positive scalar")
+    eigenvalues = jnp.linalg.eigvalsh(x.T @ x)
+    trace = jnp.sum(x * x)
+    return jnp.sum(eigenvalues > rel_tol * trace).astype(jnp.int32) * (trace > 0)
+
+
+def inner_product_range(x: Float[Array, "n d"]) -> Float[Array, " 2"]:
+    r"""``[min, max]`` of :math:`\langle x_i, x_j\rangle` over pairs :math:`i \ne j` (``[nan, nan]`` when n = 1).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import inner_product_range
+        >>> inner_product_range(jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])).tolist()
+        [-1.0, 0.0]
+    """
+    x = _tokens(x)
+    n = x.shape[0]
+    gram = x @ x.T
+    off = ~jnp.eye(n, dtype=bool)
+    lo = jnp.min(jnp.where(off, gram, jnp.inf))
+    hi = jnp.max(jnp.where(off, gram, -jnp.inf))
+    nan = jnp.asarray(jnp.nan, gram.dtype)
+    return jnp.where(n > 1, jnp.stack([lo, hi]), jnp.stack([nan, nan]))
