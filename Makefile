@@ -7,12 +7,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.attnflow-installed
 # the optional benchmark baselines (torch CPU, torchdiffeq): installed for `make test` too,
-# so that the baselines' correctness tests run; skipped with a message if they cannot be
+# so that the baselines' correctness tests run; skipped with a message if they cannot be.
+# It installs the "docs" extra too (not optional): tests/test_gallery.py builds the site.
 BENCH_STAMP := $(VENV)/.attnflow-bench-installed
 BENCH_ARGS  ?=
 OUT    ?= results/reproduce
 
-.PHONY: install reproduce test bench clean
+.PHONY: install reproduce test bench docs clean
 
 install: $(STAMP)
 
@@ -41,11 +42,23 @@ test: $(BENCH_STAMP)
 # baselines (torch CPU, torchdiffeq; extra "bench") when it can; their rows are
 # skipped with a message otherwise. BENCH_ARGS=--quick for a smoke run.
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,bench]" || echo "note: optional baselines (torch, torchdiffeq) not installed; their rows will be skipped"
+	$(PY) -m pip install --quiet -e ".[test,docs]"
+	$(PY) -m pip install --quiet -e ".[bench]" || echo "note: optional baselines (torch, torchdiffeq) not installed; their rows will be skipped"
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.suite $(BENCH_ARGS)
 
+# make docs: the documentation site (mkdocs-material + mkdocstrings) into site/, offline
+# (no fonts or scripts from a CDN). --strict turns every warning (broken link, missing
+# reference, docstring that griffe cannot parse) into an error, as tests/test_gallery.py does.
+DOCS_STAMP := $(VENV)/.attnflow-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) results .pytest_cache site

@@ -16,23 +16,37 @@ report/sweep jobs run in a scoped float64 mode (``jax.enable_x64(True)``); elsew
 function keeps the dtype it is given.
 """
 
-from ._attention import attend, attention_matrix, scores, select_impl, softmax  # noqa: E402
-from .dynamics import (  # noqa: E402
-    AbstractAttentionDynamics,
-    AbstractDynamics,
-    AttentionFlow,
-    DiscreteRescaledFlow,
-    FoldedBatch,
-    RescaledFlow,
-    SumOfFields,
-)
-from .errors import AttnflowError, InputError, NonFiniteError, SolverError  # noqa: E402
-from .integrate import AbstractIntegrator, EulerStepper, ODESolver, Trajectory, raise_if_failed, solve_euler, solve_ode  # noqa: E402
-from ._batching import vmap_systems  # noqa: E402
-from ._linalg import expm_tV  # noqa: E402
-from .fields import make_dynamics  # noqa: E402
-from ._simulation import Simulation, simulate  # noqa: E402
-from ._weights import AttentionWeights  # noqa: E402
+import importlib as _importlib
+
+#: public name -> the module that defines it; imported on first use (PEP 562), so that
+#: ``import attnflow`` and ``attnflow --help`` do not load JAX until a name is asked for
+_LAZY = {
+    **dict.fromkeys(("attend", "attention_matrix", "scores", "select_impl", "softmax"), "._attention"),
+    **dict.fromkeys(("AbstractAttentionDynamics", "AbstractDynamics", "AttentionFlow", "DiscreteRescaledFlow",
+                     "FoldedBatch", "RescaledFlow", "SumOfFields"), ".dynamics"),
+    **dict.fromkeys(("AttnflowError", "InputError", "NonFiniteError", "SolverError"), ".errors"),
+    **dict.fromkeys(("AbstractIntegrator", "EulerStepper", "ODESolver", "Trajectory", "raise_if_failed",
+                     "solve_euler", "solve_ode"), ".integrate"),
+    "vmap_systems": "._batching",
+    "expm_tV": "._linalg",
+    "make_dynamics": ".fields",
+    **dict.fromkeys(("Simulation", "simulate", "load"), "._simulation"),
+    "AttentionWeights": "._weights",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -59,6 +73,7 @@ __all__ = [
     "raise_if_failed",
     "simulate",
     "Simulation",
+    "load",
     "make_dynamics",
     "expm_tV",
     "vmap_systems",

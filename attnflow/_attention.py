@@ -94,8 +94,7 @@ def _exponentials(s, axis: int = -1, where=None):
 def _normalise(u, total, s_max, n: int, normalisation: str):
     """Rows of u (e itself, or e @ v) divided by the softmax denominator (``"softmax"``), or times
     e^{max s}/n (``"mean"``). Normalising e @ v (n x r) instead of e (n x n) is the same
-    number up to rounding and costs n r divisions instead of n^2 (a (64, 256, 128) float32 Euler
-    run: 1.2-1.3x faster on a 2-core CPU, benchmarks/RESULTS.md)."""
+    number up to rounding and costs n r divisions instead of n^2 (benchmarks/NOTES.md section 8)."""
     if normalisation == "mean":
         return u * (jnp.exp(s_max) / n)
     return u / total
@@ -182,9 +181,8 @@ def attention_matrix(
 
 
 #: automatic selection: the chunked path is used when one system's score matrix
-#: would hold at least this many entries (n_q * n_k); 1024^2 by default. Measured on a
-#: 2-core CPU (benchmarks/NOTES.md): tiled is 2.5x faster than dense at n = 2048,
-#: within 10% at n = 1024 for one system and 1.7-1.8x faster for a vmapped batch of 16.
+#: would hold at least this many entries (n_q * n_k); 1024^2 by default, where the tiled
+#: path becomes faster than dense on CPU (benchmarks/NOTES.md sections 2 and 3).
 CHUNK_THRESHOLD = 1024 * 1024
 #: on GPU dense matmuls are cheap and loops are not: tile only when the scores of one
 #: system would take ~1 GiB in float32, and use larger tiles

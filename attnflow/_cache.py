@@ -10,7 +10,5 @@ __all__ = ["GROUP_BYTES"]
 #: on XLA:CPU a batch of systems runs as a ``lax.map`` over groups whose attention scores take
 #: about this many bytes together (a vmap over the whole batch streams B score matrices through
 #: memory between fusions), and the tiled kernel processes as many tiles at once as fit in it.
-#: Measured on a 2-core EPYC, float32 Euler, group vs whole-batch vmap:
-#: (64, 256, 128) 190 vs 121 GF/s, (32, 512, 64) 119 vs 53, (16, 1024, 64) 140 vs 112,
-#: (256, 64, 32) equal (the whole batch is one group); benchmarks/NOTES.md section 9.
+#: 4 MiB keeps a group's scores in cache on a 2-core CPU (measurements: benchmarks/NOTES.md section 9).
 GROUP_BYTES = 4 * 2**20

@@ -96,8 +96,8 @@ def _tile_valid(kind, valid, qi_idx, kj_idx, mask_tile):
 def blocks_at_once(num_blocks: int, rows: int, cols: int, itemsize: int) -> int | None:
     """How many (rows x cols) tiles of ``itemsize``-byte numbers the ``lax.map`` over blocks
     processes together (its ``batch_size``; None: one): on XLA:CPU as many as fit in
-    :data:`attnflow._cache.GROUP_BYTES` (one tile at a time left the 2 cores idle between small
-    matmuls: (1, 4096, 64) Euler float32 124 -> 151 GF/s, benchmarks/NOTES.md section 9); elsewhere one.
+    :data:`attnflow._cache.GROUP_BYTES` (one tile at a time leaves the cores idle between small
+    matmuls; benchmarks/NOTES.md section 9); elsewhere one.
 
     Example:
         >>> import jax

@@ -44,32 +44,42 @@ from .integrate._solution import checked
 from ._linalg import check_invertible_transfer
 from ._weights import AttentionWeights, check_shapes
 
-__all__ = ["simulate", "Simulation", "BATCHABLE"]
+__all__ = ["simulate", "Simulation", "load", "BATCHABLE"]
+
+#: the .npz key of a saved simulation's metadata (JSON text)
+_META_KEY = "__attnflow_simulation__"
+#: the array fields of a Simulation, in order
+_ARRAY_FIELDS = ("ts", "states", "tokens", "attention", "num_steps", "result", "t_nonfinite")
 
 #: names that ``simulate(batch=...)`` accepts
 BATCHABLE = ("x0", "Q", "K", "V", "beta", "weights")
 
 
 class Simulation(eqx.Module):
-    """Result of :func:`simulate` (leading batch axis B on every array when batched).
+    """Result of :func:`simulate`: a leading batch axis B on every per-system array when batched.
+
+    All systems of a batch share their save times, so ``ts`` is (T,) with or without a batch
+    (``pcolormesh(sim.ts, ...)`` or ``plot(sim.ts, sim.states[b, :, i, 0])`` fit either way).
 
     Attributes:
-        ts: (T,) save times (layers ``t0 + k dt`` for the Euler stepper).
-        states: (T, n, d) states in the requested picture (x for ``"raw"``, z for
+        ts: (T,) save times (layers ``t0 + k dt`` for the Euler stepper), shared by the batch.
+        states: (T, n, d) or (B, T, n, d) states in the requested picture (x for ``"raw"``, z for
             ``"rescaled"``), or the pytree returned by ``save_fn``.
-        tokens: (T, n, d) raw tokens x (equal to ``states`` in the raw picture;
+        tokens: (T, n, d) or (B, T, n, d) raw tokens x (equal to ``states`` in the raw picture;
             ``None`` when ``save_fn`` was used).
-        attention: (T, n, n) attention matrices P when ``return_attention=True``
+        attention: (T, n, n) or (B, T, n, n) attention matrices P when ``return_attention=True``
             ((T, H, n, n) with H heads).
-        num_steps: steps (layers) taken.
+        num_steps: steps (layers) taken, () or (B,).
         result: 0 on success, else a code of :mod:`attnflow.integrate._solution`
-            (1: solver stopped before t1, 2: non-finite state).
+            (1: solver stopped before t1, 2: non-finite state), () or (B,).
         t_nonfinite: where the solution stops being finite (inf if never; the end of the step
-            at which it blew up, or where the solver stopped: ``Trajectory.t_nonfinite``).
+            at which it blew up, or where the solver stopped: ``Trajectory.t_nonfinite``), () or (B,).
         picture, method: what was run.
+
+    :meth:`save` writes a simulation to one ``.npz`` file and :func:`attnflow.load` reads it back.
     """
 
-    ts: Float[Array, "*B T"]
+    ts: Float[Array, "T"]
     states: PyTree
     tokens: Float[Array, "*B T n d"] | None
     attention: Float[Array, "*B T n n"] | None
@@ -78,6 +88,41 @@ class Simulation(eqx.Module):
     t_nonfinite: Float[Array, "*B"]
     picture: str = eqx.field(static=True)
     method: str = eqx.field(static=True)
+
+    def save(self, path) -> None:
+        """Write this simulation to one ``.npz`` file (arrays and JSON metadata; no pickle).
+
+        Every array keeps its dtype and shape; ``states`` may be the dict / tuple / list pytree of
+        a ``save_fn``. The file is written atomically (a temporary file, then a rename), so an
+        interrupted save never leaves a half-written file. Read it back with :func:`attnflow.load`.
+
+        Args:
+            path: the file to write (``.npz`` is the usual suffix; NumPy reads it with
+                ``np.load(path, allow_pickle=False)``).
+
+        Example:
+            >>> import tempfile, pathlib, numpy as np, attnflow
+            >>> sim = attnflow.simulate(np.eye(3, 2), np.eye(2), np.eye(2), np.eye(2), t1=1.0, num_saves=3)
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.npz"
+            >>> sim.save(path)
+            >>> back = attnflow.load(path)
+            >>> back.states.shape, back.ts.dtype, back.picture, bool((back.states == sim.states).all())
+            ((3, 3, 2), dtype('float32'), 'raw', True)
+        """
+        import io
+        import json
+
+        from .runio import atomic_write_bytes
+
+        arrays, fields = {}, {}
+        for name in _ARRAY_FIELDS:
+            fields[name] = _encode_tree(getattr(self, name), name, arrays)
+        meta = {"format": "attnflow.Simulation", "format_version": 1, "attnflow_version": _version(),
+                "picture": self.picture, "method": self.method, "fields": fields}
+        arrays[_META_KEY] = np.array(json.dumps(meta))
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
 
 
 def _batch_names(batch, has_weights: bool) -> tuple[str, ...]:
@@ -503,7 +548,7 @@ def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_a
         front = lambda a: None if a is None else jnp.moveaxis(a, 1, 0)  # (T, B, ...) -> (B, T, ...)
         B = x0.shape[0]
         return (
-            jnp.broadcast_to(ts_, (B,) + ts_.shape),
+            ts_,
             jax.tree_util.tree_map(front, ys),
             front(tokens),
             front(attention),
@@ -517,6 +562,18 @@ def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_a
     axes = (0 if x0_batched else None, None if batched is None else 0, None)
     if all(ax is None for ax in axes):
         return single(x0, batched, shared)
+    return _shared_ts(_run_members(single, axes, x0, batched, shared, loop_members, heads, impl))
+
+
+def _shared_ts(out):
+    """The members' save times are the integrator's grid, the same for every member: keep one (T,) copy."""
+    ts = out[0]
+    one = ts[0] if ts.shape[0] else jnp.zeros(ts.shape[1:], ts.dtype)
+    return (one,) + tuple(out[1:])
+
+
+def _run_members(single, axes, x0, batched, shared, loop_members, heads, impl):
+    """``single`` over the batch: one member at a time where LAPACK needs it, else vmapped in groups."""
     if loop_members:
         # XLA:CPU: with a batch of weights, e^{tV} at the stage times of a step, R^{-1} V and a
         # save_fn's own LAPACK calls become independent batched LAPACK calls, which can
@@ -526,3 +583,105 @@ def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_a
     # XLA:CPU: cache-sized groups of systems (attnflow._cache.GROUP_BYTES), same results
     return vmap_systems(single, axes, tokens=x0.shape[-2], itemsize=jnp.dtype(x0.dtype).itemsize, matrices=heads,
                         impl=impl)(x0, batched, shared)
+
+
+def load(path) -> Simulation:
+    """Read a :class:`Simulation` written by :meth:`Simulation.save` (no pickle is involved).
+
+    The result equals the saved simulation: the same arrays (dtypes, shapes, values), the same
+    ``states`` pytree, picture and method. Arrays come back as JAX arrays; float64 arrays
+    outside JAX's float64 mode (``jax.enable_x64``) come back as NumPy float64 arrays, since
+    JAX would make them float32.
+
+    Args:
+        path: a file written by :meth:`Simulation.save`.
+
+    Raises:
+        InputError: the file is missing, or is not a simulation saved by attnflow.
+
+    Example:
+        >>> import tempfile, pathlib, numpy as np, attnflow
+        >>> sim = attnflow.simulate(np.eye(4, 2)[None].repeat(2, 0), np.eye(2), np.eye(2), np.eye(2), t1=1.0,
+        ...                         num_saves=5, batch="x0", return_attention=True)
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "batch.npz"
+        >>> sim.save(path)
+        >>> back = attnflow.load(path)
+        >>> back.ts.shape, back.states.shape, back.attention.shape
+        ((5,), (2, 5, 4, 2), (2, 5, 4, 4))
+    """
+    import json
+    import os
+    import zipfile
+
+    if not os.path.isfile(path):
+        raise InputError(f"{path} does not exist (or is not a file); give a file written by Simulation.save.")
+    not_ours = f"{path} is not an attnflow simulation (write one with Simulation.save)"
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(f"{not_ours}: it is a single NumPy array, not an .npz archive.")
+        with data:
+            if _META_KEY not in data.files:
+                raise InputError(f"{not_ours}: it holds no attnflow metadata.")
+            meta = json.loads(str(data[_META_KEY][()]))
+            if meta.get("format") != "attnflow.Simulation":
+                raise InputError(f"{not_ours}: its metadata names the format {meta.get('format')!r}.")
+            if meta.get("format_version", 0) > 1:
+                raise InputError(f"{path} was saved by a newer attnflow ({meta.get('attnflow_version')}, file "
+                                 f"format {meta['format_version']}); update attnflow to read it.")
+            arrays = {k: data[k] for k in data.files if k != _META_KEY}
+    except InputError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as err:
+        raise InputError(f"{not_ours}: {err}") from None
+    try:
+        fields = {name: _decode_tree(meta["fields"][name], arrays) for name in _ARRAY_FIELDS}
+        return Simulation(**fields, picture=str(meta["picture"]), method=str(meta["method"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise InputError(f"{not_ours}: its metadata does not match its arrays ({err}).") from None
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _encode_tree(tree, where: str, arrays: dict) -> Any:
+    """JSON description of ``tree`` (None, an array, or dict / tuple / list of them); arrays go to ``arrays``."""
+    if tree is None:
+        return None
+    if isinstance(tree, dict):
+        if not all(isinstance(k, str) for k in tree):
+            raise InputError(f"Simulation.save stores dicts with string keys only; {where} has keys {list(tree)}.")
+        return {"dict": {k: _encode_tree(val, f"{where}[{k!r}]", arrays) for k, val in tree.items()}}
+    if type(tree) in (tuple, list):
+        kind = type(tree).__name__
+        return {kind: [_encode_tree(val, f"{where}[{i}]", arrays) for i, val in enumerate(tree)]}
+    if isinstance(tree, (jax.Array, np.ndarray, np.generic, int, float, bool, complex)):
+        a = np.asarray(tree)
+        if a.dtype.kind not in "biufc":
+            raise InputError(f"Simulation.save stores numeric arrays only; {where} has dtype {a.dtype}.")
+        key = f"array_{len(arrays)}"
+        arrays[key] = a
+        return {"array": key, "dtype": a.dtype.str, "shape": list(a.shape)}
+    raise InputError(f"Simulation.save cannot store {where} of type {type(tree).__name__}: save_fn outputs must be "
+                     "arrays or dicts (string keys), tuples and lists of them.")
+
+
+def _decode_tree(spec, arrays: dict):
+    """Inverse of :func:`_encode_tree`."""
+    if spec is None:
+        return None
+    if "dict" in spec:
+        return {k: _decode_tree(val, arrays) for k, val in spec["dict"].items()}
+    if "tuple" in spec:
+        return tuple(_decode_tree(val, arrays) for val in spec["tuple"])
+    if "list" in spec:
+        return [_decode_tree(val, arrays) for val in spec["list"]]
+    a = arrays[spec["array"]]
+    if a.dtype.str != spec["dtype"] or list(a.shape) != spec["shape"]:
+        raise ValueError(f"array {spec['array']} is {a.dtype.str} {list(a.shape)}, the metadata says "
+                         f"{spec['dtype']} {spec['shape']}")
+    j = jnp.asarray(a)
+    return j if j.dtype == a.dtype else a

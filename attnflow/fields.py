@@ -292,8 +292,8 @@ def _layered(w, how, *, num_layers=REQUIRED, epsilon=REQUIRED, key=REQUIRED, t0=
 
 
 @register_field("sphere", shift=sphere_shift, rescaled_reading=False)
-def _sphere(w, how):
-    return sphere_flow(w, **how.attention)
+def _sphere(w, how, *, normalisation="softmax"):
+    return sphere_flow(w, normalisation=normalisation, **how.attention)
 
 
 @register_field("prenorm")

@@ -471,7 +471,7 @@ def _torch_gradient_row(args) -> dict:
             "gradient_over_forward": t_grad / t_fwd}
 
 
-# make_problem is imported inside main(); the row helpers need it at module level
+# make_problem is imported inside main(); the row functions need it at module level
 def make_problem(*a, **k):
     from benchmarks.common import make_problem as _mp
 

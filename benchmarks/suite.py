@@ -45,7 +45,6 @@ from attnflow import AttentionFlow, vmap_systems  # noqa: E402
 from attnflow import select_impl  # noqa: E402
 from attnflow.dynamics import FoldedBatch  # noqa: E402
 from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
-from attnflow.runio import atomic_save_figure  # noqa: E402
 from benchmarks import baselines  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     atomic_write_json,
@@ -416,7 +415,7 @@ def ratio_spread(slow: dict, fast: dict) -> dict:
 
 
 def headline(records) -> list[dict]:
-    """Ratios the issue sets targets for, per size (only where both rows ran), each with the
+    """Ratios that have speed targets (benchmarks/RESULTS.md), per size (only where both rows ran), each with the
     spread of its per-round ratios (``spread``)."""
     out = []
     for B, n, d in sorted({(r["B"], r["n"], r["d"]) for r in records}):
@@ -489,22 +488,16 @@ def write_tables(run_dir: Path, records) -> None:
 
 
 def plot(run_dir: Path, records) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from attnflow import plot as ap
 
     done = [r for r in records if "gflops" in r]
     if not done:
         return
-    labels = [f"{r['method']} {r['dtype'][-2:]}\n({r['B']},{r['n']},{r['d']})" for r in done]
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(done)), 5))
-    ax.bar(range(len(done)), [100 * r["frac_matmul"] for r in done])
-    ax.set_xticks(range(len(done)), labels, rotation=90, fontsize=6)
-    ax.set_ylabel("% of measured matmul rate (same dtype)")
-    ax.set_title("attnflow benchmark suite")
-    fig.tight_layout()
-    atomic_save_figure(fig, run_dir / "throughput.png", dpi=120)
+    labels = [f"{r['method']} {r['dtype'][-2:]} ({r['B']},{r['n']},{r['d']})" for r in done]
+    ax = ap.bars_with_spread([100 * r["frac_matmul"] for r in done], labels=labels, reference=100.0,
+                             reference_label="measured matmul rate", value_label="% of measured matmul rate (same dtype)",
+                             category_label="method, dtype (B, n, d)", title="attnflow benchmark suite")
+    ap.save(ax.figure, run_dir / "throughput.png", dpi=120, close=True)
 
 
 def parse_sizes(text: str):

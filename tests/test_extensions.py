@@ -1,4 +1,4 @@
-"""Extensions (issue 13): multi-head, feed-forward, layer-varying weights, normalisation, causal mask.
+"""Extensions: multi-head, feed-forward, layer-varying weights, normalisation, causal mask.
 
 Each module is compared with a reference written the slow, obvious way (Python loops over
 tokens, keys, heads and layers, NumPy float64), and each degenerate setting (one head, W = I

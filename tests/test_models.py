@@ -156,7 +156,7 @@ def test_multihead_field_equals_layer_self_attention(minilm64, layer):
 
 
 def test_minilm_layer0_assumption_table(minilm64):
-    """The issue's finding on all-MiniLM-L6-v2 layer 0: no good triple; 5 heads with a real positive
+    """The finding on all-MiniLM-L6-v2 layer 0: no good triple; 5 heads with a real positive
     simple lambda_1 but <Q phi_1, K phi_1> < 0; the other 7 with a complex (or negative) lambda_1.
     Cross-checked against check_good_triple on the full 384 x 384 V_h for two heads."""
     rows = assumption_table(minilm64, layers=[0])

@@ -1,4 +1,4 @@
-"""The dynamics sweep's extension dynamics (issue 13): each sweep row equals a direct run.
+"""The dynamics sweep's extension dynamics: each sweep row equals a direct run.
 
 For every ``dynamics`` value beyond "attention" a tiny sweep runs; then, for each of its
 systems, the test redraws the weights from the row's seed, builds the field from the

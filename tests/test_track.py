@@ -37,6 +37,9 @@ def test_track_default_model_single_sentence(tmp_path, capsys):
     model = load_model()
     ids = tokenize(load_tokenizer(model.source, 512), text).input_ids
     np.testing.assert_array_equal(z["input_ids"], ids)
+    tokens = np.load(out / "forward.npz", allow_pickle=False)["tokens"]  # token strings, no pickle
+    assert tokens.dtype.kind == "U" and tokens.shape == (n,)
+    assert tokens.tolist() == list(tokenize(load_tokenizer(model.source, 512), text).tokens)
     ref = forward(model, ids)
     np.testing.assert_allclose(z["hidden_states"], np.asarray(ref.hidden_states), rtol=0, atol=1e-5)
     np.testing.assert_allclose(z["attentions"].sum(-1), 1.0, atol=1e-5)

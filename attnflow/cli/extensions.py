@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from ._commands import DEFAULT_OUTS, EXTENSION_STUDIES, summary
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from ..report._extensions import DEFAULT_OUT, STUDIES
+    DEFAULT_OUT, STUDIES = DEFAULT_OUTS["extensions"], EXTENSION_STUDIES
 
     p = subparsers.add_parser(
         "extensions",
-        help="studies beyond the theorems: Section 12.2, multi-head, per-layer weights, causal, sphere",
+        help=summary("extensions"),
         description="Run the studies beyond the theorems (configs/extensions.toml): predicted vs observed with fixed "
         "tolerances, measurements where nothing is proved, figures. Writes report.md, summary.json, "
         "config.json, provenance.json and PNG figures into --out.",

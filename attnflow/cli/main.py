@@ -1,48 +1,99 @@
-"""``attnflow`` entry point; each sub-command lives in its own module and registers itself."""
+"""``attnflow`` entry point; each sub-command lives in its own module and registers itself.
+
+The top-level parser is lazy: the sub-commands' names and one-line help come from the table
+in :mod:`attnflow.cli._commands`, and only the chosen sub-command's module is imported, so
+``attnflow --help`` does not load JAX.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-# (module, attribute) pairs; each module defines add_parser(subparsers).
-COMMANDS = [
-    ("attnflow.cli.reproduce", "add_parser"),
-    ("attnflow.cli.sweep", "add_parser"),
-    ("attnflow.cli.track", "add_parser"),
-    ("attnflow.cli.probe", "add_parser"),
-    ("attnflow.cli.extensions", "add_parser"),
-]
+from ._commands import COMMANDS, FIGURE_COMMANDS, FIGURE_FORMATS
+
+_DESCRIPTION = ("Simulate self-attention as an interacting particle system "
+                "(tokens = particles, layers = time) and measure the cluster geometry.")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import importlib
+def figure_formats_arg(text: str) -> tuple[str, ...]:
+    """Parse ``--figure-formats``: comma-separated formats among png, pdf, svg.
 
-    parser = argparse.ArgumentParser(
-        prog="attnflow",
-        description="Simulate self-attention as an interacting particle system "
-        "(tokens = particles, layers = time) and measure the cluster geometry.",
-    )
+    Example:
+        >>> figure_formats_arg("png, PDF")
+        ('png', 'pdf')
+    """
+    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()))
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if not formats or bad:
+        raise argparse.ArgumentTypeError(
+            f"give comma-separated formats among {', '.join(FIGURE_FORMATS)} (e.g. png,pdf), got {text!r}")
+    return formats
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv``: its first positional (the top level has only -h)."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``attnflow`` parser; only the sub-command that ``argv`` names is fully built.
+
+    Without ``argv`` every sub-command is built (this imports all their modules).
+    """
+    parser = argparse.ArgumentParser(prog="attnflow", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module, attr in COMMANDS:
-        getattr(importlib.import_module(module), attr)(sub)
+    wanted = list(COMMANDS) if argv is None else [c for c in [_chosen_command(argv)] if c]
+    for name in wanted:
+        if name not in sub.choices:
+            importlib.import_module(COMMANDS[name][0]).add_parser(sub)
+    for name, (_, summary) in COMMANDS.items():  # the others: name and one-line help only
+        if name not in sub.choices:
+            sub.add_parser(name, help=summary, add_help=False)
+    # list the sub-commands in the table's order whichever was built first
+    order = {name: i for i, name in enumerate(COMMANDS)}
+    sub._choices_actions.sort(key=lambda a: order.get(a.dest, len(order)))
+    for name in FIGURE_COMMANDS:
+        if name in wanted:
+            sub.choices[name].add_argument(
+                "--figure-formats", type=figure_formats_arg, default=("png",), metavar="FORMATS",
+                help=f"comma-separated formats every figure is written in, among {', '.join(FIGURE_FORMATS)} "
+                "(default: png; e.g. png,pdf writes each figure as PNG and PDF)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import AttnflowError
-
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
+    from ..errors import AttnflowError
     from .._x64 import float64_scope
 
     try:
-        with float64_scope():  # the jobs compute their checks in float64; scoped, not global
+        with float64_scope(), _figures_in(getattr(args, "figure_formats", None)):
+            # the jobs compute their checks in float64; scoped, not global
             return int(args.func(args) or 0)
     except AttnflowError as err:
         print(f"attnflow {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def _figures_in(formats: tuple[str, ...] | None):
+    """Every figure saved with :func:`attnflow.plot.save` inside is written in ``formats``."""
+    if formats is None:
+        import contextlib
+
+        return contextlib.nullcontext()
+    from ..plot import figure_formats
+
+    return figure_formats(*formats)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from ._commands import summary
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="gradient-based probes of the assumptions (optax; resumable)",
+        help=summary("probe"),
         description="Run the probe study described by CONFIG (study = \"distance-to-failure\", \"beyond-pd\" or "
         "\"sensitivity\"; the shipped configs/probe-*.toml are the defaults and the schema; every key is checked before "
         "anything runs; distance-to-failure takes your own Q, K, V from [weights] or system.weights_file). Writes "

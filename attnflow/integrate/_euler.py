@@ -38,12 +38,8 @@ UNROLL_SEGMENT = 32
 #: ... when one layer's n x n attention residual takes at least this many bytes (n >= 256 in
 #: float32) ...
 UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
-#: ... on these backends (measured on XLA:CPU only; benchmarks/gpu.py times both on a GPU).
-#: Measured, float32, 2-core CPU (benchmarks/NOTES.md section 10): gradient time unrolled / rolled
-#: n = 16, 64, 128: 1.26, 1.05, 1.03-1.08 (small residuals, bigger code); n = 256: 0.76; n = 512:
-#: 0.90; n = 1024 (tiled): 0.98. Forward: n = 256-384: 0.84-0.94; n = 512: 1.02; batches of
-#: 4-64 systems: 0.98-1.03. Unrolling a loop that stores every layer made its gradient slower
-#: (100 layers: 3.41x -> 3.62x the forward, 51 -> 75 MiB), so only checkpointed segments unroll.
+#: ... on these backends (XLA:CPU, where unrolling makes the gradient of n >= 256 faster and
+#: small n slower; only checkpointed segments unroll: benchmarks/NOTES.md section 10).
 UNROLL_BACKENDS = ("cpu",)
 
 

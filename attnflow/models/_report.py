@@ -3,8 +3,9 @@
 One sentence, or a text file with one sentence a line (multi-sentence mode, with a progress
 bar). Each sentence's arrays are written atomically to ``sentences/NNNNN.npz`` as soon as it is
 done; a killed run started again with the same arguments skips the finished sentences.
-``forward.npz`` (top level) holds the first sentence's ``input_ids`` (n,), ``hidden_states``
-(L+1, n, d) and ``attentions`` (L, H, n, n), float32.
+``forward.npz`` (top level) holds the first sentence's ``input_ids`` (n,), their token strings
+``tokens`` (n,) (a fixed-width unicode array: ``np.load`` reads it without pickle),
+``hidden_states`` (L+1, n, d) and ``attentions`` (L, H, n, n), float32.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
                 rec = analyse_sentence(net, w64, item.input_ids, selected, cfg)
                 save_verified_npz(path, rec, identity, compress=True)
             records.append(rec)
-        _save_npz(out / "forward.npz", {k: records[0][k] for k in _NPZ_KEYS_FORWARD})
+        _save_npz(out / "forward.npz", {**{k: records[0][k] for k in _NPZ_KEYS_FORWARD},
+                                        "tokens": np.asarray(list(items[0].tokens), dtype=np.str_)})
         wo, wv = (np.asarray(a, np.float64) for a in head_factors(net))
         spectra = {(r.layer, r.head): np.linalg.eigvals(wv[r.layer, r.head] @ wo[r.layer, r.head]) for r in rows}
         baseline = ginibre_baseline(net.config.head_dim)
@@ -315,8 +317,9 @@ def _markdown(summary, rows, items, records) -> str:
             lines.append(f"| {l} | {h} | {real['rank_mean'][l][h]:.2f} | {real['boolean_mean'][l][h]:.3f} | "
                          f"{real['off_leader_mean'][l][h]:.3f} | {ld} |")
     lines += ["", "## Files", "",
-              "* `forward.npz`: the first sentence's `input_ids` (n,), `hidden_states` (L+1, n, d_model: the "
-              "embedding output, then every layer), `attentions` (L, H, n, n), float32;",
+              "* `forward.npz`: the first sentence's `input_ids` (n,), their token strings `tokens` (n,), "
+              "`hidden_states` (L+1, n, d_model: the embedding output, then every layer), `attentions` (L, H, n, n), "
+              "float32;",
               "* `sentences/NNNNN.npz`: the same and every statistic, per sentence;",
               "* `summary.json`, `config.json`, `provenance.json`; figures: " + ", ".join(summary["figures"]) + ".", ""]
     return "\n".join(lines)

@@ -46,8 +46,6 @@ def normalised_qk(A_raw, norm):
 
 def run_beyond_pd(config: BeyondPDConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
     """Run study 2; returns (summary, markdown, figure names). See the module docstring."""
-    from ..runio import atomic_save_figure
-
     sy, dy, ob, op, ch = config.system, config.dynamics, config.objective, config.optimizer, config.check
     d, n, B = sy.d, sy.n, sy.num_starts
     layers = dy.layers
@@ -117,33 +115,11 @@ def run_beyond_pd(config: BeyondPDConfig, out, progress: bool = True, interrupt_
         "optimizer_steps": res.steps, "resumed_from_step": res.resumed_from,
         "final_losses": last.tolist(), "first_losses": first.tolist(),
     }
-    figs = [atomic_save_figure(_figure(np.asarray(x0), horizons, A_best), out / "beyond_pd_best.png", dpi=110)]
+    from .. import plot as ap
+
+    figs = ap.save(ap.beyond_pd_tokens(np.asarray(x0), horizons, A_best), out / "beyond_pd_best.png", dpi=110,
+                   close=True)[:1]
     return summary, _markdown(summary, config, figs, out), figs
-
-
-def _figure(x0, horizons, A):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    k = len(horizons)
-    fig, axes = plt.subplots(1, k + 1, figsize=(3.4 * (k + 1), 3.3))
-    axes[0].scatter(x0[:, 0], x0[:, 1], s=12)
-    axes[0].set_title("x(0)")
-    for ax, h in zip(axes[1:], horizons):
-        if h["status"] != "ok":
-            ax.set_title(f"z(t={h['t']:.3g}): not finite", fontsize=9)
-            continue
-        z = np.asarray(h["tokens"])
-        ax.scatter(z[:, 0], z[:, 1], s=14, c="C3")
-        ax.scatter([0], [0], marker="+", c="k")
-        ax.set_title(f"z(t={h['t']:.3g}): {h['num_clusters']} clusters,\n{h['boundary'] + h['interior']} not at a vertex/0",
-                     fontsize=9)
-    fig.suptitle(f"best non-PD Q^T K found (V = I), lambda_min(sym) = {np.linalg.eigvalsh(0.5 * (A + A.T))[0]:.3g}",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig
 
 
 _START_COLUMNS = [

@@ -256,12 +256,12 @@ def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: in
 
 def run_failure(config: FailureConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
     """Run study 1; returns (summary, markdown, figure names). See the module docstring."""
-    from ..runio import atomic_save_figure
-
     summary = _study(config, out, progress, interrupt_after, fingerprint)
     ok = [r for r in summary["rows"] if r["status"] == "ok"]
     ratio = np.array([r["rho_clustering"] / r["rho_def41"] for r in ok if r["clustering_vs_def41"] is not None])
-    figs = [atomic_save_figure(_histogram(ok, ratio), out / "distance_to_failure.png", dpi=110)]
+    from .. import plot as ap
+
+    figs = ap.save(ap.failure_distances(ok, ratio), out / "distance_to_failure.png", dpi=110, close=True)[:1]
     return summary, _markdown(summary, config, figs, out), figs
 
 
@@ -312,40 +312,6 @@ def distance_to_failure(Q: Any, K: Any, V: Any, *, progress: bool = False, **set
     config = read_probe_config(CONFIG_DIR / STUDIES["distance-to-failure"], overrides)
     with tempfile.TemporaryDirectory() as tmp, jax.enable_x64(True):
         return _study(config, Path(tmp), progress, None, config.fingerprint)
-
-
-def _histogram(rows, ratio):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    rc = [r["rho_clustering"] for r in rows if r["rho_clustering"] is not None]
-    rd = [r["rho_def41"] for r in rows if r["rho_def41"] is not None]
-    edges = np.log10(sorted(set(rc + rd)) or [1.0])
-    bins = np.concatenate([edges - 0.15, edges[-1:] + 0.15])
-    bins = np.unique(np.round(bins, 6))
-    axes[0].hist(np.log10(rc), bins=bins, alpha=0.6, label="clustering lost")
-    axes[0].hist(np.log10(rd), bins=bins, alpha=0.6, label="Def 4.1 broken")
-    axes[0].set_xlabel(r"$\log_{10}\,\|\Delta\|_F / \|V_0\|_F$ (smallest radius of the ladder)")
-    axes[0].set_ylabel("triples")
-    axes[0].legend()
-    if ratio.size:
-        axes[1].hist(np.log10(ratio), bins=12, color="C2")
-    axes[1].axvline(0.0, color="k", lw=0.8)
-    axes[1].set_xlabel(r"$\log_{10}(\rho_\mathrm{clustering} / \rho_\mathrm{Def 4.1})$")
-    m0 = [r["margin0"] for r in rows]
-    nan = float("nan")
-    axes[2].scatter(m0, [nan if r["rho_clustering"] is None else r["rho_clustering"] for r in rows], label="clustering lost")
-    axes[2].scatter(m0, [nan if r["rho_def41"] is None else r["rho_def41"] for r in rows], marker="x", label="Def 4.1 broken")
-    if any(r["rho_clustering"] is not None or r["rho_def41"] is not None for r in rows):
-        axes[2].set_yscale("log")
-    axes[2].set_xlabel("relative Def 4.1 margin of $V_0$")
-    axes[2].set_ylabel(r"$\rho$")
-    axes[2].legend()
-    fig.tight_layout()
-    return fig
 
 
 _TRIPLE_COLUMNS = [

@@ -95,7 +95,7 @@ def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, inter
     """Run study 3; returns (summary, markdown, figure names). See the module docstring."""
     from tqdm.auto import tqdm
 
-    from ..runio import atomic_save_figure
+    from .. import plot as ap
 
     dy, ch = config.dynamics, config.check
     layers = dy.layers
@@ -130,7 +130,8 @@ def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, inter
                      "abs_S_a": np.abs(Sa).tolist(), "abs_S_b": np.abs(Sb).tolist(),
                      "structure": [_structure(G[i], S) for i, S in enumerate((Sa, Sb))],
                      "fd_rel_error": rel})
-        figs.append(atomic_save_figure(_figure(G, np.stack([Sa, Sb]), label), out / f"sensitivity_{b}.png", dpi=110))
+        figs += ap.save(ap.sensitivity_maps(G, np.stack([Sa, Sb]), title=label), out / f"sensitivity_{b}.png",
+                        dpi=110, close=True)[:1]
     errors = [r["fd_rel_error"] for r in rows if r["status"] == "ok"]
     worst = max(errors) if errors else None
     summary = {"study": "sensitivity", "source": config.system.source, "systems": description,
@@ -148,31 +149,6 @@ def _structure(G, S):
     S2 = np.abs(S) ** 2
     return {"rank_one_share": float(sv[0] ** 2 / total), "top_column": int(np.argmax(col)),
             "top_column_share": float(np.max(col) / total), "eigen_row1_share": float(S2[0].sum() / (S2.sum() or 1.0))}
-
-
-def _figure(G, S, label):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
-    panels = [(G[0], "da/dV"), (G[1], "db/dV"), (np.abs(S[0]), "|da/dV| in eigenbasis"), (np.abs(S[1]), "|db/dV| in eigenbasis")]
-    for ax, (M, title) in zip(axes, panels):
-        lim = float(np.max(np.abs(M))) or 1.0
-        im = ax.imshow(M, cmap="RdBu_r" if "eig" not in title else "viridis",
-                       vmin=-lim if "eig" not in title else 0, vmax=lim)
-        ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.8)
-        d = M.shape[0]
-        if d <= 16:
-            ax.set_xticks(range(d), [str(i + 1) for i in range(d)])
-            ax.set_yticks(range(d), [str(i + 1) for i in range(d)])
-        ax.set_xlabel("k (eigenvector)" if "eig" in title else "column")
-        ax.set_ylabel("j" if "eig" in title else "row")
-    fig.suptitle(label)
-    fig.tight_layout()
-    return fig
 
 
 def _table_row(r: dict) -> dict:

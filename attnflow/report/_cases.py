@@ -382,8 +382,8 @@ def thm8_5(ctx: Context, res: CaseResult) -> None:
         res.figures.append((figures.trajectories(ctx.out / "thm8_5_trajectories.png", ts, x[0], title="Thm 8.5: raw "
                             "tokens (run 0)"), "Raw tokens spiral into 0."))
         res.figures.append((figures.levels(ctx.out / "thm8_5_norms.png", ts, np.stack([norms[0], spread[0], mean[0]], 1),
-                            title="Thm 8.5: max||x_i|| (blue), spread (orange), ||mean|| (green), run 0",
-                            ylabel="size"), "max norm, spread and mean against time."))
+                            title="Thm 8.5: size of the raw cloud (run 0)", ylabel="size",
+                            labels=["max_i ||x_i||", "spread", "||mean||"]), "max norm, spread and mean against time."))
         res.figures.append((figures.attention_maps(ctx.out / "thm8_5_attention.png", ts, run.P[0], run.rank[0],
                             title="Thm 8.5: P(t) -> 11^T/n (run 0)"), "P(t) becomes uniform (rank 1)."))
 

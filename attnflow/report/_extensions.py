@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plot
 from ..dynamics import normalise
 from .._x64 import float64_scope
 from ..errors import InputError
@@ -49,7 +51,6 @@ from ..fields import build_field, field_entry, rescaled_from_raw
 from ..integrate import EulerStepper, plain_shift
 from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
 from ..runio import (
-    atomic_save_figure,
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
@@ -144,43 +145,80 @@ def _rescale(R: np.ndarray, ts_layers: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------
-# figures
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+# figures (drawn by attnflow.plot; every format of the surrounding attnflow.plot.figure_formats)
+def _save(ax, path: Path) -> str:
+    names = plot.save(ax.figure, path, close=True)
+    return next((n for n in names if n.endswith(".png")), names[0])
 
 
-def _fig_paths(folder: Path, name: str, panels: list[tuple[str, np.ndarray]]) -> str:
-    """Token paths (2-d) of one cloud, one panel per setting."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
-    for ax, (title, z) in zip(np.atleast_1d(axes), panels):
-        for i in range(z.shape[1]):
-            ax.plot(z[:, i, 0], z[:, i, 1], lw=0.6, alpha=0.6)
-        ax.scatter(z[-1, :, 0], z[-1, :, 1], s=10, c="k", zorder=3)
-        ax.set_title(title, fontsize=8)
-        ax.set_aspect("equal", adjustable="datalim")
-    return atomic_save_figure(fig, folder / f"{name}.png", dpi=90, bbox_inches="tight")
+def _fig_paths(folder: Path, name: str, panels: list[tuple[str, np.ndarray]], ts) -> str:
+    """Token paths (2-d) of one cloud, one panel per setting (rows of at most four)."""
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plot.new_figure(cols, rows, panel=(3.2, 3.2))
+    for ax, (title, z) in zip(axes.ravel(), panels):
+        plot.trajectories(z, ts=ts, ax=ax, title=title, show_legend=False)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_axis_off()
+    fig.suptitle("grey: paths; hollow: start; blue: end", fontsize="small")
+    return _save(axes.ravel()[0], folder / f"{name}.png")
 
 
 def _fig_curves(folder: Path, name: str, x, curves: dict, *, xlabel: str, ylabel: str, title: str,
-                logy: bool = False, marker: str | None = None) -> str:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for label, y in curves.items():
-        ax.plot(x, y, label=label, marker=marker)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    if logy:
-        ax.set_yscale("log")
-    if len(curves) > 1:
-        ax.legend(fontsize=7)
-    return atomic_save_figure(fig, folder / f"{name}.png", dpi=90, bbox_inches="tight")
+                logy: bool | None = None, marker: str | None = None, **options) -> str:
+    """Curves against x (:func:`attnflow.plot.series_by_parameter`; ``options``: values, parameter, styles, ...)."""
+    ax = plot.series_by_parameter(x, curves, xlabel=xlabel, ylabel=ylabel, title=title, log=logy, marker=marker,
+                                  **options)
+    return _save(ax, folder / f"{name}.png")
+
+
+_SHORT = 6  # lists longer than this are summarised in report.md (full values in summary.json)
+
+
+def _summary(v, limit: int = _SHORT) -> str:
+    """A report.md cell for a measured value: short lists as they are, long ones as "min–max (mean), k values"."""
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_summary(x, limit)}" for k, x in v.items())
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        return str(v)
+    flat = np.asarray(v, dtype=object).ravel().tolist() if v else []
+    if len(flat) <= limit:
+        return str(list(v))
+    if all(isinstance(x, (bool, np.bool_)) for x in flat):
+        return f"{sum(map(bool, flat))} of {len(flat)} true"
+    try:
+        a = np.asarray(flat, dtype=float)
+    except (TypeError, ValueError):
+        return ", ".join(map(str, flat[:3])) + f", … ({len(flat)} values)"
+    fin = a[np.isfinite(a)]
+    if fin.size == 0:
+        return f"{len(flat)} values, none finite"
+    bad = f", {a.size - fin.size} non-finite" if fin.size < a.size else ""
+    return f"{fin.min():.4g}–{fin.max():.4g} (mean {fin.mean():.4g}), {len(flat)} values{bad}"
+
+
+_LIST = re.compile(r"\[([-+0-9.eE, ]+|True|False)\]")
+
+
+def _short_text(text: str) -> str:
+    """``text`` with every bracketed number list longer than _SHORT replaced by its :func:`_summary`."""
+
+    def shorten(m):
+        items = [x for x in re.split(r"[,\s]+", m.group(1).strip()) if x]
+        if len(items) <= _SHORT:
+            return m.group(0)
+        try:
+            return "[" + _summary([float(x) for x in items]) + "]"
+        except ValueError:
+            return m.group(0)
+
+    return _LIST.sub(shorten, str(text))
+
+
+def _cell(text) -> str:
+    return _short_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,6 +243,11 @@ def _sec12_2_run(picture, Q, K, V, W, act, z0, cfg, every):
     if picture == "z":
         return ts, y, None
     return ts, _rescale(np.eye(len(V)) + cfg.dt * V, ks, y), y
+
+
+#: line style per reading in the Section 12.2 figures
+_STYLE = {"z": "-", "x": "--"}
+_STYLE_LABELS = {"-": "z reading", "--": "x reading"}
 
 
 def _paper_verdict(hits: int, total: int) -> str:
@@ -301,16 +344,18 @@ def study_sec12_2(cfg: Sec12_2Settings, rng: np.random.Generator, folder: Path) 
                  f"collapse for random W ({len(W_draws)} draws)",
                  f"{hits} of {len(W_draws)} draws collapse in every cloud", None, tol_collapse,
                  verdict=_paper_verdict(hits, len(W_draws)))
-    st.figures.append((_fig_paths(folder, "sec12_2_paths", panels),
+    st.figures.append((_fig_paths(folder, "sec12_2_paths", panels, ts),
                        "Rescaled tokens z_i(t), cloud 0, each reading (z: SPEC's form; x: sigma on the raw "
                        "attention output) and activation / W (random W: the first draw)."))
     st.figures.append((_fig_curves(folder, "sec12_2_levels", ts, level_curves, xlabel="t",
                                    ylabel="levels of phi_1^*(z)", title="Section 12.2: hyperplane levels "
-                                   "(mean over clouds)", logy=True),
+                                   "(mean over clouds)", styles=[_STYLE[k[0]] for k in level_curves],
+                                   style_labels=_STYLE_LABELS),
                        "Number of levels of phi_1^*(z_i(t)) against t (3 or fewer: Thm 4.2 geometry)."))
     st.figures.append((_fig_curves(folder, "sec12_2_collapse", ts, ratio_curves, xlabel="t",
                                    ylabel="max|z(t)| / max|z(0)|", title="Section 12.2: collapse to 0? "
-                                   "(geometric mean over clouds)", logy=True),
+                                   "(geometric mean over clouds)", styles=[_STYLE[k[0]] for k in ratio_curves],
+                                   style_labels=_STYLE_LABELS),
                        "Size of the rescaled cloud against t; collapse to 0 is a line falling below "
                        f"{cfg.collapse_tol}."))
     return st
@@ -363,7 +408,7 @@ def study_multihead(cfg: MultiheadSettings, rng: np.random.Generator, folder: Pa
                      f"gap > {cfg.level_tol} max_i|phi_S^*(z_i(0))|")
     st.figures.append((_fig_curves(folder, "multihead_levels", ts, curves, xlabel="t (layers x dt)",
                                    ylabel="levels of phi_S^*(z)", title="Several heads: hyperplane levels "
-                                   "(mean over clouds)", logy=True),
+                                   "(mean over clouds)", values=list(cfg.heads), parameter="heads H"),
                        "How many hyperplanes remain, and how fast, for H = 1, 2, 4, 8 heads."))
     st.figures.append((_fig_curves(folder, "multihead_settle", cfg.heads, {"settle time": settle},
                                    xlabel="heads H", ylabel="t at which the level count settles",
@@ -468,7 +513,9 @@ def study_causal(cfg: SphereSettings, rng: np.random.Generator, folder: Path) ->
             st.check(f"{name}: tokens stay on the sphere", "| |x_i| - 1 | at rounding level",
                      f"{drift.max():.1e}", bool(drift.max() <= ROUNDING_TOL), f"{ROUNDING_TOL:g}")
     st.figures.append((_fig_curves(folder, "causal_clusters", ts, curves, xlabel="t", ylabel="clusters",
-                                   title="Causal vs full attention on the sphere (mean over clouds)", logy=True),
+                                   title="Causal vs full attention on the sphere (mean over clouds)",
+                                   values=[b for b in cfg.betas for _ in (0, 1)], parameter="beta",
+                                   styles=["-", "--"] * len(cfg.betas), style_labels={"-": "full", "--": "causal"}),
                        "Number of clusters against time, causal and full attention, same starts."))
     return st
 
@@ -504,7 +551,8 @@ def study_sphere(cfg: SphereSettings, rng: np.random.Generator, folder: Path) ->
              ", ".join(f"{b:g}: {m:.1f}" for b, m in zip(cfg.betas, meta)),
              bool(np.all(np.diff(order) >= -grid)), f"one save interval ({grid:g}); censored at t1")
     st.figures.append((_fig_curves(folder, "sphere_clusters", ts, curves, xlabel="t", ylabel="clusters",
-                                   title="Sphere: clusters against time (mean over clouds)", logy=True),
+                                   title="Sphere: clusters against time (mean over clouds)",
+                                   values=list(cfg.betas), parameter="beta"),
                        "Number of clusters against time for each beta."))
     st.figures.append((_fig_curves(folder, "sphere_metastable", cfg.betas, {"time in metastable state": meta},
                                    xlabel="beta", ylabel="time", title="Sphere: time spent with 2..n/2 clusters",
@@ -536,16 +584,17 @@ def _render(studies: list[Study], prov: dict, quick: bool) -> str:
              "| study | check | predicted | observed | tolerance | verdict |", "|---|---|---|---|---|---|"]
     for st in studies:
         for c in st.checks:
-            lines.append(f"| {st.name} | {c['name']} | {c['predicted']} | {c['observed']} | {c['tolerance']} | "
-                         f"{c.get('verdict') or fmt_pass[c['passed']]} |")
+            lines.append(f"| {st.name} | {_cell(c['name'])} | {_cell(c['predicted'])} | {_cell(c['observed'])} | "
+                         f"{_cell(c['tolerance'])} | {c.get('verdict') or fmt_pass[c['passed']]} |")
     for st in studies:
         lines += ["", f"## {st.title}", "", f"Run time {st.seconds:.1f} s.", "", "Settings:", ""]
         for k, v in st.settings.items():
-            lines.append(f"* {k}: {np.round(np.asarray(v), 4).tolist() if isinstance(v, np.ndarray) else v}")
+            lines.append(f"* {k}: {_summary(np.round(v, 4) if isinstance(v, np.ndarray) else v, 16)}")
         if st.measurements:
             keys = list(st.measurements[0])
-            lines += ["", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-            lines += ["| " + " | ".join(str(m[k]) for k in keys) + " |" for m in st.measurements]
+            lines += ["", "Measurements (lists longer than six values summarised as min–max (mean); every value "
+                      "in summary.json):", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            lines += ["| " + " | ".join(_cell(_summary(m.get(k, "-"))) for k in keys) + " |" for m in st.measurements]
         for fig, caption in st.figures:
             lines += ["", f"![{caption}]({fig})", "", f"*{caption}*"]
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ class Chunk:
 
 def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict], *, progress: bool = True,
                process_index: int = 0, process_count: int = 1, desc: str = "sweep",
-               poll_s: float = 2.0) -> tuple[list[dict], int]:
+               poll_s: float = 2.0, on_start: Callable[[int, int], None] | None = None) -> tuple[list[dict], int]:
     """Compute the missing chunks (this process's share); return all chunks' columns in plan
     order (process 0 waits for the other processes' files; the others get ``[]``) and the
     number of chunks this process computed.
@@ -45,7 +45,8 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     misplaced or changed is set aside with a line on stderr and computed again, both when this
     process resumes its share and when process 0 reads all chunks at the end. The temporary
     files of this share's chunks that a kill left behind are removed first (the caller holds the
-    lock of this share: :func:`attnflow.sweep._runner.open_run`)."""
+    lock of this share: :func:`attnflow.sweep._runner.open_run`). ``on_start(stored, share)`` is
+    called once the stored chunks of this share are known (before any is computed)."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
@@ -65,6 +66,8 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
     runio.remove_stale_temporaries(folder, {c.file for c in mine})
     todo = [c for c in mine if stored(c) is None]
+    if on_start is not None:
+        on_start(len(mine) - len(todo), len(mine))
     total = sum(c.stop - c.start for c in mine)
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,

@@ -345,36 +345,9 @@ def summarize(table: dict, groups: list[dict]) -> dict:
     }
 
 
-def plot(summary: dict, out: Path) -> None:
-    import matplotlib
+def plot(summary: dict, out: Path) -> list[str]:
+    """Write ``predicted_vs_observed.png`` (:func:`attnflow.plot.predicted_vs_observed`); returns the file names."""
+    from .. import plot as ap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ct = summary["crosstab_predicted_observed"]
-    preds = [p for p in GEOMETRIES if p in ct]
-    M = np.array([[ct[p].get(o, 0) for o in OBSERVED] for p in preds], float)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.1, 1]})
-    ax = axes[0]
-    R = M / np.maximum(M.sum(1, keepdims=True), 1)
-    ax.imshow(R, cmap="Blues", vmin=0, vmax=1, aspect="auto")
-    for i in range(M.shape[0]):
-        for j in range(M.shape[1]):
-            if M[i, j]:
-                ax.text(j, i, f"{int(M[i, j])}", ha="center", va="center", fontsize=8)
-    ax.set_xticks(range(len(OBSERVED)), OBSERVED, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(preds)), preds, fontsize=8)
-    ax.set_xlabel("observed")
-    ax.set_ylabel("predicted")
-    ax.set_title("predicted vs observed (row-normalised colour, counts)")
-    ax = axes[1]
-    labels = [f"{r['v_ensemble']}/{r['qk_ensemble']}/d={r['d']}" for r in summary["groups"]]
-    y = np.arange(len(labels))
-    ax.barh(y - 0.2, [r["frac_good"] for r in summary["groups"]], 0.4, label="good triple (Def 4.1)")
-    ax.barh(y + 0.2, [r["frac_consistent_where_predicted"] or 0 for r in summary["groups"]], 0.4,
-            label="observed = predicted (where a prediction exists)")
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.set_xlim(0, 1)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    runio.atomic_save_figure(fig, out / "predicted_vs_observed.png", dpi=120)
+    fig = ap.predicted_vs_observed(summary, geometries=GEOMETRIES, observed=OBSERVED)
+    return ap.save(fig, out / "predicted_vs_observed.png", dpi=120, close=True)

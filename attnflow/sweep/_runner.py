@@ -26,6 +26,7 @@ The pieces live in private modules along the way a sweep runs: ``_distributed``
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -101,11 +102,23 @@ class SweepRun:
 
     def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str) -> tuple[list[dict], dict]:
         """:func:`run_chunks` for this sweep; returns the parts (``[]`` on processes other than 0)
-        and what this process did (index, count, chunks computed here, chunks in all)."""
+        and what this process did (index, count, chunks resumed from an earlier run and chunks
+        computed here, chunks in all). A run that finds finished chunks of its share says so on
+        stderr before it computes the others."""
+        resumed = [0]
+
+        def on_start(stored: int, share: int) -> None:
+            resumed[0] = stored
+            if stored:
+                whose = "" if self.process_count == 1 else f"process {self.process_index}: "
+                print(f"{whose}resuming: {stored} of {share} chunks already done in {self.out}", file=sys.stderr,
+                      flush=True)
+
         parts, computed = run_chunks(self.out, chunks, compute, progress=self.progress, desc=desc,
-                                     process_index=self.process_index, process_count=self.process_count)
+                                     process_index=self.process_index, process_count=self.process_count,
+                                     on_start=on_start)
         return parts, {"process_index": self.process_index, "process_count": self.process_count,
-                       "chunks_computed_here": computed, "chunks": len(chunks)}
+                       "chunks_resumed_here": resumed[0], "chunks_computed_here": computed, "chunks": len(chunks)}
 
 
 def start_sweep(config, out: str | Path, kind: str, *, num_devices: int | None = None,

@@ -27,33 +27,13 @@ from ..errors import InputError
 from ..spectral._batched import eigen_stats, _stats_from_eigvals
 from ..spectral._eig import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
+from .._stats import wilson_interval
 from ._runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "check_spectral_config", "check_spectral_sizes"]
 
 COLUMNS = ["system", "seed", "ensemble", "d", "lambda1_re", "lambda1_im", "abs_lambda2", "gap",
            "cond1", "cond1_real_part", "num_real"]
-
-
-def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion k / n.
-
-    Example:
-        >>> from attnflow.sweep import wilson_interval
-        >>> [round(v, 4) for v in wilson_interval(280, 2000)]
-        [0.1255, 0.1559]
-    """
-    v.check_number("confidence", confidence, "the level of the interval", low=0, high=1)
-    if n == 0:
-        return (float("nan"), float("nan"))
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half)))  # exact at k = 0, n
 
 
 #: bytes one row of the table takes while it is written (the chunk columns, their concatenation and the CSV
@@ -223,36 +203,8 @@ def summarize(table: dict, groups: list[dict], confidence: float) -> dict:
     return {"confidence": confidence, "groups": rows, "headline": headline}
 
 
-def plot(summary: dict, out: Path) -> None:
-    import matplotlib
+def plot(summary: dict, out: Path) -> list[str]:
+    """Write ``fraction_vs_d.png`` (:func:`attnflow.plot.fraction_vs_d`); returns the file names."""
+    from .. import plot as ap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ens in sorted({r["ensemble"] for r in summary["groups"]}):
-        rows = [r for r in summary["groups"] if r["ensemble"] == ens]
-        ds = np.array([r["d"] for r in rows])
-        for key, style, name in (("frac_cond1", "o-", "largest modulus (Def 4.1)"),
-                                 ("frac_cond1_real_part", "s--", "largest real part")):
-            f = np.array([r[key] for r in rows])
-            ci = np.array([r[key + "_ci"] for r in rows])
-            axes[0].errorbar(ds, f, yerr=[np.maximum(f - ci[:, 0], 0), np.maximum(ci[:, 1] - f, 0)], fmt=style, capsize=3, label=f"{ens}: {name}")
-        axes[1].errorbar(ds, [r["mean_num_real"] for r in rows], yerr=[1.96 * r["mean_num_real_se"] for r in rows],
-                         fmt="o", capsize=3, label=f"{ens}: measured")
-        if ens == "ginibre":
-            dd = np.geomspace(ds.min(), ds.max(), 100)
-            axes[1].plot(dd, np.sqrt(2 * dd / np.pi) + 0.5, "k-", lw=1, label=r"$\sqrt{2d/\pi}+1/2$")
-    axes[0].set_xscale("log", base=2)
-    axes[0].axhline(0.14, color="gray", lw=0.8, ls=":")
-    axes[0].set_xlabel("d")
-    axes[0].set_ylabel("fraction of V")
-    axes[0].set_title("top eigenvalue real, positive, simple")
-    axes[0].legend(fontsize=7)
-    axes[1].set_xscale("log", base=2)
-    axes[1].set_yscale("log")
-    axes[1].set_xlabel("d")
-    axes[1].set_ylabel("E[# real eigenvalues]")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    runio.atomic_save_figure(fig, out / "fraction_vs_d.png", dpi=120)
+    return ap.save(ap.fraction_vs_d(summary), out / "fraction_vs_d.png", dpi=120, close=True)

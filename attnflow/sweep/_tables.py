@@ -64,13 +64,13 @@ def check_table_formats(formats: list[str]) -> list[str]:
     return list(formats)
 
 
-def write_tables(out: Path, parts: list[dict], columns: list[str], formats: list[str]) -> list[Path]:
-    """Write the tidy table as ``out/table.csv`` and/or ``out/table.parquet`` (same rows and
+def write_tables(out: Path, parts: list[dict], columns: list[str], formats: list[str], name: str = "table") -> list[Path]:
+    """Write the tidy table as ``out/<name>.csv`` and/or ``out/<name>.parquet`` (same rows and
     columns; Parquet keeps the dtypes: bool, int64, float64, string), each atomically."""
     written = []
     if "csv" in formats:
-        write_table(out / "table.csv", parts, columns)
-        written.append(out / "table.csv")
+        write_table(out / f"{name}.csv", parts, columns)
+        written.append(out / f"{name}.csv")
     if "parquet" in formats:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -78,7 +78,7 @@ def write_tables(out: Path, parts: list[dict], columns: list[str], formats: list
         cols = concat(parts)
         table = pa.table({c: pa.array(np.asarray(cols[c]).tolist() if np.asarray(cols[c]).dtype.kind == "U"
                                       else np.asarray(cols[c])) for c in columns})
-        with runio.atomic_path(out / "table.parquet") as tmp:
+        with runio.atomic_path(out / f"{name}.parquet") as tmp:
             pq.write_table(table, tmp)
-        written.append(out / "table.parquet")
+        written.append(out / f"{name}.parquet")
     return written

@@ -1,0 +1,33 @@
+r"""Phase diagrams and metastability: clustering over a grid of beta, n, d (and the dynamics' scalars) in time.
+
+:func:`run_phase` (``attnflow phase CONFIG --out DIR``) steps ``systems`` random clouds per grid
+cell with any of the sweep's dynamics and records, inside the solve, the pair statistics of
+:func:`statistics` at checkpoint times; it writes a tidy per-(cell, checkpoint) table with
+confidence intervals, per-system arrays, heat maps, the metastable plateaus of the cluster count
+and their lifetimes against beta. The pieces are usable from Python: the observables
+(:mod:`attnflow.observables`: ``pairs_clustered``, ``clusters_above``, ``interaction_energy``, ...),
+the plateau detection (:func:`plateaus`, :func:`first_plateaus`, :func:`lifetime_slope`) and the
+equiangular model's theory line (:func:`equiangular_time`).
+"""
+
+from ._config import (
+    DEFAULT_CONFIG,
+    GRID_KEYS,
+    PhaseConfig,
+    PhaseGroup,
+    check_phase_config,
+    checkpoint_layers,
+    load_phase_config,
+)
+from ._engine import OBSERVABLES, make_chunk_fn, pair_index, statistics
+from ._metastability import Plateau, first_plateaus, gathered, lifetime_slope, lifetime_summary, merges, plateaus
+from ._run import check_phase_sizes, run_phase
+from ._tables import CELL_COLUMNS, mean_interval
+from ._theory import equiangular_rate, equiangular_time
+
+__all__ = [
+    "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
+    "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn",
+    "pair_index", "CELL_COLUMNS", "mean_interval", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
+    "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
+]

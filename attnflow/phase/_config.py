@@ -1,0 +1,262 @@
+"""A phase-diagram config, parsed once: TOML -> checked table -> frozen :class:`PhaseConfig`.
+
+The shipped ``configs/phase.toml`` is the schema (no unknown or missing key, the default's
+types). The grid keys (:data:`GRID_KEYS`) take a number, a list, or a range table
+``{start, stop, num, spacing}``; every other key is checked as the sweeps' keys are. Each refusal
+is one :class:`~attnflow.InputError` sentence naming the key, before anything compiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _validate as v
+from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES
+from ..errors import InputError
+from ..runio import CONFIG_DIR, load_config, read_toml
+from ..sweep._config import RunSettings, run_settings
+from ..sweep._fields import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
+from ..sweep._runner import check_sweep_config
+
+#: the shipped default and schema
+DEFAULT_CONFIG = "phase.toml"
+#: keys that take a number, a list or a range; the grid is their product
+GRID_KEYS = ("beta", "n", "d", "heads", "epsilon")
+#: the grid keys whose values are sizes (integers)
+_INTEGER_KEYS = ("n", "d", "heads")
+SPACINGS = ("uniform", "log")
+WEIGHTS = ("shared", "per_system")
+NORMALISATIONS = ("softmax", "mean")
+
+
+@dataclass(frozen=True)
+class PhaseGroup:
+    """The cells of one (n, d, heads, epsilon): their betas run in one compiled program."""
+
+    index: int
+    n: int
+    d: int
+    heads: int
+    epsilon: float
+    dynamics: SweepDynamics
+
+    @property
+    def label(self) -> str:
+        """The group's name in seeds and chunk files (depends on the values, not on the grid's order)."""
+        return f"phase/n={self.n}/d={self.d}/heads={self.heads}/epsilon={self.epsilon!r}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseConfig:
+    """A checked phase config (``configs/phase.toml``)."""
+
+    seed: int
+    dtype: str
+    density: float
+    run: RunSettings
+    beta: tuple[float, ...]
+    n: tuple[int, ...]
+    d: tuple[int, ...]
+    heads: tuple[int, ...]
+    epsilon: tuple[float, ...]
+    systems: int
+    t1: float
+    dt: float
+    num_layers: int
+    checkpoints: int
+    spacing: str
+    threshold: float
+    confidence: float
+    normalisation: str
+    dynamics: SweepDynamics
+    v_ensemble: str
+    qk_ensemble: str
+    weights: str
+    source: dict = field(repr=False, compare=False)
+    kind = "phase"
+
+    @property
+    def jax_dtype(self):
+        """The precision of the computation as a JAX dtype."""
+        return jnp.float64 if self.dtype == "float64" else jnp.float32
+
+    @property
+    def groups(self) -> list[PhaseGroup]:
+        """The (n, d, heads, epsilon) groups in plan order; heads and epsilon vary only where they matter."""
+        heads = self.heads if self.dynamics.name == "multihead" else (self.heads[0],)
+        eps = self.epsilon if self.dynamics.name == "layered" else (self.epsilon[0],)
+        out = []
+        for n in self.n:
+            for d in self.d:
+                for h in heads:
+                    for e in eps:
+                        spec = dataclasses.replace(self.dynamics, heads=h, epsilon=e)
+                        out.append(PhaseGroup(len(out), n, d, h, e, spec))
+        return out
+
+    @property
+    def checkpoint_layers(self) -> tuple[int, ...]:
+        """The layers at which statistics are recorded (increasing, with 0 and the last layer)."""
+        return checkpoint_layers(self.num_layers, self.checkpoints, self.spacing)
+
+    def as_dict(self) -> dict:
+        """A copy of the table this config was parsed from."""
+        return copy.deepcopy(self.source)
+
+
+def checkpoint_layers(num_layers: int, checkpoints: int, spacing: str) -> tuple[int, ...]:
+    """``checkpoints`` distinct layers in [0, num_layers], evenly or log-spaced, with both ends.
+
+    Example:
+        >>> from attnflow.phase import checkpoint_layers
+        >>> checkpoint_layers(300, 4, "uniform"), checkpoint_layers(1000, 5, "log")
+        ((0, 100, 200, 300), (0, 1, 10, 100, 1000))
+    """
+    if checkpoints >= num_layers + 1:
+        return tuple(range(num_layers + 1))
+    if spacing == "uniform":
+        layers = np.round(np.linspace(0, num_layers, checkpoints)).astype(int)
+    else:  # 0, then log-spaced from layer 1; rounding collisions are replaced by the next free layers
+        layers = np.round(np.geomspace(1, num_layers, checkpoints - 1)).astype(int)
+        for i in range(1, len(layers)):
+            layers[i] = max(layers[i], layers[i - 1] + 1)
+        layers = np.concatenate([[0], np.minimum(layers, num_layers)])
+    return tuple(int(k) for k in np.unique(layers))
+
+
+def _grid_values(key: str, value, where: str) -> list:
+    """The values of grid key ``key``: a number, a list of numbers, or a range table."""
+    integer = key in _INTEGER_KEYS
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in ("start", "stop", "num", "spacing")]
+        if unknown or not all(k in value for k in ("start", "stop", "num")):
+            raise InputError(f"config key '{key}' in {where}: a range is a table {{start, stop, num, spacing}} "
+                             f"(spacing \"linear\" or \"log\"), got {value!r}.")
+        num = v.check_int(f"{key}.num", value["num"], 1, "the number of grid values")
+        for part in ("start", "stop"):
+            v.check_real(f"{key}.{part}", value[part], "an end of the range, a finite number")
+        spacing = value.get("spacing", "linear")
+        v.check_choice(f"{key}.spacing", spacing, ("linear", "log"), "how the range is spaced")
+        if spacing == "log" and (value["start"] <= 0 or value["stop"] <= 0):
+            raise InputError(f"config key '{key}' in {where}: a log-spaced range needs start and stop > 0, "
+                             f"got {value['start']!r} and {value['stop']!r}.")
+        space = np.geomspace if spacing == "log" else np.linspace
+        values = [float(x) for x in space(float(value["start"]), float(value["stop"]), num)]
+        if integer:
+            values = sorted({int(round(x)) for x in values})
+    elif isinstance(value, list):
+        values = value
+    else:
+        values = [value]
+    if not values:
+        raise InputError(f"config key '{key}' in {where} is an empty list; give at least one value.")
+    out = []
+    for i, x in enumerate(values):
+        name = f"{key}[{i}]" if isinstance(value, list) else key
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise InputError(f"config key '{name}' in {where} must be a number, got {type(x).__name__} {x!r}.")
+        if not math.isfinite(x):
+            raise InputError(f"config key '{name}' in {where} must be a finite number, got {x!r}.")
+        if integer and (not isinstance(x, int) and not float(x).is_integer()):
+            raise InputError(f"config key '{name}' in {where} must be a whole number, got {x!r}.")
+        out.append(int(x) if integer else float(x))
+    if len(set(out)) != len(out):
+        raise InputError(f"config key '{key}' in {where} repeats a value ({out}); give each value once.")
+    return out
+
+
+def check_phase_config(config: dict | PhaseConfig, where: str = "the phase config") -> PhaseConfig:
+    """Every key of a phase config checked before any work; returns the parsed :class:`PhaseConfig`.
+
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> cfg = check_phase_config(load_phase_config(None))
+        >>> len(cfg.beta), cfg.d, cfg.num_layers, len(cfg.checkpoint_layers)
+        (90, (2, 3), 300, 200)
+    """
+    if isinstance(config, PhaseConfig):
+        return config
+    if not isinstance(config, dict):
+        raise InputError(f"a phase config must be a table (dict), got {type(config).__name__}.")
+    grid = {}
+    rest = dict(config)
+    defaults = load_config(None, DEFAULT_CONFIG)
+    for key in GRID_KEYS:
+        if key not in rest:
+            raise InputError(f"config key '{key}' is missing from {where}; start from configs/{DEFAULT_CONFIG} "
+                             "(its defaults fill every key).")
+        grid[key] = _grid_values(key, rest.pop(key), where)
+    cfg = check_sweep_config({**rest, **{k: defaults[k] for k in GRID_KEYS}}, "phase", DEFAULT_CONFIG)
+    for key in GRID_KEYS:
+        cfg[key] = grid[key]
+    for i, b in enumerate(grid["beta"]):
+        if b <= 0:
+            raise InputError(f"beta must be > 0 (an inverse temperature), got beta = {b!r}"
+                             f"{f' (entry {i})' if len(grid['beta']) > 1 else ''}.")
+    for key, low, meaning in (("n", 2, "tokens per cloud"), ("d", 2, "the token dimension"),
+                              ("heads", 1, "independent heads per system")):
+        for x in grid[key]:
+            v.check_int(key, x, low, meaning)
+    for e in grid["epsilon"]:
+        if e < 0:
+            raise InputError(f"epsilon (the relative size of a layer's perturbation) must be >= 0, got {e!r}.")
+    v.check_int("systems", cfg["systems"], 1, "random clouds per grid cell")
+    layers = v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
+    v.check_int("checkpoints", cfg["checkpoints"], 2, "the number of layers with statistics")
+    v.check_choice("spacing", cfg["spacing"], SPACINGS, "how the checkpoint layers are spaced")
+    v.check_number("threshold", cfg["threshold"], "the inner product above which two tokens are clustered",
+                   low=-1, high=1)
+    v.check_number("confidence", cfg["confidence"], "the level of the confidence intervals", low=0, high=1)
+    v.check_choice("normalisation", cfg["normalisation"], NORMALISATIONS, "the attention's normalisation (sphere)")
+    if cfg["normalisation"] != "softmax" and cfg["dynamics"] != "sphere":
+        raise InputError(f"normalisation = {cfg['normalisation']!r} applies to dynamics = \"sphere\"; for the "
+                         f"Euclidean flow use dynamics = \"mean\" (got dynamics = {cfg['dynamics']!r}).")
+    v.check_choice("v_ensemble", cfg["v_ensemble"], V_ENSEMBLES, "the ensemble of V")
+    v.check_choice("qk_ensemble", cfg["qk_ensemble"], QK_ENSEMBLES, "the ensemble of Q^T K")
+    v.check_choice("weights", cfg["weights"], WEIGHTS, "whether the weights are shared by the grid or drawn per system")
+    v.check_choice("dynamics", cfg["dynamics"], SWEEP_DYNAMICS, "the dynamics every system runs")
+    spec = sweep_dynamics({**cfg, "heads": grid["heads"][0], "epsilon": grid["epsilon"][0]})
+    return PhaseConfig(
+        seed=int(cfg["seed"]), dtype=cfg["dtype"], density=float(cfg["density"]), run=run_settings(cfg["run"]),
+        beta=tuple(grid["beta"]), n=tuple(grid["n"]), d=tuple(grid["d"]), heads=tuple(grid["heads"]),
+        epsilon=tuple(grid["epsilon"]), systems=int(cfg["systems"]), t1=float(cfg["t1"]), dt=float(cfg["dt"]),
+        num_layers=layers, checkpoints=int(cfg["checkpoints"]), spacing=cfg["spacing"],
+        threshold=float(cfg["threshold"]), confidence=float(cfg["confidence"]),
+        normalisation=cfg["normalisation"], dynamics=spec, v_ensemble=cfg["v_ensemble"],
+        qk_ensemble=cfg["qk_ensemble"], weights=cfg["weights"], source=copy.deepcopy(config))
+
+
+def load_phase_config(path) -> dict:
+    """The table of a phase config file over the shipped default (``None``: the default itself).
+
+    Example:
+        >>> from attnflow.phase import load_phase_config
+        >>> load_phase_config(None)["dynamics"]
+        'sphere'
+    """
+    if path is None:
+        return load_config(None, DEFAULT_CONFIG)
+    p = Path(path)
+    if not p.is_file() and p.parent == Path(".") and (CONFIG_DIR / p.name).is_file():
+        p = CONFIG_DIR / p.name
+    if not p.is_file():
+        raise InputError(f"phase config {path} does not exist.")
+    user = read_toml(p)
+    defaults = load_config(None, DEFAULT_CONFIG)
+    # grid keys may change type (number, list, range table): overlaid here, checked by check_phase_config
+    merged = copy.deepcopy(defaults)
+    for key, value in user.items():
+        if key in GRID_KEYS:
+            merged[key] = value
+        elif key == "run" and isinstance(value, dict):
+            merged["run"] = {**defaults["run"], **value}
+        else:
+            merged[key] = value
+    return merged

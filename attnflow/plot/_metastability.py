@@ -1,0 +1,108 @@
+"""Metastability figures: the energy staircase of single systems, and plateau lifetimes against beta."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._style import colours, finite, label, legend, new_axes
+
+
+def staircase(t, energy, *, clusters=None, ax=None, names=None, title: str | None = None):
+    """Interaction energy against log t for a few systems (rows of ``energy``), the staircase of metastability.
+
+    Args:
+        t: (K,) checkpoint times (t = 0 is left out of the log axis).
+        energy: (S, K) or (K,) energies of S systems.
+        clusters: optional (S, K) cluster counts, drawn as steps on a right-hand axis.
+        ax: Axes to draw on (default: a new figure).
+        names: legend labels of the systems (default "system s").
+        title: panel title.
+
+    Returns:
+        The Axes.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> t = np.linspace(0, 100, 50)
+        >>> e = 1 + np.cumsum(np.random.default_rng(0).random((2, 50)) > 0.9, axis=1)
+        >>> ax = ap.staircase(t, e, clusters=4 - e)
+        >>> ax.get_xscale(), ax.get_ylabel()
+        ('log', 'interaction energy E_beta')
+    """
+    tt = np.asarray(t, float)
+    E = np.atleast_2d(finite(energy))
+    keep = tt > 0
+    fig, ax = new_axes(ax, figsize=(6.0, 3.8))
+    cs = colours(E.shape[0])
+    names = names or [f"system {s}" for s in range(E.shape[0])]
+    missing = 0
+    for s in range(E.shape[0]):
+        ok = keep & np.isfinite(E[s])
+        missing += int((keep & ~np.isfinite(E[s])).sum())
+        ax.plot(tt[ok], E[s, ok], color=cs[s], lw=1.4, label=names[s])
+    ax.set_xscale("log")
+    if clusters is not None:
+        C = np.atleast_2d(finite(clusters))
+        right = ax.twinx()
+        for s in range(C.shape[0]):
+            ok = keep & np.isfinite(C[s])
+            right.step(tt[ok], C[s, ok], where="post", color=cs[s], lw=0.8, ls=":", alpha=0.9)
+        right.set_ylabel("clusters (dotted)")
+        right.yaxis.get_major_locator().set_params(integer=True)
+    note = f"{missing} non-finite point(s) not shown" if missing else None
+    label(ax, "time t (log scale)", "interaction energy E_beta", "\n".join(x for x in (title, note) if x))
+    legend(ax)
+    return ax
+
+
+def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=None, ax=None,
+                     title: str | None = None):
+    """Median lifetime of the first plateau against beta (log scale), quartile bars, censored cells open.
+
+    Args:
+        beta: (B,) inverse temperatures.
+        median, q25, q75: (B,) lifetimes (NaN where a cell has no plateau: left out, counted in the title).
+        censored: (B,) whether a cell's median is a lower bound (drawn as open markers).
+        fit: ``{"slope", "intercept", ...}`` of log T = a + b beta (:func:`attnflow.phase.lifetime_slope`),
+            drawn as a line when its slope is not None.
+        ax: Axes to draw on; title: panel title.
+
+    Returns:
+        The Axes.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> b = np.array([1.0, 2.0, 3.0])
+        >>> ax = ap.lifetime_vs_beta(b, np.exp(b), fit={"slope": 1.0, "intercept": 0.0})
+        >>> ax.get_yscale(), ax.get_xlabel()
+        ('log', 'beta (inverse temperature)')
+    """
+    b = np.asarray(beta, float)
+    med = finite(median)
+    cen = np.zeros(b.shape, bool) if censored is None else np.asarray(censored, bool)
+    ok = np.isfinite(med) & (med > 0)
+    fig, ax = new_axes(ax)
+    if q25 is not None and q75 is not None:
+        lo, hi = finite(q25), finite(q75)
+        okb = ok & np.isfinite(lo) & np.isfinite(hi)
+        ax.errorbar(b[okb], med[okb], yerr=[med[okb] - lo[okb], hi[okb] - med[okb]], fmt="none", ecolor="0.6",
+                    lw=1, capsize=2)
+    c = colours(2)
+    ax.plot(b[ok & ~cen], med[ok & ~cen], "o", color=c[0], label="median lifetime")
+    if (ok & cen).any():
+        ax.plot(b[ok & cen], med[ok & cen], "o", mfc="none", color=c[0], label="median censored (lower bound)")
+    if fit and fit.get("slope") is not None:
+        xs = np.linspace(b.min(), b.max(), 50)
+        interval = ""
+        if fit.get("slope_lo") is not None:
+            interval = f" [{fit['slope_lo']:.2f}, {fit['slope_hi']:.2f}]"
+        ax.plot(xs, np.exp(fit["intercept"] + fit["slope"] * xs), color=c[1], ls="--",
+                label=f"log T = {fit['intercept']:.2f} + {fit['slope']:.2f}{interval} beta")
+    ax.set_yscale("log")
+    missing = int((~ok).sum())
+    note = f"{missing} cell(s) without a plateau not shown" if missing else None
+    label(ax, "beta (inverse temperature)", "first plateau lifetime (time t)", "\n".join(x for x in (title, note) if x))
+    legend(ax, max_inside=3)
+    return ax

@@ -1,0 +1,158 @@
+"""Shared figure conventions of :mod:`attnflow.plot`: axes, colours, legends, colour bars, saving.
+
+Every figure function of the package goes through these helpers, so that the defaults a
+referee expects hold everywhere: labelled axes, readable ticks, legends that never sit on the
+data (outside the axes when there are many entries), colours that stay distinct for up to 20
+series, and output in PNG with PDF / SVG beside it on request.
+
+Nothing here changes matplotlib's global state: no backend is forced (matplotlib chooses a
+non-interactive one on a machine without a display), and no ``rcParams`` are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("attnflow_figure_formats", default=("png",))
+_KNOWN_FORMATS = ("png", "pdf", "svg")
+
+#: Okabe-Ito palette (distinguishable under the common colour-vision deficiencies), then tab20.
+_BASE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+
+
+@contextlib.contextmanager
+def figure_formats(*formats: str) -> Iterator[tuple[str, ...]]:
+    """Within the block, :func:`save` writes each figure in every one of ``formats``.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> with ap.figure_formats("png", "pdf") as chosen:
+        ...     chosen
+        ('png', 'pdf')
+    """
+    chosen = tuple(dict.fromkeys(f.lower().lstrip(".") for f in formats)) or ("png",)
+    bad = [f for f in chosen if f not in _KNOWN_FORMATS]
+    if bad:
+        raise ValueError(f"figure formats must be among {_KNOWN_FORMATS}, got {bad}.")
+    token = _FORMATS.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _FORMATS.reset(token)
+
+
+def current_formats() -> tuple[str, ...]:
+    """The formats :func:`save` writes by default here (``("png",)`` unless inside :func:`figure_formats`)."""
+    return _FORMATS.get()
+
+
+def new_axes(ax=None, *, figsize: tuple[float, float] = (5.0, 3.8), projection: str | None = None):
+    """``(fig, ax)``: the given Axes and its Figure, or a new Figure with one Axes.
+
+    A new figure is made with :mod:`matplotlib.pyplot`, so that ``plt.show()`` and notebooks
+    display it; the jobs close it when they have saved it.
+    """
+    if ax is not None:
+        return ax.figure, ax
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=figsize, layout="constrained")
+    ax = fig.add_subplot(projection=projection)
+    return fig, ax
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, *, panel: tuple[float, float] = (3.4, 3.2), **subplot_kw):
+    """``(fig, axes)``: a constrained-layout Figure with an ``(nrows, ncols)`` array of Axes."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained",
+                             squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, axes
+
+
+def colours(k: int) -> list:
+    """``k`` distinct colours: the Okabe-Ito palette for up to 8, tab20 up to 20, then a perceptual map."""
+    import matplotlib
+
+    if k <= len(_BASE_COLOURS):
+        return list(_BASE_COLOURS[:k])
+    if k <= 20:
+        cmap = matplotlib.colormaps["tab20"]
+        return [cmap(i) for i in range(k)]
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(x) for x in np.linspace(0.0, 0.95, k)]
+
+
+def legend(ax, *, max_inside: int = 4, title: str | None = None, **kwargs):
+    """A legend that does not cover data: ``loc="best"`` for a few entries, outside on the right otherwise."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    if len(handles) <= max_inside:
+        return ax.legend(loc="best", fontsize="small", title=title, framealpha=0.85, **kwargs)
+    ncol = 1 if len(handles) <= 14 else 2
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small",
+                     title=title, ncol=ncol, frameon=False, **kwargs)
+
+
+def colorbar(mappable, ax, label: str):
+    """A labelled colour bar beside ``ax``."""
+    cbar = ax.figure.colorbar(mappable, ax=ax, shrink=0.9)
+    cbar.set_label(label)
+    return cbar
+
+
+def label(ax, xlabel: str, ylabel: str, title: str | None = None, zlabel: str | None = None):
+    """Label both axes (and z for a 3-d Axes); every figure function calls this."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if zlabel is not None and hasattr(ax, "set_zlabel"):
+        ax.set_zlabel(zlabel)
+    if title:
+        ax.set_title(title, fontsize="medium")
+    return ax
+
+
+def finite(values, what: str = "values") -> np.ndarray:
+    """``values`` as a float array with non-finite entries masked (NaN), never silently plotted as numbers."""
+    a = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(a), a, np.nan)
+
+
+def save(fig, path: str | os.PathLike, *, formats: Sequence[str] | None = None, dpi: int = 150,
+         close: bool = False) -> list[str]:
+    """Write ``fig`` atomically in each format (default: :func:`current_formats`); return the file names.
+
+    ``path``'s suffix is replaced by each format's (``a.png`` -> ``a.png``, ``a.pdf``).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import attnflow.plot as ap
+        >>> fig, ax = ap.new_axes()
+        >>> _ = ax.plot([0, 1], [0, 1])
+        >>> ap.save(fig, pathlib.Path(tempfile.mkdtemp()) / "line.png", formats=("png", "svg"), close=True)
+        ['line.png', 'line.svg']
+    """
+    from ..runio import atomic_write_bytes
+
+    chosen = tuple(formats) if formats is not None else current_formats()
+    path = Path(path)
+    names = []
+    for fmt in chosen:
+        target = path.with_suffix("." + fmt)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+        atomic_write_bytes(target, buf.getvalue())
+        names.append(target.name)
+    if close:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return names

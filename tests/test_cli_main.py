@@ -1,0 +1,84 @@
+"""The ``attnflow`` entry point: a lazy top-level parser (no JAX for ``--help``), one table of
+sub-commands, and ``--figure-formats`` on every job that writes figures."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnflow.cli._commands import COMMANDS, FIGURE_COMMANDS
+from attnflow.cli.main import build_parser, figure_formats_arg, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+_IMPORTS_JAX = """
+import sys
+from attnflow.cli.main import main
+try:
+    main({argv!r})
+except SystemExit:
+    pass
+print("JAX IMPORTED" if "jax" in sys.modules else "NO JAX")
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_top_level_help_does_not_import_jax():
+    r = _run(_IMPORTS_JAX.format(argv=["--help"]))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("NO JAX"), r.stdout
+    for name, (_, summary) in COMMANDS.items():
+        assert name in r.stdout and summary.split()[0] in r.stdout
+
+
+def test_python_dash_m_help_lists_the_commands():
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnflow", "--help"], capture_output=True,
+                       text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0 and "COMMAND" in r.stdout
+    assert all(name in r.stdout for name in COMMANDS)
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "jax" not in imported and "attnflow.cli.main" in imported
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_command_help_avoids_jax(command):
+    r = _run(_IMPORTS_JAX.format(argv=[command, "--help"]))
+    assert r.returncode == 0, r.stderr
+    assert f"usage: attnflow {command}" in r.stdout and r.stdout.strip().endswith("NO JAX"), r.stdout
+
+
+def test_table_matches_the_modules():
+    """Every sub-command of the table is built by its module with the table's one-line help;
+    the figure-writing jobs take --figure-formats, heads does not."""
+    parser = build_parser()  # all modules
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert list(sub.choices) == list(COMMANDS)
+    assert {a.dest: a.help for a in sub._choices_actions} == {n: h for n, (_, h) in COMMANDS.items()}
+    for name, p in sub.choices.items():
+        assert p.add_help, name  # the real parser, not a placeholder
+        assert ("--figure-formats" in p.format_help()) == (name in FIGURE_COMMANDS), name
+
+
+def test_figure_formats_option(capsys):
+    assert figure_formats_arg("png,pdf") == ("png", "pdf")
+    assert figure_formats_arg("SVG, png, svg") == ("svg", "png")
+    with pytest.raises(SystemExit):
+        main(["sweep", "x.toml", "--out", "o", "--figure-formats", "png,gif"])
+    assert "give comma-separated formats among png, pdf, svg" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["nonsense"])
+    assert "invalid choice: 'nonsense'" in capsys.readouterr().err
+
+
+def test_help_constants_match_the_jobs():
+    """The defaults that --help shows without importing the jobs are the jobs' own."""
+    from attnflow.cli._commands import DEFAULT_OUTS, EXTENSION_STUDIES
+    from attnflow.report._extensions import DEFAULT_OUT as EXT_OUT, STUDIES
+    from attnflow.report._run import DEFAULT_OUT as REPRO_OUT
+
+    assert DEFAULT_OUTS == {"reproduce": REPRO_OUT, "extensions": EXT_OUT}
+    assert EXTENSION_STUDIES == tuple(STUDIES)

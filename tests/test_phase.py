@@ -1,0 +1,246 @@
+"""The phase job (attnflow.phase): grid validation, the statistics recorded inside the solve against an
+independent per-system run, plateau detection on constructed trajectories, the equiangular theory
+line against a simulated equiangular cloud, resume after an interruption, and the tables' consistency."""
+
+import csv
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow import AttentionWeights, InputError
+from attnflow.dynamics import normalise, sphere_flow
+from attnflow.ensembles import system_seeds, token_key
+from attnflow.integrate import EulerStepper, sphere_shift
+from attnflow.observables import clusters_above
+from attnflow.phase import (
+    check_phase_config,
+    checkpoint_layers,
+    equiangular_time,
+    first_plateaus,
+    lifetime_slope,
+    load_phase_config,
+    make_chunk_fn,
+    plateaus,
+    run_phase,
+    statistics,
+)
+from attnflow.sweep import make_mesh
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def _small(**changes):
+    cfg = load_phase_config(None)
+    cfg.update(beta=[0.5, 4.0], d=2, n=6, systems=3, t1=3.0, dt=0.1, checkpoints=7)
+    cfg["run"]["progress"] = False
+    cfg.update(changes)
+    return cfg
+
+
+# ---------------------------------------------------------------- validation: one sentence, before any work
+
+@pytest.mark.parametrize("change, words", [
+    ({"betta": 1.0}, ["unknown config key 'betta'", "beta"]),
+    ({"beta": -1.0}, ["beta must be > 0", "-1.0"]),
+    ({"beta": [1.0, float("nan")]}, ["beta[1]", "finite"]),
+    ({"beta": []}, ["beta", "empty"]),
+    ({"beta": [1.0, 1.0]}, ["beta", "repeats"]),
+    ({"beta": {"start": 1.0, "stop": 2.0}}, ["beta", "range"]),
+    ({"n": 4.5}, ["n", "whole number"]),
+    ({"d": [2, "3"]}, ["d[1]", "number"]),
+    ({"threshold": 1.0}, ["threshold"]),
+    ({"threshold": -1.5}, ["threshold"]),
+    ({"systems": 0}, ["systems"]),
+    ({"t1": 1.05}, ["t1"]),
+    ({"spacing": "geometric"}, ["spacing"]),
+    ({"dynamics": "sphere", "normalisation": "none"}, ["normalisation"]),
+    ({"dynamics": "attention", "normalisation": "mean"}, ["normalisation", "dynamics"]),
+    ({"dynamics": "tensor"}, ["dynamics"]),
+])
+def test_bad_grid_or_key_is_one_sentence_naming_it_before_the_folder(tmp_path, change, words):
+    with pytest.raises(InputError) as err:
+        run_phase(_small(**change), tmp_path / "out")
+    message = str(err.value)
+    assert all(w in message for w in words), message
+    assert message.count(". ") <= 1 and "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_grid_ranges_and_checkpoints():
+    cfg = check_phase_config(_small(beta={"start": 0.1, "stop": 10.0, "num": 3, "spacing": "log"}, n=[4, 8],
+                                    d={"start": 2, "stop": 4, "num": 3}))
+    assert cfg.beta == pytest.approx((0.1, 1.0, 10.0)) and cfg.n == (4, 8) and cfg.d == (2, 3, 4)
+    assert [(g.n, g.d) for g in cfg.groups] == [(n, d) for n in (4, 8) for d in (2, 3, 4)]
+    for spacing in ("uniform", "log"):
+        layers = checkpoint_layers(300, 50, spacing)
+        assert len(layers) == 50 and layers[0] == 0 and layers[-1] == 300 and np.all(np.diff(layers) > 0)
+    log = np.asarray(checkpoint_layers(10000, 10, "log")[1:], float)  # 0, then 9 layers from 1 to 10^4
+    # 1, 3, 10, 32, ...: half a decade apart, up to the rounding to whole layers (3.16 -> 3: 0.023 decades)
+    assert np.allclose(np.diff(np.log10(log)), 0.5, atol=0.025)
+
+
+# ---------------------------------------------------------------- the recorded statistics
+
+def test_chunk_statistics_match_an_independent_run_of_each_system():
+    """Every (beta, system) of a chunk against its own sphere run (EulerStepper, states saved, statistics
+    computed afterwards): the chunk's vmapped, sharded, save_fn path must give the same numbers."""
+    config = check_phase_config(_small(beta=[0.7, 3.0, 9.0], systems=2, n=7, d=3, t1=2.0, checkpoints=5))
+    group = config.groups[0]
+    cols = make_chunk_fn(config, group, make_mesh())(0, 6)
+    layers = list(config.checkpoint_layers)
+    seeds = system_seeds(config.seed, group.label, 0, config.systems)
+    for k in range(6):
+        b, s = cols["beta_index"][k], cols["system"][k]
+        beta = config.beta[b]
+        x0 = normalise(jax.random.normal(token_key(seeds[s]), (7, 3), jnp.float64) / jnp.sqrt(3.0))
+        I = jnp.eye(3)
+        traj = EulerStepper(config.dt, config.num_layers, shift=sphere_shift).solve(sphere_flow(I, I, I, beta), x0)
+        for j, layer in enumerate(layers):
+            want = statistics(traj.ys[layer], beta, config.threshold)
+            for name, value in want.items():
+                np.testing.assert_allclose(cols[name][k, j], float(value), rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{name} of pair {k} at layer {layer}")
+    assert cols["finite"].all()
+    # common random numbers: system s starts from the same cloud for every beta
+    first = {(b, s): cols["ip_mean"][k, 0] for k, (b, s) in enumerate(zip(cols["beta_index"], cols["system"]))}
+    assert first[(0, 1)] == first[(1, 1)] == first[(2, 1)]
+
+
+# ---------------------------------------------------------------- metastability on constructed trajectories
+
+def test_plateaus_of_two_clusters_that_merge_at_a_known_time():
+    """Two tight groups of tokens on the circle, 120 degrees apart, gather from a spread cloud by t = 1
+    and merge at t = 6: the detection finds one plateau of 2 clusters from the gathering to t = 6."""
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 10.0, 101)
+    n = 12
+    start = rng.uniform(0, 2 * np.pi, n)
+    centre = np.where(np.arange(n) < 6, 0.0, 2 * np.pi / 3)
+    counts = []
+    for time in t:
+        if time < 1.0:
+            angle = start + (centre - start) * time  # gathering
+        elif time < 6.0:
+            angle = centre + 1e-4 * rng.standard_normal(n)
+        else:
+            angle = np.zeros(n) + 1e-4 * rng.standard_normal(n)
+        x = np.stack([np.cos(angle), np.sin(angle)], axis=1)
+        counts.append(int(clusters_above(x)))
+    counts = np.asarray(counts)
+    found = plateaus(t, counts, min_duration=0.5)
+    assert [(p.count, p.end, p.censored) for p in found] == [(2, 6.0, False)]
+    assert 0.9 <= found[0].start <= 1.0  # the plateau starts when the groups have formed
+    first = first_plateaus(t, counts[None], 0.5)
+    assert first["merges"][0] == 1 and first["lifetime"][0] == pytest.approx(6.0 - found[0].start)
+    # a plateau shorter than min_duration is not one; a run still on its plateau at the end is censored
+    assert plateaus(t, counts, min_duration=5.5) == []
+    assert plateaus(t[:50], counts[:50], 0.5)[0].censored
+
+
+def test_lifetime_slope_recovers_an_exponential_law_and_ignores_censored_cells():
+    rng = np.random.default_rng(1)
+    beta = np.linspace(1, 8, 12)
+    median = np.exp(0.3 + 0.7 * beta) * np.exp(0.05 * rng.standard_normal(12))
+    censored = np.zeros(12, bool)
+    censored[-2:] = True
+    median[-2:] = 1.0  # a censored median is a lower bound: it must not enter the fit
+    fit = lifetime_slope(beta, median, censored)
+    assert fit["cells"] == 10 and fit["slope_lo"] < 0.7 < fit["slope_hi"]
+    assert fit["slope_hi"] - fit["slope_lo"] < 0.1
+
+
+# ---------------------------------------------------------------- the theory line
+
+def test_equiangular_time_matches_a_simulated_equiangular_cloud():
+    """n = 3 orthonormal tokens in d = 3 stay equiangular under the sphere flow (Q = K = V = I); the time at
+    which their inner product reaches 0.9 matches the scalar ODE's, to the Euler step's first order."""
+    beta, threshold = 2.0, 0.9
+    want = equiangular_time(0.0, threshold, beta, 3)
+    x0 = jnp.eye(3, dtype=jnp.float64)
+    I = jnp.eye(3)
+    errors = []
+    for dt in (0.02, 0.01):
+        layers = int(round(2 * want / dt))
+        traj = EulerStepper(dt, layers, shift=sphere_shift).solve(sphere_flow(I, I, I, beta), x0)
+        rho = np.asarray(jnp.einsum("tid,tjd->tij", traj.ys, traj.ys)[:, 0, 1])
+        k = int(np.argmax(rho >= threshold))
+        # linear interpolation between the layers around the crossing
+        t_cross = (k - 1 + (threshold - rho[k - 1]) / (rho[k] - rho[k - 1])) * dt
+        errors.append(abs(t_cross - want))
+    assert errors[1] < 0.02 * want  # within 2 percent at dt = 0.01 ...
+    assert 1.5 < errors[0] / errors[1] < 2.6  # ... and the error halves with dt: first order
+
+
+# ---------------------------------------------------------------- the job: tables, resume, dynamics
+
+def _read(path):
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypatch):
+    cfg = _small(beta=[0.5, 2.0, 6.0], systems=4, t1=4.0, checkpoints=9)
+    cfg["run"]["chunk_size"] = 5
+    summary = run_phase(cfg, tmp_path / "full")
+    cells = (tmp_path / "full" / "cells.csv").read_bytes()
+    rows = _read(tmp_path / "full" / "cells.csv")
+    assert len(rows) == 3 * 9 == summary["rows"]
+    assert set(rows[0]) >= {"beta", "n", "d", "t", "pairs_clustered", "pairs_clustered_lo", "pairs_clustered_hi",
+                            "clusters", "energy"}
+    for r in rows:
+        assert float(r["pairs_clustered_lo"]) <= float(r["pairs_clustered"]) <= float(r["pairs_clustered_hi"])
+    # the means are those of the per-system arrays
+    arrays = np.load(tmp_path / "full" / "systems" / "g000.npz", allow_pickle=False)
+    sel = arrays["beta_index"] == 2
+    mean_last = arrays["pairs_clustered"][sel][:, -1].mean()
+    last = [r for r in rows if float(r["beta"]) == 6.0][-1]
+    assert float(last["pairs_clustered"]) == pytest.approx(mean_last, rel=1e-12)
+    for name in ("phase_g000.png", "curves_g000.png", "staircase_g000.png", "lifetime_g000.png", "report.md",
+                 "summary.json", "metastability.csv", "provenance.json"):
+        assert (tmp_path / "full" / name).is_file(), name
+
+    # interrupted after two chunks, then started again: the same table, and the finished chunks are kept
+    import attnflow.phase._run as job
+
+    real = job.make_chunk_fn
+    calls = {"n": 0}
+
+    def failing(*args, **kwargs):
+        compute = real(*args, **kwargs)
+
+        def once(start, stop):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+            return compute(start, stop)
+
+        return once
+
+    monkeypatch.setattr(job, "make_chunk_fn", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_phase(cfg, tmp_path / "cut")
+    assert len(list((tmp_path / "cut" / "chunks").glob("*.npz"))) == 2
+    monkeypatch.setattr(job, "make_chunk_fn", real)
+    run_phase(cfg, tmp_path / "cut")
+    assert (tmp_path / "cut" / "cells.csv").read_bytes() == cells
+
+
+@pytest.mark.parametrize("changes", [
+    {"dynamics": "prenorm"},
+    {"dynamics": "attention", "v_ensemble": "ginibre", "qk_ensemble": "spd", "weights": "per_system"},
+    {"dynamics": "multihead", "heads": [1, 2]},
+    {"dynamics": "layered", "epsilon": [0.0, 0.2], "dtype": "float64"},
+    {"dynamics": "sphere", "normalisation": "mean", "spacing": "log", "dtype": "float32"},
+])
+def test_every_kind_of_dynamics_and_grid_runs(tmp_path, changes):
+    cfg = _small(beta=[1.0, 3.0], systems=2, t1=2.0, checkpoints=5, **changes)
+    summary = run_phase(cfg, tmp_path / "out")
+    groups = check_phase_config(cfg).groups
+    rows = _read(tmp_path / "out" / "cells.csv")
+    assert len(rows) == len(groups) * 2 * 5 and summary["nonfinite_runs"] == 0
+    for r in rows:
+        assert all(math.isfinite(float(r[k])) for k in ("pairs_clustered", "clusters", "energy", "span"))
+        assert 0.0 <= float(r["pairs_clustered"]) <= 1.0 and 1 <= float(r["clusters"]) <= 6
