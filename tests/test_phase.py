@@ -109,6 +109,28 @@ def test_chunk_statistics_match_an_independent_run_of_each_system():
     assert first[(0, 1)] == first[(1, 1)] == first[(2, 1)]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_statistics_equal_the_public_observables(seed):
+    """The chunk's statistics (one Gram matrix shared) against the public observables of the same cloud."""
+    from attnflow.observables import inner_product_range, interaction_energy, pairs_clustered, span_dimension
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((9, 3)) * rng.uniform(0.5, 2.0, (9, 1))
+    x[3] = x[0] * 1.5 + 1e-4  # a clustered pair whatever the scale
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    beta = 2.5
+    s = statistics(x, beta, 0.99)
+    assert float(s["pairs_clustered"]) == pytest.approx(float(pairs_clustered(u, 0.99)), abs=1e-15)
+    assert float(s["pairs_clustered"]) > 0
+    assert int(s["clusters"]) == int(clusters_above(u, 0.99))
+    assert float(s["energy"]) == pytest.approx(float(interaction_energy(u, beta)), rel=1e-13)
+    assert int(s["span"]) == int(span_dimension(u, 1e-6)) == 3
+    lo, hi = np.asarray(inner_product_range(u))
+    assert (float(s["ip_min"]), float(s["ip_max"])) == pytest.approx((lo, hi), abs=1e-15)
+    gram = u @ u.T
+    assert float(s["ip_mean"]) == pytest.approx(gram[~np.eye(9, dtype=bool)].mean(), abs=1e-15)
+
+
 # ---------------------------------------------------------------- metastability on constructed trajectories
 
 def test_plateaus_of_two_clusters_that_merge_at_a_known_time():

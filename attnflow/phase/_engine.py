@@ -21,14 +21,7 @@ from ..dynamics import normalise
 from ..ensembles import draw_systems, system_seeds, token_key
 from ..fields import build_field, field_entry
 from ..integrate import EulerStepper
-from ..observables import (
-    clusters_above,
-    directions,
-    inner_product_range,
-    interaction_energy,
-    pairs_clustered,
-    span_dimension,
-)
+from ..observables import count_components, directions, pair_fraction, span_dimension
 from ..sweep._fields import head_seeds
 from ..sweep._mesh import sharded
 from ._config import PhaseConfig, PhaseGroup
@@ -42,26 +35,34 @@ SPAN_REL_TOL = 1e-6
 def statistics(x, beta, threshold) -> dict:
     r"""The observables of one cloud (n, d), read on its directions :math:`x_i/|x_i|` (:data:`OBSERVABLES`).
 
-    ``ip_mean`` is the mean off-diagonal inner product; the others are
-    :func:`attnflow.observables.pairs_clustered`, :func:`~attnflow.observables.clusters_above`,
-    :func:`~attnflow.observables.interaction_energy`, :func:`~attnflow.observables.span_dimension` and
-    :func:`~attnflow.observables.inner_product_range`.
+    The Gram matrix :math:`G_{ij} = \langle u_i, u_j\rangle` is formed once; from it the fraction of
+    clustered pairs (:func:`attnflow.observables.pair_fraction` of :math:`G \ge \theta`), the clusters
+    (:func:`~attnflow.observables.count_components` of that graph), the interaction energy
+    :math:`\frac{1}{2\beta n^2}\sum_{ij} e^{\beta G_{ij}}` (as :func:`~attnflow.observables.interaction_energy`),
+    the smallest, mean and largest off-diagonal entry; the span dimension from :math:`U^\top U`
+    (:func:`~attnflow.observables.span_dimension`).
 
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.phase import statistics
         >>> s = statistics(jnp.array([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]), 1.0, 0.999)
-        >>> float(s["pairs_clustered"]), int(s["clusters"]), int(s["span"])
-        (0.3333333432674408, 2, 2)
+        >>> float(s["pairs_clustered"]), int(s["clusters"]), int(s["span"]), float(s["ip_mean"])
+        (0.3333333432674408, 2, 2, 0.3333333432674408)
     """
     u = directions(x)
-    lo_hi = inner_product_range(u)
     n = u.shape[0]
-    total = jnp.sum(u @ u.T) - jnp.sum(u * u)  # the off-diagonal inner products
-    ip_mean = total / max(n * (n - 1), 1)
-    return {"pairs_clustered": pairs_clustered(u, threshold), "clusters": clusters_above(u, threshold).astype(u.dtype),
-            "energy": interaction_energy(u, beta), "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype),
-            "ip_min": lo_hi[0], "ip_mean": ip_mean.astype(u.dtype), "ip_max": lo_hi[1]}
+    gram = u @ u.T
+    adjacent = (gram >= threshold) | jnp.eye(n, dtype=bool)
+    off = ~jnp.eye(n, dtype=bool)
+    beta = jnp.asarray(beta, u.dtype)
+    energy = jnp.exp(jax.nn.logsumexp(beta * gram) - jnp.log(2 * beta * n * n))
+    pairs = max(n * (n - 1), 1)
+    return {"pairs_clustered": pair_fraction(adjacent).astype(u.dtype),
+            "clusters": count_components(adjacent).astype(u.dtype),
+            "energy": energy, "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype),
+            "ip_min": jnp.min(jnp.where(off, gram, jnp.inf)),
+            "ip_mean": (jnp.sum(gram) - jnp.trace(gram)) / pairs,
+            "ip_max": jnp.max(jnp.where(off, gram, -jnp.inf))}
 
 
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

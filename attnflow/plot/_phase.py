@@ -87,7 +87,7 @@ def phase_diagram(values, *, beta, t, ax=None, log_color: bool = False, log_t: b
         >>> v = np.random.default_rng(0).random((3, 4))
         >>> ax = ap.phase_diagram(v, beta=[0.5, 1.0, 4.0], t=[1, 2, 5, 10], log_t=True)
         >>> ax.get_xlabel(), ax.get_ylabel()
-        ('time t (layers)', 'beta (inverse temperature)')
+        ('time t', 'beta (inverse temperature)')
     """
     from matplotlib.colors import LogNorm, Normalize
 
@@ -131,8 +131,9 @@ def phase_diagram(values, *, beta, t, ax=None, log_color: bool = False, log_t: b
         ax.plot(ct, cb, color="k", lw=1.1, ls="--", label=cl)
         ax.set_xlim(te.min(), te.max())
         ax.set_ylim(be.min(), be.max())
-        legend(ax, max_inside=0)
-    _label(ax, "time t (layers)", "beta (inverse temperature)", "\n".join([x for x in (title, "; ".join(notes)) if x]))
+        # below the axes: never over the map, and no gap between the map and its colour bar
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", frameon=False)
+    _label(ax, "time t", "beta (inverse temperature)", "\n".join([x for x in (title, "; ".join(notes)) if x]))
     return ax
 
 
