@@ -22,12 +22,12 @@ from ._config import (
 from ._engine import OBSERVABLES, make_chunk_fn, pair_index, statistics
 from ._metastability import Plateau, first_plateaus, gathered, lifetime_slope, lifetime_summary, merges, plateaus
 from ._run import check_phase_sizes, run_phase
-from ._tables import CELL_COLUMNS, mean_interval
+from ._tables import CELL_COLUMNS, mean_interval, read_cells
 from ._theory import equiangular_rate, equiangular_time
 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
     "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn",
-    "pair_index", "CELL_COLUMNS", "mean_interval", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
+    "pair_index", "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
     "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
 ]

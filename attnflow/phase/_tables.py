@@ -75,3 +75,48 @@ def grid_of(cells: dict, group: PhaseGroup, config: PhaseConfig, name: str) -> n
     sel = (cells["n"] == group.n) & (cells["d"] == group.d) & (cells["heads"] == group.heads) & (
         cells["epsilon"] == group.epsilon)
     return np.asarray(cells[name][sel], float).reshape(len(config.beta), len(config.checkpoint_layers))
+
+
+def read_cells(run_dir, name: str = "pairs_clustered", **where) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, beta, t)`` of column ``name`` of a run folder's ``cells.csv``: values (len(beta), len(t)).
+
+    ``where`` picks one group when the grid has several (e.g. ``d=3``; any of n, d, heads, epsilon).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.phase import load_phase_config, read_cells, run_phase
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(beta=[1.0, 4.0], d=[2, 3], n=6, systems=2, t1=1.0, checkpoints=3)
+        >>> cfg["run"]["progress"] = False
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> _ = run_phase(cfg, out)
+        >>> values, beta, t = read_cells(out, "clusters", d=3)
+        >>> values.shape, beta.tolist(), t.tolist()
+        ((2, 3), [1.0, 4.0], [0.0, 0.5, 1.0])
+    """
+    import csv
+    from pathlib import Path
+
+    from ..errors import InputError
+
+    path = Path(run_dir) / "cells.csv" if Path(run_dir).is_dir() else Path(run_dir)
+    if not path.is_file():
+        raise InputError(f"{path} does not exist; pass a folder written by attnflow phase (it holds cells.csv).")
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if rows and name not in rows[0]:
+        raise InputError(f"cells.csv has no column {name!r}; its columns are {list(rows[0])}.")
+    for key, value in where.items():
+        if key not in ("n", "d", "heads", "epsilon"):
+            raise InputError(f"read_cells selects a group by n, d, heads or epsilon, got {key}={value!r}.")
+        rows = [r for r in rows if float(r[key]) == float(value)]
+    groups = {tuple(r[k] for k in ("n", "d", "heads", "epsilon")) for r in rows}
+    if len(groups) != 1:
+        raise InputError(f"{path} holds {len(groups)} groups matching {where or 'the selection'}; pick one with "
+                         "n=..., d=..., heads=... or epsilon=... .")
+    beta = np.unique([float(r["beta"]) for r in rows])
+    t = np.unique([float(r["t"]) for r in rows])
+    values = np.full((beta.size, t.size), np.nan)
+    for r in rows:
+        values[np.searchsorted(beta, float(r["beta"])), np.searchsorted(t, float(r["t"]))] = float(r[name])
+    return values, beta, t
