@@ -53,7 +53,6 @@ __all__ = [
     "config_fingerprint",
     "write_marker",
     "atomic_path",
-    "atomic_save_figure",
     "remove_stale_temporaries",
     "save_verified_npz",
     "load_verified_npz",
@@ -425,20 +424,6 @@ def atomic_path(path: str | os.PathLike):
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def atomic_save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> str:
-    """Save a matplotlib figure atomically (format from the suffix), close it; returns the file name."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path.name
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

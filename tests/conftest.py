@@ -55,3 +55,16 @@ def _free_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+# The longest test files first: `make test` spreads whole files over two processes (pytest-xdist,
+# --dist loadfile) in collection order, so a long file collected last would leave one process
+# idle at the end. Within a file the order is unchanged.
+_LONGEST_FIRST = ("test_report.py", "test_sweep.py", "test_mutation.py", "test_core.py", "test_readme.py",
+                  "test_baselines.py", "test_batching.py", "test_probe_verdicts.py", "test_sensitivities.py",
+                  "test_gallery.py", "test_phase.py", "test_track.py", "test_probe.py", "test_failures_early.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort

@@ -148,7 +148,8 @@ def _grid_values(key: str, value, where: str) -> list:
             raise InputError(f"config key '{key}' in {where}: a log-spaced range needs start and stop > 0, "
                              f"got {value['start']!r} and {value['stop']!r}.")
         space = np.geomspace if spacing == "log" else np.linspace
-        values = [float(x) for x in space(float(value["start"]), float(value["stop"]), num)]
+        # rounded to 12 significant digits: 0.30000000000000004 is written 0.3 in every table
+        values = [float(f"{x:.12g}") for x in space(float(value["start"]), float(value["stop"]), num)]
         if integer:
             values = sorted({int(round(x)) for x in values})
     elif isinstance(value, list):
@@ -222,7 +223,9 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     v.check_choice("qk_ensemble", cfg["qk_ensemble"], QK_ENSEMBLES, "the ensemble of Q^T K")
     v.check_choice("weights", cfg["weights"], WEIGHTS, "whether the weights are shared by the grid or drawn per system")
     v.check_choice("dynamics", cfg["dynamics"], SWEEP_DYNAMICS, "the dynamics every system runs")
-    spec = sweep_dynamics({**cfg, "heads": grid["heads"][0], "epsilon": grid["epsilon"][0]})
+    # the sweep refuses float32 for the raw-picture dynamics because it rescales their last layer; the phase
+    # job reads the directions of the raw state and rescales nothing, so either precision is fine here
+    spec = sweep_dynamics({**cfg, "heads": grid["heads"][0], "epsilon": grid["epsilon"][0], "dtype": "float64"})
     return PhaseConfig(
         seed=int(cfg["seed"]), dtype=cfg["dtype"], density=float(cfg["density"]), run=run_settings(cfg["run"]),
         beta=tuple(grid["beta"]), n=tuple(grid["n"]), d=tuple(grid["d"]), heads=tuple(grid["heads"]),

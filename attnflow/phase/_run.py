@@ -118,7 +118,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
     write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
     cell_cols = concat(cells)
-    t = np.asarray(config.checkpoint_layers) * config.dt
+    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
     min_duration = default_min_duration(config.t1)
     meta, fits, theory = [], [], {}
     (sw.out / "systems").mkdir(exist_ok=True)
@@ -175,7 +175,7 @@ def _summary(config, groups, cells, fits, sizes, min_duration) -> dict:
         half = []
         for b in range(len(config.beta)):
             above = np.flatnonzero(frac[b] >= 0.5)
-            half.append(float(np.asarray(config.checkpoint_layers)[above[0]] * config.dt) if above.size else None)
+            half.append(round(float(np.asarray(config.checkpoint_layers)[above[0]] * config.dt), 12) if above.size else None)
         heads.append({"group": g.label, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon,
                       "pairs_clustered_at_t1": {"beta_min": float(frac[0, -1]), "beta_max": float(frac[-1, -1])},
                       "time_half_pairs_clustered": dict(zip(map(str, config.beta), half))})
@@ -198,7 +198,7 @@ _MAPS = (("pairs_clustered", "fraction of pairs clustered", False),
 def _figures(config, groups, cells, by_group, meta, fits, theory, out: Path) -> dict:
     from .. import plot as ap
 
-    t = np.asarray(config.checkpoint_layers) * config.dt
+    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
     log_t = config.spacing == "log"
     tt = np.where(t > 0, t, t[1] / 2 if len(t) > 1 else 1.0) if log_t else t  # t = 0 on a log axis
     figures = {}

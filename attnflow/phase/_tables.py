@@ -46,7 +46,7 @@ def mean_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np
 def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
     """The cell table's columns for one group (``cols``: the group's pairs, all chunks concatenated)."""
     layers = np.asarray(config.checkpoint_layers)
-    t = layers * config.dt
+    t = np.round(layers * config.dt, 12)  # 68 * 0.1 is written 6.8
     K = len(layers)
     out = {c: [] for c in CELL_COLUMNS}
     for b, beta in enumerate(config.beta):
@@ -84,15 +84,14 @@ def read_cells(run_dir, name: str = "pairs_clustered", **where) -> tuple[np.ndar
 
     Example:
         >>> import tempfile, pathlib
-        >>> from attnflow.phase import load_phase_config, read_cells, run_phase
-        >>> cfg = load_phase_config(None)
-        >>> cfg.update(beta=[1.0, 4.0], d=[2, 3], n=6, systems=2, t1=1.0, checkpoints=3)
-        >>> cfg["run"]["progress"] = False
-        >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
-        >>> _ = run_phase(cfg, out)
+        >>> from attnflow.phase import read_cells
+        >>> out = pathlib.Path(tempfile.mkdtemp())      # a cells.csv as attnflow phase writes it
+        >>> rows = ["beta,n,d,heads,epsilon,t,clusters"] + [
+        ...     f"{b},6,{d},1,0.1,{t},{c}" for d in (2, 3) for b, c in ((1.0, 2), (4.0, 5)) for t in (0.0, 0.5, 1.0)]
+        >>> _ = (out / "cells.csv").write_text("".join(row + chr(10) for row in rows))
         >>> values, beta, t = read_cells(out, "clusters", d=3)
-        >>> values.shape, beta.tolist(), t.tolist()
-        ((2, 3), [1.0, 4.0], [0.0, 0.5, 1.0])
+        >>> values.shape, beta.tolist(), t.tolist(), values[:, 0].tolist()
+        ((2, 3), [1.0, 4.0], [0.0, 0.5, 1.0], [2.0, 5.0])
     """
     import csv
     from pathlib import Path

@@ -49,7 +49,13 @@ def figure_formats(*formats: str) -> Iterator[tuple[str, ...]]:
 
 
 def current_formats() -> tuple[str, ...]:
-    """The formats :func:`save` writes by default here (``("png",)`` unless inside :func:`figure_formats`)."""
+    """The formats :func:`save` writes by default here (``("png",)`` unless inside :func:`figure_formats`).
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> ap.current_formats()
+        ('png',)
+    """
     return _FORMATS.get()
 
 
@@ -58,6 +64,12 @@ def new_axes(ax=None, *, figsize: tuple[float, float] = (5.0, 3.8), projection: 
 
     A new figure is made with :mod:`matplotlib.pyplot`, so that ``plt.show()`` and notebooks
     display it; the jobs close it when they have saved it.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> fig, ax = ap.new_axes()
+        >>> ap.new_axes(ax)[1] is ax
+        True
     """
     if ax is not None:
         return ax.figure, ax
@@ -69,7 +81,14 @@ def new_axes(ax=None, *, figsize: tuple[float, float] = (5.0, 3.8), projection: 
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, *, panel: tuple[float, float] = (3.4, 3.2), **subplot_kw):
-    """``(fig, axes)``: a constrained-layout Figure with an ``(nrows, ncols)`` array of Axes."""
+    """``(fig, axes)``: a constrained-layout Figure with an ``(nrows, ncols)`` array of Axes.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> fig, axes = ap.new_figure(3, 2)
+        >>> axes.shape
+        (2, 3)
+    """
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained",
@@ -78,7 +97,13 @@ def new_figure(ncols: int = 1, nrows: int = 1, *, panel: tuple[float, float] = (
 
 
 def colours(k: int) -> list:
-    """``k`` distinct colours: the Okabe-Ito palette for up to 8, tab20 up to 20, then a perceptual map."""
+    """``k`` distinct colours: the Okabe-Ito palette for up to 8, tab20 up to 20, then a perceptual map.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> ap.colours(2), len(set(map(str, ap.colours(18))))
+        (['#0072B2', '#E69F00'], 18)
+    """
     import matplotlib
 
     if k <= len(_BASE_COLOURS):
@@ -91,7 +116,16 @@ def colours(k: int) -> list:
 
 
 def legend(ax, *, max_inside: int = 4, title: str | None = None, **kwargs):
-    """A legend that does not cover data: ``loc="best"`` for a few entries, outside on the right otherwise."""
+    """A legend that does not cover data: ``loc="best"`` for a few entries, outside on the right otherwise.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> fig, ax = ap.new_axes()
+        >>> for k in range(6):
+        ...     _ = ax.plot([0, 1], [k, k], label=f"line {k}")
+        >>> ap.legend(ax).get_bbox_to_anchor() is not None   # six entries: outside, right of the axes
+        True
+    """
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return None
@@ -103,7 +137,15 @@ def legend(ax, *, max_inside: int = 4, title: str | None = None, **kwargs):
 
 
 def colorbar(mappable, ax, label: str):
-    """A labelled colour bar beside ``ax``."""
+    """A labelled colour bar beside ``ax``.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> fig, ax = ap.new_axes()
+        >>> ap.colorbar(ax.imshow(np.eye(3)), ax, "weight").ax.get_ylabel()
+        'weight'
+    """
     cbar = ax.figure.colorbar(mappable, ax=ax, shrink=0.9)
     cbar.set_label(label)
     return cbar

@@ -45,9 +45,8 @@ SECTION = "gallery"
 FIGURE_SUFFIXES = (".png", ".gif", ".svg")
 CSS = f"{SECTION}/gallery.css"
 _STYLE = """\
-.md-typeset .gallery-thumb img, img.gallery-thumb { max-height: 14rem; object-fit: contain; }
-.md-typeset .grid.cards .gallery-thumb img { width: 100%; }
-img[alt^="Thumbnail"] { max-width: 24rem; }
+.md-typeset .gallery-thumb img, img.gallery-thumb { width: 100%; max-width: 100%; height: 12rem; object-fit: contain; }
+.md-typeset .grid.cards > ul > li { overflow: hidden; }
 """
 #: (name, size, source hash) -> (figures {file name: bytes}, printed output)
 _cache: dict[tuple[str, str, str], tuple[dict[str, bytes], str]] = {}
