@@ -250,9 +250,10 @@ MULTI = textwrap.dedent("""
     from attnflow.sweep import load_sweep_config, run_sweep
     assert len(jax.devices()) == 4, jax.devices()
     tmp = Path(sys.argv[1])
-    # the "cpu" eig route (eigenproblems on the CPU device outside shard_map) is exercised on the d = 64 config
-    runs_all = (("s.toml", ((1, "auto"), (4, "auto"))), ("d.toml", ((1, "auto"), (4, "auto"))),
-                ("d64.toml", ((1, "auto"), (4, "auto"), (4, "cpu"))))
+    # one spectral and one dynamics config (d = 64: the size that deadlocked batched LAPACK inside
+    # shard_map), each on 1 and 4 devices; the "cpu" eig route (eigenproblems on the CPU device outside
+    # shard_map) on the dynamics one
+    runs_all = (("s.toml", ((1, "auto"), (4, "auto"))), ("d64.toml", ((1, "auto"), (4, "auto"), (4, "cpu"))))
     for name, runs in runs_all:
         cfg = load_sweep_config(tmp / name)
         cfg["run"]["chunk_size"] = 7          # not a multiple of 4: padding is exercised
@@ -294,8 +295,6 @@ progress = false
 def test_sharded_over_four_devices_identical_to_one(tmp_path):
     _cfg(tmp_path, SPECTRAL_TOML.replace('["ginibre", "positive"]', '["ginibre"]').replace("[3, 5]", "[5, 96]"),
          "s.toml")
-    _cfg(tmp_path, DYNAMICS_TOML.replace("systems = 24", "systems = 10").replace('["positive", "ginibre"]',
-                                                                              '["ginibre"]'), "d.toml")
     _cfg(tmp_path, D64_TOML, "d64.toml")
     script = _cfg(tmp_path, MULTI, "multi.py")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
@@ -303,7 +302,7 @@ def test_sharded_over_four_devices_identical_to_one(tmp_path):
                        text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [l for l in r.stdout.splitlines() if "rows" in l]
-    assert len(lines) == 3, r.stdout
+    assert len(lines) == 2, r.stdout
     print(r.stdout)
 
 
