@@ -44,3 +44,34 @@ DEFAULT_OUTS = {"reproduce": "results/reproduce", "extensions": "results/extensi
 
 #: the studies of ``attnflow extensions`` (the keys of ``attnflow.report._extensions.STUDIES``)
 EXTENSION_STUDIES = ("sec12_2", "multihead", "albert", "causal", "sphere")
+
+
+def add_run_options(parser) -> None:
+    """``--devices``, ``--no-progress`` and the several-processes group of the chunked jobs (sweep, phase)."""
+    parser.add_argument("--devices", type=int, default=None,
+                        help="local devices to shard over (default: config run.devices; 0 = all)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = parser.add_argument_group(
+        "several processes (hosts)",
+        "Split the chunks over P processes that share the output folder: start the same command once per "
+        "process with these three options (process 0 serves the coordinator and writes the tables). Under "
+        "SLURM, Open MPI or Kubernetes set run.distributed = true in the config instead.")
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (the same for all processes)")
+    g.add_argument("--num-processes", type=int, metavar="P", help="number of processes")
+    g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. P-1")
+
+
+def run_options(args) -> dict:
+    """The keyword arguments of a chunked job from :func:`add_run_options`' options.
+
+    Example:
+        >>> import argparse
+        >>> p = argparse.ArgumentParser()
+        >>> add_run_options(p)
+        >>> run_options(p.parse_args(["--devices", "2"]))
+        {'num_devices': 2, 'progress': None, 'processes': None}
+    """
+    processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
+                                   ("process_id", args.process_id)) if v is not None}
+    return {"num_devices": args.devices, "progress": False if args.no_progress else None,
+            "processes": processes or None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import summary
+from ._commands import add_run_options, run_options, summary
 
 
 def add_parser(subparsers) -> None:
@@ -22,14 +22,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("config", nargs="?", default=None,
                    help="TOML config (a path, or the name of a shipped config); default: configs/phase.toml")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
-    p.add_argument("--devices", type=int, default=None, help="local devices to shard over (default: config run.devices; 0 = all)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group(
-        "several processes (hosts)",
-        "Split the chunks over P processes that share the output folder, as for `attnflow sweep`.")
-    g.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (the same for all processes)")
-    g.add_argument("--num-processes", type=int, metavar="P", help="number of processes")
-    g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. P-1")
+    add_run_options(p)
     p.set_defaults(func=_run)
 
 
@@ -37,10 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..phase import check_phase_config, load_phase_config, run_phase
 
     config = check_phase_config(load_phase_config(args.config))
-    processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
-                                   ("process_id", args.process_id)) if v is not None}
-    s = run_phase(config, args.out, num_devices=args.devices, progress=False if args.no_progress else None,
-                  processes=processes or None)
+    s = run_phase(config, args.out, **run_options(args))
     if s.get("process_index", 0) != 0:
         print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} chunks")
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import summary
+from ._commands import add_run_options, run_options, summary
 
 
 def add_parser(subparsers) -> None:
@@ -17,16 +17,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("config", help="TOML config (a path, or the name of a shipped config such as ginibre-spectral.toml)")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
-    p.add_argument("--devices", type=int, default=None, help="local devices to shard over (default: config run.devices; 0 = all)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group(
-        "several processes (hosts)",
-        "Split the chunks over P processes that share the output folder: start the same command once per "
-        "process with these three options (process 0 serves the coordinator and writes the table). Under "
-        "SLURM, Open MPI or Kubernetes set run.distributed = true in the config instead.")
-    g.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (the same for all processes)")
-    g.add_argument("--num-processes", type=int, metavar="P", help="number of processes")
-    g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. P-1")
+    add_run_options(p)
     p.set_defaults(func=_run)
 
 
@@ -34,10 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..sweep import load_sweep_config, parse_sweep_config, run_sweep
 
     config = parse_sweep_config(load_sweep_config(args.config))
-    processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
-                                   ("process_id", args.process_id)) if v is not None}
-    summary = run_sweep(config, args.out, num_devices=args.devices, progress=False if args.no_progress else None,
-                        processes=processes or None)
+    summary = run_sweep(config, args.out, **run_options(args))
     resumed, computed = summary.get("chunks_resumed_here", 0), summary["chunks_computed_here"]
     if summary.get("process_count", 1) > 1:
         print(f"process {summary['process_index']} of {summary['process_count']}: computed "

@@ -70,8 +70,8 @@ def pair_fraction(adjacent: Bool[Array, "n n"]) -> Float[Array, ""]:
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import pair_fraction
-        >>> float(pair_fraction(jnp.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], bool)))  # 2 of 6
-        0.3333333432674408
+        >>> round(float(pair_fraction(jnp.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], bool))), 6)  # 2 of 6
+        0.333333
     """
     n = adjacent.shape[0]
     off = jnp.sum(adjacent) - jnp.sum(jnp.diagonal(adjacent))
@@ -98,8 +98,8 @@ def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Floa
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import pairs_clustered
         >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
-        >>> float(pairs_clustered(x))   # 4 of the 12 ordered pairs
-        0.3333333432674408
+        >>> round(float(pairs_clustered(x)), 6)   # 4 of the 12 ordered pairs
+        0.333333
     """
     return pair_fraction(similar_pairs(x, threshold))
 
