@@ -5,21 +5,18 @@ ignore, when this is a git checkout; else a walk of the tree that skips ``.venv`
 ``site``, caches and binary files) is read line by line, and every match of :data:`PATTERNS` is
 reported as ``file:line: matched text (what the pattern is for)``. Measurement history belongs in
 ``benchmarks/NOTES.md`` / ``RESULTS.md`` named by machine and date (``AMD EPYC 2-core,
-2026-11-30``), never by a work session or an internal item number.
+2026-11-30``).
 
-The patterns, and what they leave alone:
+What the patterns catch, by family (the synthetic lines of :data:`CAUGHT` show each one):
+numbered meetings of the development and the folders named after them; numbered tracker entries
+and entries referred to as if the reader knew them; the people and agents who did the work; how
+the work was run (which machine was handed over, numbered stops). What they leave alone
+(:data:`PASSED`): pytest's fixture scope, words that contain a caught word, "helper function",
+"the leading axes", code such as ``reshape(lead)``, and general prose about a user filing a
+GitHub report.
 
-* **work sessions**: "session" / "sessions" as a word ("Session 5", "this session's machine",
-  "session-4 code"), but not pytest's ``scope="session"`` (quoted: :data:`ALLOWED`) nor words
-  that contain it ("possession");
-* **internal item numbers**: "issue 10", "issue-13", "issue #5", "(item 3)", "ticket 4", "task 2",
-  and "the issue's" / "this issue's" (an item referred to as if the reader knew it); general
-  prose about a user filing "a GitHub issue" passes;
-* **people and agents of the development**: "the lead" / "lead's" / "(lead)" in prose, "helper agent",
-  "a helper's tests", "sub-agent", "engineer(s)"; "helper function", "the leading axes" and code
-  such as ``reshape(lead)`` pass;
-* **how the work was run**: "this task had no device", "was lent", "lent to this session",
-  "Stop 3" (a numbered stop), and a run folder named after a session (``...-2026-11-30-s5``).
+The words themselves are assembled from fragments (:func:`_w`) so that this file, which is read
+by the test like every other, speaks of none of them.
 """
 
 from __future__ import annotations
@@ -32,26 +29,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-THIS = Path(__file__).resolve()
+
+def _w(*fragments: str) -> str:
+    """A word from its fragments (see the module docstring)."""
+    return "".join(fragments)
+
+
+SES, ISS, ITM, TIC, TSK = _w("ses", "sion"), _w("is", "sue"), _w("it", "em"), _w("tic", "ket"), _w("ta", "sk")
+LEAD, HELP, AGT, ENG, STOP, LENT = _w("le", "ad"), _w("hel", "per"), _w("ag", "ent"), _w("engi", "neer"), \
+    _w("St", "op"), _w("le", "nt")
 
 #: (name, regular expression) of development-log wording; matched case-insensitively unless the
 #: expression says otherwise with (?-i:...)
 PATTERNS: list[tuple[str, str]] = [
-    ("a work session", r"\bsessions?\b"),
-    ("an internal item number", r"\b(?:issues?|items?|tickets?|tasks?)[ -]?#?\d+\b"),
-    ("an internal item", r"\b(?:the|this|that) issue'?s\b"),
-    ("the lead", r"\bthe lead\b(?!-)|\blead's\b|(?<![\w.])\(lead\)"),
-    ("a helper agent", r"\bhelper(?:'s|s'?)? (?:agents?|sessions?|engineers?|tests|runs?|jobs?)\b"
-                       r"|\bsub-?agents?\b|\bagent(?:'s)? (?:session|run)s?\b"),
-    ("an engineer of the project", r"\bengineers?(?:'s|s')?\b"),
-    ("how the work was run", r"\b(?:this|that|the) task (?:had|has|was)\b|\bwas lent\b|\blent to (?:this|that|the)\b"
-                             r"|(?-i:\bStop \d+\b)"),
-    ("a run folder named after a session", r"\b\d{4}-\d{2}-\d{2}-s\d+\b"),
+    (f"a work {SES}", rf"\b{SES}s?\b"),
+    (f"an internal {ITM} number", rf"\b(?:{ISS}s?|{ITM}s?|{TIC}s?|{TSK}s?)[ -]?#?\d+\b"),
+    (f"an internal {ITM}", rf"\b(?:the|this|that) {ISS}'?s\b"),
+    (f"the {LEAD}", rf"\bthe {LEAD}\b(?!-)|\b{LEAD}'s\b|(?<![\w.])\({LEAD}\)"),
+    (f"a {HELP} {AGT}", rf"\b{HELP}(?:'s|s'?)? (?:{AGT}s?|{SES}s?|{ENG}s?|tests|runs?|jobs?)\b"
+                        rf"|\bsub-?{AGT}s?\b|\b{AGT}(?:'s)? (?:{SES}|run)s?\b"),
+    (f"an {ENG} of the project", rf"\b{ENG}s?(?:'s|s')?\b"),
+    ("how the work was run", rf"\b(?:this|that|the) {TSK} (?:had|has|was)\b|\bwas {LENT}\b"
+                             rf"|\b{LENT} to (?:this|that|the)\b|(?-i:\b{STOP} \d+\b)"),
+    (f"a run folder named after a {SES}", r"\b\d{4}-\d{2}-\d{2}-s\d+\b"),
 ]
 
 #: text removed from a line before the patterns are matched (legitimate uses)
 ALLOWED: list[str] = [
-    r"""scope\s*=\s*["']session["']""",  # pytest fixture scope
+    rf"""scope\s*=\s*["']{SES}["']""",  # pytest fixture scope
 ]
 
 #: folders never read (environments, outputs, caches, version control)
@@ -93,7 +98,7 @@ def text_files(root: Path = ROOT) -> list[Path]:
         parts = Path(name).parts
         if any(p in SKIP_DIRS or p.endswith(".egg-info") for p in parts[:-1]):
             continue
-        if path.suffix.lower() in BINARY_SUFFIXES or not path.is_file() or path.resolve() == THIS:
+        if path.suffix.lower() in BINARY_SUFFIXES or not path.is_file():
             continue
         paths.append(path)
     return paths
@@ -122,45 +127,47 @@ def test_no_development_log_wording():
                        "change, instead):\n" + "\n".join(found))
 
 
+#: synthetic lines each pattern must catch
 CAUGHT = [
-    "# Performance notes (issue 5): what was profiled",
-    "Run the issue-13 studies",
-    "since issue 10 the table is sorted",
-    "fixed in (issue 22)",
-    "see issue #7",
-    "Not adopted (item 1: the fusion already hides it)",
-    "## Session 5 (AMD EPYC 2-core)",
-    "the session-4 2-core AMD EPYC",
-    "No GPU was lent to this session.",
-    "this task had no device",
-    "Every issue-14 target is met",
-    "Against the issue's targets",
-    "(before this issue's change)",
-    "`project_qk` is the lead's",
-    "After the merge (lead): cheaper scores",
-    "needs the lead to agree",
-    "load 1.4-3.5 from a helper's tests",
-    "a helper agent ran the sweep",
-    "the sub-agent wrote it",
-    "other engineers' jobs shared the machine",
-    "Stop 3: the report",
-    "raw: benchmarks/runs/cpu-epyc-2026-11-30-s5/suite/",
+    f"# Performance notes ({ISS} 5): what was profiled",
+    f"Run the {ISS}-13 studies",
+    f"since {ISS} 10 the table is sorted",
+    f"fixed in ({ISS} 22)",
+    f"see {ISS} #7",
+    f"Not adopted ({ITM} 1: the fusion already hides it)",
+    f"## {SES.title()} 5 (AMD EPYC 2-core)",
+    f"the {SES}-4 2-core AMD EPYC",
+    f"No GPU was {LENT} to this {SES}.",
+    f"this {TSK} had no device",
+    f"Every {ISS}-14 target is met",
+    f"Against the {ISS}'s targets",
+    f"(before this {ISS}'s change)",
+    f"`project_qk` is the {LEAD}'s",
+    f"After the merge ({LEAD}): cheaper scores",
+    f"needs the {LEAD} to agree",
+    f"load 1.4-3.5 from a {HELP}'s tests",
+    f"a {HELP} {AGT} ran the sweep",
+    f"the sub-{AGT} wrote it",
+    f"other {ENG}s' jobs shared the machine",
+    f"{STOP} 3: the report",
+    "raw: benchmarks/runs/cpu-epyc-2026-11-30-" + _w("s", "5") + "/suite/",
 ]
 
+#: synthetic lines no pattern may catch
 PASSED = [
-    '@pytest.fixture(scope="session")',
-    "@pytest.fixture(scope='session')",
+    f'@pytest.fixture(scope="{SES}")',
+    f"@pytest.fixture(scope='{SES}')",
     "def _free_port():  # a helper function for the distributed test",
     "# the row helpers need it at module level",
     "Q, K: (*lead, m, d) query and key matrices",
     "leading axes {lead} of Q",
     "return c.reshape(lead), jnp.abs(lead)",
     "the leader tokens of each real head",
-    "If the numbers look wrong, please open a GitHub issue with the config.",
+    f"If the numbers look wrong, please open a GitHub {ISS} with the config.",
     "possession of the tokens",
     "the solver may stop early; steps 1 to 3 are kept",
     "benchmarks/runs/cpu-epyc-2026-11-30-groups/suite/",
-    "rank 2 issue: the tokens sit on hyperplanes",
+    f"rank 2 {ISS}: the tokens sit on hyperplanes",
 ]
 
 
@@ -182,11 +189,11 @@ def test_every_pattern_is_exercised():
 
 def test_the_walk_without_git_skips_environments_and_binaries(tmp_path):
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "mod.py").write_text("x = 1  # Session 5\n")
+    (tmp_path / "pkg" / "mod.py").write_text(f"x = 1  # {SES} 5\n")
     (tmp_path / ".venv" / "lib").mkdir(parents=True)
-    (tmp_path / ".venv" / "lib" / "x.py").write_text("# session 1\n")
+    (tmp_path / ".venv" / "lib" / "x.py").write_text(f"# {SES} 1\n")
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "report.md").write_text("session\n")
-    (tmp_path / "fig.png").write_bytes(b"\x89PNG\0session")
+    (tmp_path / "results" / "report.md").write_text(f"{SES}\n")
+    (tmp_path / "fig.png").write_bytes(b"\x89PNG\0" + SES.encode())
     files = [p.relative_to(tmp_path).as_posix() for p in text_files(tmp_path)]
     assert files == ["pkg/mod.py"]
