@@ -37,6 +37,7 @@ from ._pairs import (
     close_pairs,
     clusters_above,
     count_components,
+    gram_statistics,
     inner_product_range,
     interaction_energy,
     pair_fraction,
@@ -77,7 +78,7 @@ from ._subspaces import codim_projections, split_coordinates, unstable_left_basi
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
     "connected_components", "count_components", "similar_pairs", "close_pairs", "pair_fraction",
-    "pairs_clustered", "clusters_above", "interaction_energy", "span_dimension", "inner_product_range",
+    "pairs_clustered", "clusters_above", "gram_statistics", "interaction_energy", "span_dimension", "inner_product_range",
     "DEFAULT_THRESHOLD",
     "numerical_rank", "boolean_distance", "leaders", "off_leader_mass", "double_log_slope",
     "AffineHull", "affine_hull", "hull_vertices", "hull_violation", "hull_nesting", "classify_tokens",

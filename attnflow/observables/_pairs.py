@@ -37,6 +37,50 @@ def _tokens(x) -> Float[Array, "n d"]:
     return v.as_float(x)
 
 
+def _graph(gram, threshold) -> Bool[Array, "n n"]:
+    return (gram >= threshold) | jnp.eye(gram.shape[0], dtype=bool)
+
+
+def _energy(gram, beta) -> Float[Array, ""]:
+    n = gram.shape[0]
+    beta = jnp.asarray(beta, gram.dtype)
+    return jnp.exp(jax.nn.logsumexp(beta * gram) - jnp.log(2 * beta * n * n))
+
+
+def _off_diagonal(gram) -> tuple[Array, Array, Array]:
+    """Smallest, mean and largest off-diagonal entry (NaN for n = 1)."""
+    n = gram.shape[0]
+    off = ~jnp.eye(n, dtype=bool)
+    nan = jnp.asarray(jnp.nan, gram.dtype)
+    lo = jnp.where(n > 1, jnp.min(jnp.where(off, gram, jnp.inf)), nan)
+    hi = jnp.where(n > 1, jnp.max(jnp.where(off, gram, -jnp.inf)), nan)
+    mean = jnp.where(n > 1, (jnp.sum(gram) - jnp.trace(gram)) / max(n * (n - 1), 1), nan)
+    return lo, mean, hi
+
+
+def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD) -> dict:
+    r"""The pair statistics of one Gram matrix :math:`G_{ij} = \langle x_i, x_j\rangle`, formed once by the caller.
+
+    Keys: ``pairs_clustered`` (:func:`pairs_clustered`), ``clusters`` (:func:`clusters_above`),
+    ``energy`` (:func:`interaction_energy`), ``ip_min``, ``ip_mean``, ``ip_max`` (the smallest, mean
+    and largest off-diagonal entry; :func:`inner_product_range`); counts as floats of G's dtype,
+    so that the dict can be a ``save_fn`` output.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.observables import gram_statistics
+        >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+        >>> s = gram_statistics(x @ x.T, 1.0)
+        >>> round(float(s["pairs_clustered"]), 6), int(s["clusters"]), round(float(s["ip_mean"]), 6)
+        (0.333333, 2, 0.333333)
+    """
+    adjacent = _graph(gram, threshold)
+    lo, mean, hi = _off_diagonal(gram)
+    return {"pairs_clustered": pair_fraction(adjacent).astype(gram.dtype),
+            "clusters": count_components(adjacent).astype(gram.dtype),
+            "energy": _energy(gram, beta), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
+
+
 def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[Array, "n n"]:
     r"""The graph :math:`i \sim j \iff \langle x_i, x_j\rangle \ge \theta` (the diagonal included).
 
@@ -48,8 +92,7 @@ def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[A
         [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     """
     x = _tokens(x)
-    gram = x @ x.T
-    return (gram >= threshold) | jnp.eye(x.shape[0], dtype=bool)
+    return _graph(x @ x.T, threshold)
 
 
 def close_pairs(x: Float[Array, "n d"], radius) -> Bool[Array, "n n"]:
@@ -132,10 +175,7 @@ def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
     """
     x = _tokens(x)
     v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
-    beta = jnp.asarray(beta, x.dtype)
-    n = x.shape[0]
-    log_sum = jax.nn.logsumexp(beta * (x @ x.T))
-    return jnp.exp(log_sum - jnp.log(2 * beta * n * n))
+    return _energy(x @ x.T, beta)
 
 
 def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, ""]:
@@ -168,10 +208,5 @@ def inner_product_range(x: Float[Array, "n d"]) -> Float[Array, " 2"]:
         [-1.0, 0.0]
     """
     x = _tokens(x)
-    n = x.shape[0]
-    gram = x @ x.T
-    off = ~jnp.eye(n, dtype=bool)
-    lo = jnp.min(jnp.where(off, gram, jnp.inf))
-    hi = jnp.max(jnp.where(off, gram, -jnp.inf))
-    nan = jnp.asarray(jnp.nan, gram.dtype)
-    return jnp.where(n > 1, jnp.stack([lo, hi]), jnp.stack([nan, nan]))
+    lo, _, hi = _off_diagonal(x @ x.T)
+    return jnp.stack([lo, hi])

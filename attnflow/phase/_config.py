@@ -253,13 +253,9 @@ def load_phase_config(path) -> dict:
         raise InputError(f"phase config {path} does not exist.")
     user = read_toml(p)
     defaults = load_config(None, DEFAULT_CONFIG)
-    # grid keys may change type (number, list, range table): overlaid here, checked by check_phase_config
-    merged = copy.deepcopy(defaults)
-    for key, value in user.items():
-        if key in GRID_KEYS:
-            merged[key] = value
-        elif key == "run" and isinstance(value, dict):
-            merged["run"] = {**defaults["run"], **value}
-        else:
-            merged[key] = value
+    # overlaid here, every key checked by check_phase_config (grid keys may change type: number,
+    # list or range table); the [run] table is overlaid key by key
+    merged = {**copy.deepcopy(defaults), **user}
+    if isinstance(user.get("run"), dict):
+        merged["run"] = {**defaults["run"], **user["run"]}
     return merged

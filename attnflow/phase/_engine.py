@@ -21,7 +21,7 @@ from ..dynamics import normalise
 from ..ensembles import draw_systems, system_seeds, token_key
 from ..fields import build_field, field_entry
 from ..integrate import EulerStepper
-from ..observables import count_components, directions, pair_fraction, span_dimension
+from ..observables import directions, gram_statistics, span_dimension
 from ..sweep._fields import head_seeds
 from ..sweep._mesh import sharded
 from ._config import PhaseConfig, PhaseGroup
@@ -35,12 +35,9 @@ SPAN_REL_TOL = 1e-6
 def statistics(x, beta, threshold) -> dict:
     r"""The observables of one cloud (n, d), read on its directions :math:`x_i/|x_i|` (:data:`OBSERVABLES`).
 
-    The Gram matrix :math:`G_{ij} = \langle u_i, u_j\rangle` is formed once; from it the fraction of
-    clustered pairs (:func:`attnflow.observables.pair_fraction` of :math:`G \ge \theta`), the clusters
-    (:func:`~attnflow.observables.count_components` of that graph), the interaction energy
-    :math:`\frac{1}{2\beta n^2}\sum_{ij} e^{\beta G_{ij}}` (as :func:`~attnflow.observables.interaction_energy`),
-    the smallest, mean and largest off-diagonal entry; the span dimension from :math:`U^\top U`
-    (:func:`~attnflow.observables.span_dimension`).
+    The Gram matrix :math:`G_{ij} = \langle u_i, u_j\rangle` is formed once:
+    :func:`attnflow.observables.gram_statistics` (clustered pairs, clusters, energy, smallest / mean /
+    largest off-diagonal entry) and :func:`~attnflow.observables.span_dimension` of U.
 
     Example:
         >>> import jax.numpy as jnp
@@ -50,19 +47,7 @@ def statistics(x, beta, threshold) -> dict:
         (0.333333, 2, 2, 0.333333)
     """
     u = directions(x)
-    n = u.shape[0]
-    gram = u @ u.T
-    adjacent = (gram >= threshold) | jnp.eye(n, dtype=bool)
-    off = ~jnp.eye(n, dtype=bool)
-    beta = jnp.asarray(beta, u.dtype)
-    energy = jnp.exp(jax.nn.logsumexp(beta * gram) - jnp.log(2 * beta * n * n))
-    pairs = max(n * (n - 1), 1)
-    return {"pairs_clustered": pair_fraction(adjacent).astype(u.dtype),
-            "clusters": count_components(adjacent).astype(u.dtype),
-            "energy": energy, "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype),
-            "ip_min": jnp.min(jnp.where(off, gram, jnp.inf)),
-            "ip_mean": (jnp.sum(gram) - jnp.trace(gram)) / pairs,
-            "ip_max": jnp.max(jnp.where(off, gram, -jnp.inf))}
+    return {**gram_statistics(u @ u.T, beta, threshold), "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._style import colorbar, colours, finite, legend, new_axes
+from ._style import colorbar, colours, finite, legend, new_axes, plain_ticks
 from ._style import label as _label  # ``label`` is also an argument of phase_diagram
 
 __all__ = ["cell_edges", "curves_at_fixed_t", "phase_diagram"]
@@ -49,15 +49,6 @@ def cell_edges(centres, *, log: bool = False) -> np.ndarray:
         raise ValueError("centres must be strictly monotone.")
     mid = 0.5 * (c[1:] + c[:-1])
     return np.concatenate([[c[0] - 0.5 * dc[0]], mid, [c[-1] + 0.5 * dc[-1]]])
-
-
-def _plain(axis):
-    from matplotlib.ticker import ScalarFormatter
-
-    if axis.get_scale() == "linear":
-        fmt = ScalarFormatter(useOffset=False)
-        fmt.set_scientific(False)
-        axis.set_major_formatter(fmt)
 
 
 def phase_diagram(values, *, beta, t, ax=None, log_color: bool = False, log_t: bool = False, log_beta: bool = False,
@@ -122,8 +113,8 @@ def phase_diagram(values, *, beta, t, ax=None, log_color: bool = False, log_t: b
         ax.set_yscale("log")
     ax.set_xlim(te.min(), te.max())
     ax.set_ylim(be.min(), be.max())
-    _plain(ax.xaxis)
-    _plain(ax.yaxis)
+    plain_ticks(ax.xaxis)
+    plain_ticks(ax.yaxis)
     colorbar(mesh, ax, label)
     if overlay is not None:
         ct, cb, cl = overlay
@@ -184,8 +175,8 @@ def curves_at_fixed_t(values, *, beta, t, at, lo=None, hi=None, ax=None, log_bet
             ax.fill_between(b[okb], lo_j[okb], hi_j[okb], color=c, alpha=0.2, lw=0)
     if log_beta:
         ax.set_xscale("log")
-    _plain(ax.xaxis)
-    _plain(ax.yaxis)
+    plain_ticks(ax.xaxis)
+    plain_ticks(ax.yaxis)
     note = f"{missing} non-finite point(s) not shown" if missing else None
     _label(ax, "beta (inverse temperature)", ylabel, "\n".join([x for x in (title, note) if x]))
     legend(ax)

@@ -162,6 +162,26 @@ def label(ax, xlabel: str, ylabel: str, title: str | None = None, zlabel: str | 
     return ax
 
 
+def plain_ticks(axis, *, log_too: bool = False) -> None:
+    """Plain tick labels (``2.5``, never ``2.5x10^0`` or an offset) on a linear axis, and on a log axis
+    when ``log_too``; otherwise a log axis keeps its powers of ten.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> from attnflow.plot._style import plain_ticks
+        >>> fig, ax = ap.new_axes()
+        >>> plain_ticks(ax.yaxis)
+        >>> type(ax.yaxis.get_major_formatter()).__name__
+        'ScalarFormatter'
+    """
+    from matplotlib.ticker import ScalarFormatter
+
+    if log_too or axis.get_scale() == "linear":
+        fmt = ScalarFormatter(useOffset=False)
+        fmt.set_scientific(False)
+        axis.set_major_formatter(fmt)
+
+
 def finite(values, what: str = "values") -> np.ndarray:
     """``values`` as a float array with non-finite entries masked (NaN), never silently plotted as numbers."""
     a = np.asarray(values, dtype=float)

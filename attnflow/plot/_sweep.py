@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._style import colorbar, colours, finite, label, legend, new_axes
+from ._style import colorbar, colours, finite, label, legend, new_axes, plain_ticks
 
 __all__ = ["bars_with_spread", "crosstab", "fraction_vs_d", "predicted_vs_observed", "read_table", "sweep_fractions",
            "sweep_means"]
@@ -97,7 +97,7 @@ def _groups(cols, by):
 def _x_axis(ax, xs, log_x):
     xs = np.asarray(xs, float)
     xs = xs[np.isfinite(xs)]
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     if log_x is None:
         uniq = np.unique(xs)
@@ -116,13 +116,11 @@ def _x_axis(ax, xs, log_x):
         ax.xaxis.set_major_locator(FixedLocator(uniq))
         ax.set_xticks(uniq, [f"{v:g}" for v in uniq])
     else:
-        fmt = ScalarFormatter()
-        fmt.set_scientific(False)
-        ax.xaxis.set_major_formatter(fmt)
+        plain_ticks(ax.xaxis, log_too=True)
 
 
 def _y_axis(ax, lo, hi, *, log_y=None):
-    from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
+    from matplotlib.ticker import NullFormatter, NullLocator
 
     v = np.concatenate([np.ravel(lo), np.ravel(hi)]).astype(float)
     v = v[np.isfinite(v)]
@@ -133,9 +131,7 @@ def _y_axis(ax, lo, hi, *, log_y=None):
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_minor_locator(NullLocator())
     else:
-        fmt = ScalarFormatter(useOffset=False)
-        fmt.set_scientific(False)
-        ax.yaxis.set_major_formatter(fmt)
+        plain_ticks(ax.yaxis)
 
 
 def _reference(ax, value, name, *, horizontal=True):
@@ -515,11 +511,7 @@ def bars_with_spread(values, *, labels, lo=None, hi=None, series=None, reference
         if limits:
             ax.set_ylim(*limits)
         label(ax, category_label or "", value_label)
-    from matplotlib.ticker import ScalarFormatter
-
-    fmt = ScalarFormatter(useOffset=False)
-    fmt.set_scientific(False)
-    (ax.xaxis if horizontal else ax.yaxis).set_major_formatter(fmt)
+    plain_ticks(ax.xaxis if horizontal else ax.yaxis, log_too=True)
     _reference(ax, reference, reference_label, horizontal=not horizontal)
     n_missing = int((~np.isfinite(V)).sum())
     _note(ax, title, [f"{n_missing} bar(s) without a value (n/a)" if n_missing else None])
