@@ -272,6 +272,18 @@ MULTI = textwrap.dedent("""
         raise SystemExit("host route on 2 CPU devices was not refused")
     except attnflow.errors.InputError as e:
         assert "deadlocks" in str(e), e
+    # the phase job on the same machinery: 1 and 4 devices, a chunk of 5 pairs (padding on 4 devices)
+    from attnflow.phase import load_phase_config, run_phase
+    pc = load_phase_config(None)
+    pc.update(beta=[0.5, 3.0, 8.0], n=8, d=[2, 3], systems=7, t1=3.0, checkpoints=7, seed=3)
+    pc["run"].update(chunk_size=5, progress=False)
+    cells = []
+    for devices in (1, 4):
+        s = run_phase(pc, tmp / f"phase-{devices}", num_devices=devices)
+        assert s["devices"] == devices, s["devices"]
+        cells.append((tmp / f"phase-{devices}" / "cells.csv").read_text())
+    assert cells[0] == cells[1], "phase: 1 vs 4 devices differ"
+    print("phase rows", len(cells[0].splitlines()))
 """)
 
 # d = 64, n = 64: the size at which batched LAPACK calls inside shard_map deadlocked XLA:CPU's
@@ -302,7 +314,7 @@ def test_sharded_over_four_devices_identical_to_one(tmp_path):
                        text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [l for l in r.stdout.splitlines() if "rows" in l]
-    assert len(lines) == 2, r.stdout
+    assert len(lines) == 3, r.stdout
     print(r.stdout)
 
 
