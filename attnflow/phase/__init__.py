@@ -6,10 +6,14 @@ cell with any of the sweep's dynamics and records, inside the solve, the pair st
 confidence intervals, per-system arrays, heat maps, the metastable plateaus of the cluster count
 and their lifetimes against beta. The pieces are usable from Python: the observables
 (:mod:`attnflow.observables`: ``pairs_clustered``, ``clusters_above``, ``interaction_energy``, ...),
-the plateau detection (:func:`plateaus`, :func:`first_plateaus`, :func:`lifetime_slope`) and the
-equiangular model's theory line (:func:`equiangular_time`).
+the plateau detection (:func:`plateaus`, :func:`first_plateaus`, :func:`energy_plateaus`,
+:func:`lifetime_summary`, :func:`lifetime_slope`), the equiangular model's theory line
+(:func:`equiangular_time`), the paired comparison of two runs (:func:`compare_runs`, e.g. two dt) and
+the layer map's convergence to the flow (:func:`sphere_convergence`).
 """
 
+from ._accuracy import convergence_order, sphere_convergence
+from ._compare import COMPARED, compare_runs, crossing_times
 from ._config import (
     DEFAULT_CONFIG,
     GRID_KEYS,
@@ -20,7 +24,18 @@ from ._config import (
     load_phase_config,
 )
 from ._engine import OBSERVABLES, make_chunk_fn, pair_index, statistics
-from ._metastability import Plateau, first_plateaus, gathered, lifetime_slope, lifetime_summary, merges, plateaus
+from ._metastability import (
+    EnergyPlateau,
+    Plateau,
+    energy_plateaus,
+    first_plateaus,
+    gathered,
+    kaplan_meier,
+    lifetime_slope,
+    lifetime_summary,
+    merges,
+    plateaus,
+)
 from ._run import check_phase_sizes, run_phase
 from ._tables import CELL_COLUMNS, mean_interval, read_cells
 from ._theory import equiangular_rate, equiangular_time
@@ -29,5 +44,6 @@ __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
     "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn",
     "pair_index", "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
-    "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
+    "EnergyPlateau", "energy_plateaus", "kaplan_meier", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
+    "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence",
 ]

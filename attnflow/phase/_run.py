@@ -7,10 +7,14 @@ skips the finished chunks and writes the same tables. The run folder holds:
 
 * ``cells.csv`` (and ``cells.parquet``): one row per (grid cell, checkpoint), columns
   :data:`~attnflow.phase.CELL_COLUMNS` (means and confidence intervals);
-* ``metastability.csv``: one row per grid cell: the first plateau's lifetime distribution;
+* ``metastability.csv``: one row per grid cell: the first metastable plateau (:mod:`attnflow.phase._metastability`'s
+  rule): systems with one, still waiting for one (``pending``), merges inside the run (``events``), the
+  censored fraction, the Kaplan-Meier quartiles of its lifetime, its median cluster count and start, and
+  whether the cell enters the fit of log T against beta (``in_fit``); the fits (pooled, and per cluster
+  count of the first plateau) are in ``summary.json`` (``lifetime_fits``) and read in ``report.md``;
 * ``systems/g<k>.npz``: per-system arrays of group k (every observable at every checkpoint);
-* heat maps (beta x t) of every observable, curves at fixed t, the energy staircase and the lifetime
-  against beta, per group; ``report.md``, ``summary.json``, ``config.json``, ``provenance.json``.
+* heat maps (beta x t) of every observable, curves at fixed t, the energy staircase and the first plateau's
+  lifetime against beta (pooled and per cluster count), per group; ``report.md``, ``summary.json``, ``config.json``, ``provenance.json``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,26 @@ from ..sweep._runner import check_table_memory, start_sweep
 from ..sweep._tables import write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config
 from ._engine import OBSERVABLES, group_pairs, make_chunk_fn
-from ._metastability import default_min_duration, first_plateaus, lifetime_slope, lifetime_summary
+from ._metastability import (
+    ENERGY_REL_TOL,
+    HOLD_RATIO,
+    first_plateaus,
+    lifetime_slope,
+    lifetime_summary,
+)
 from ._tables import CELL_COLUMNS, cell_rows, grid_of
 from ._theory import equiangular_time
 
 #: the columns of metastability.csv
-META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "systems", "with_plateau", "median", "q25", "q75",
-                "censored_fraction", "median_censored", "mean_merges", "mean_plateaus"]
+META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "systems", "with_plateau", "pending", "events",
+                "censored_fraction", "median", "q25", "q75", "median_censored", "plateau_count", "plateau_start",
+                "mean_merges", "mean_plateaus", "mean_energy_plateaus", "in_fit"]
+#: a cell's lifetimes enter the fit of log T against beta when at least this fraction of its systems reached a
+#: metastable plateau (below it most clouds collapse to one cluster with no metastable state to time)
+FIT_MIN_PLATEAU_FRACTION = 0.5
+#: a fit restricted to the first plateaus of c clusters is reported with at least this many merges, over at
+#: least three betas (fewer give intervals too wide to read)
+BY_COUNT_MIN_EVENTS = 10
 #: bytes of one cell-table row while it is written (columns, concatenation, CSV text), with room to spare
 CELL_ROW_BYTES = 1024
 #: copies of a cloud's state one pair holds while it runs (state, field, the step's temporaries)
@@ -119,7 +136,6 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
     cell_cols = concat(cells)
     t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
-    min_duration = default_min_duration(config.t1)
     meta, fits, theory = [], [], {}
     (sw.out / "systems").mkdir(exist_ok=True)
     for g in groups:
@@ -128,32 +144,82 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
                                 {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
                                                                   *OBSERVABLES)},
                                 {"kind": "phase-systems", "group": g.label}, compress=True)
-        rows = {c: [] for c in META_COLUMNS}
-        for b, beta in enumerate(config.beta):
-            sel = (cols["beta_index"] == b) & cols["finite"]
-            first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), min_duration)
-            s = lifetime_summary(first)
-            for key, value in (("beta", beta), ("n", g.n), ("d", g.d), ("heads", g.heads), ("epsilon", g.epsilon),
-                               ("systems", int(sel.sum())), ("mean_merges", float(first["merges"].mean())
-                                                             if sel.any() else np.nan),
-                               ("mean_plateaus", float(first["plateaus"].mean()) if sel.any() else np.nan)):
-                rows[key].append(value)
-            for key in ("with_plateau", "median", "q25", "q75", "censored_fraction", "median_censored"):
-                rows[key].append(np.nan if s[key] is None else s[key])
-        rows = {k: np.asarray(v) for k, v in rows.items()}
+        rows, fit = _metastability(config, g, cols, t)
         meta.append(rows)
-        fit = lifetime_slope(rows["beta"], rows["median"], rows["median_censored"].astype(float) > 0.5,
-                             config.confidence)
-        fits.append({"group": g.label, "n": g.n, "d": g.d, **fit})
+        fits.append(fit)
         theory[g.index] = _theory_line(config, g, cell_cols)
     write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
-    summary = _summary(config, groups, cell_cols, fits, sizes, min_duration)
+    summary = _summary(config, groups, cell_cols, fits, sizes)
     summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
         groups[k].label: v for k, v in theory.items()})
     runio.atomic_write_json(sw.out / "summary.json", summary)
     figures = _figures(config, groups, cell_cols, by_group, meta, fits, theory, sw.out)
     _report(config, summary, figures, sw.out)
     return dict(summary, **processes_info)
+
+
+def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray) -> tuple[dict, dict]:
+    """One group's metastability.csv rows (per beta: first metastable plateaus, Kaplan-Meier quartiles) and the
+    censored fit of log T against beta over the cells with a metastable plateau in most systems."""
+    rows = {c: [] for c in META_COLUMNS}
+    fit_beta, fit_life, fit_cen, all_first = [], [], [], []
+    for b, beta in enumerate(config.beta):
+        sel = (cols["beta_index"] == b) & cols["finite"]
+        first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel])
+        s = lifetime_summary(first)
+        all_first.append((beta, first))
+        m = int(sel.sum())
+        has = np.isfinite(first["lifetime"])
+        in_fit = m > 0 and s["with_plateau"] >= FIT_MIN_PLATEAU_FRACTION * m
+        if in_fit:
+            fit_beta.append(np.full(int(has.sum()), beta))
+            fit_life.append(first["lifetime"][has])
+            fit_cen.append(first["censored"][has])
+
+        def mean(a):
+            return float(np.mean(a)) if len(a) else np.nan
+
+        def median(a):
+            return float(np.median(a)) if len(a) else np.nan
+
+        values = {"beta": beta, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "systems": m,
+                  "plateau_count": median(first["count"][has]), "plateau_start": median(first["start"][has]),
+                  "mean_merges": mean(first["merges"]), "mean_plateaus": mean(first["plateaus"]),
+                  "mean_energy_plateaus": mean(first["energy_plateaus"]), "in_fit": bool(in_fit)}
+        values.update({k: np.nan if s[k] is None else s[k] for k in
+                       ("with_plateau", "pending", "events", "censored_fraction", "median", "q25", "q75")})
+        values["median_censored"] = bool(s["median_censored"])  # False also where no system has a plateau
+        for key in META_COLUMNS:
+            rows[key].append(values[key])
+    rows = {k: np.asarray(v) for k, v in rows.items()}
+    cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0))
+    fit = lifetime_slope(cat(fit_beta), cat(fit_life), cat(fit_cen).astype(bool), config.confidence)
+    lifetimes = cat(fit_cen)
+    fit.update(group=g.label, n=g.n, d=g.d,
+               censored_fraction=float(lifetimes.mean()) if lifetimes.size else None,
+               by_count=_fits_by_count(config, all_first))
+    return rows, fit
+
+
+def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> list[dict]:
+    """The fit of log T against beta restricted to the systems whose first metastable plateau has c clusters,
+    for every c with a fit (the pooled fit mixes counts that grow with beta), with the per-beta Kaplan-Meier
+    medians of those systems."""
+    beta = np.concatenate([np.full(len(f["count"]), b) for b, f in firsts])
+    first = {k: np.concatenate([f[k] for _, f in firsts]) for k in ("count", "lifetime", "censored")}
+    out = []
+    for c in sorted({int(c) for c in first["count"] if c >= 2}):
+        sel = first["count"] == c
+        fit = lifetime_slope(beta[sel], first["lifetime"][sel], first["censored"][sel], config.confidence)
+        if fit["slope"] is None or fit["events"] < BY_COUNT_MIN_EVENTS or fit["cells"] < 3:
+            continue
+        medians, censored = [], []
+        for b in config.beta:
+            s = lifetime_summary({k: v[sel & (beta == b)] for k, v in first.items()})
+            medians.append(np.nan if s["median"] is None else s["median"])
+            censored.append(bool(s["median_censored"]))
+        out.append({"count": c, **fit, "median": medians, "median_censored": censored})
+    return out
 
 
 def _theory_line(config: PhaseConfig, g: PhaseGroup, cells: dict) -> dict | None:
@@ -167,7 +233,7 @@ def _theory_line(config: PhaseConfig, g: PhaseGroup, cells: dict) -> dict | None
     return {"beta": list(config.beta), "t": times, "rho0": rho0.tolist()}
 
 
-def _summary(config, groups, cells, fits, sizes, min_duration) -> dict:
+def _summary(config, groups, cells, fits, sizes) -> dict:
     last = np.asarray(config.checkpoint_layers)[-1] * config.dt
     heads = []
     for g in groups:
@@ -186,7 +252,9 @@ def _summary(config, groups, cells, fits, sizes, min_duration) -> dict:
             "t1": config.t1, "dt": config.dt, "t_last": float(last), "threshold": config.threshold,
             "checkpoints": len(config.checkpoint_layers), "spacing": config.spacing, "dtype": config.dtype,
             "cells": sizes["cells"], "runs": sizes["pairs"], "nonfinite_runs": nonfinite,
-            "plateau_min_duration": min_duration, "groups": heads, "lifetime_fits": fits}
+            "plateau_rule": {"hold_ratio": HOLD_RATIO, "min_duration": 0.0, "energy_rel_tol": ENERGY_REL_TOL,
+                             "fit_min_plateau_fraction": FIT_MIN_PLATEAU_FRACTION},
+            "groups": heads, "lifetime_fits": fits}
 
 
 _MAPS = (("pairs_clustered", "fraction of pairs clustered", False),
@@ -235,11 +303,41 @@ def _figures(config, groups, cells, by_group, meta, fits, theory, out: Path) -> 
         names += ap.save(ax.figure, out / f"staircase_{tag}.png", close=True)
         m = meta[g.index]
         ax = ap.lifetime_vs_beta(m["beta"], m["median"], q25=m["q25"], q75=m["q75"],
-                                 censored=m["median_censored"].astype(float) > 0.5, fit=fits[g.index],
-                                 title=f"n = {g.n}, d = {g.d}")
+                                 censored=m["median_censored"].astype(bool), fit=fits[g.index],
+                                 by_count=fits[g.index]["by_count"],
+                                 title=f"n = {g.n}, d = {g.d}: first metastable plateau")
         names += ap.save(ax.figure, out / f"lifetime_{tag}.png", close=True)
         figures[g.index] = [x for x in names if x.endswith(".png")]
     return figures
+
+
+def _lifetime_sentence(fit: dict, confidence: float) -> str:
+    """The report's reading of one group's fit of log T against beta, with its betas and its censoring."""
+    if not fit["betas"]:
+        return "No cell has a metastable plateau in most of its systems: no lifetime to fit against beta."
+    betas = fit["betas"]
+    where = (f"{fit['cells']} cells, beta = {betas[0]:.3g} to {betas[-1]:.3g}, {fit['systems']} systems with a "
+             f"metastable plateau, {fit['events']} of them ending in a merge inside the run "
+             f"({fit['censored_fraction']:.0%} censored)")
+    if fit["slope"] is None:
+        return f"Too few lifetimes end inside the run for a fit of log T against beta ({where})."
+    lo, hi = fit["slope_lo"], fit["slope_hi"]
+    verdict = ("the median lifetime grows with beta" if lo > 0 else
+               "the median lifetime decreases with beta" if hi < 0 else "no growth with beta is resolved")
+    sign = "+" if fit["slope"] >= 0 else "-"
+    text = (f"First metastable plateau: log T = {fit['intercept']:.2f} {sign} {abs(fit['slope']):.3f} beta, slope "
+            f"{confidence:.0%} interval [{lo:.3f}, {hi:.3f}] (a factor {np.exp(fit['slope']):.2f} per unit of beta; "
+            f"spread sigma = {fit['sigma']:.2f} in log T): {verdict} ({where}).")
+    parts = [f"c = {p['count']}: {p['slope']:.2f} [{p['slope_lo']:.2f}, {p['slope_hi']:.2f}] (beta {p['betas'][0]:.3g} "
+             f"to {p['betas'][-1]:.3g}, {p['systems']} systems, {p['events']} merges)" for p in fit.get("by_count", [])]
+    if fit["censored_fraction"] > 0.5:
+        text += (" Most lifetimes outlive the run: the fit leans on the log-normal model's extrapolation past the "
+                 "horizon; a longer, log-spaced run (configs/phase-metastability.toml) measures them.")
+    if parts:
+        text += (" The number c of clusters of the first plateau depends on beta, so the pooled fit mixes states of "
+                 "different geometry; restricted to the systems whose first plateau has c clusters, the slope of "
+                 "log T against beta is " + "; ".join(parts) + ".")
+    return text
 
 
 def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> None:
@@ -258,21 +356,29 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
         p = head["pairs_clustered_at_t1"]
         lines.append(f"At t = {summary['t_last']:g} the fraction of clustered pairs is {p['beta_min']:.3f} at "
                      f"beta = {config.beta[0]:g} and {p['beta_max']:.3f} at beta = {config.beta[-1]:g}.")
-        if fit["slope"] is not None:
-            lines.append(f"The median lifetime of the first plateau of the cluster count grows like "
-                         f"exp({fit['slope']:.3f} beta), slope interval [{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}] "
-                         f"({config.confidence:.0%}, {fit['cells']} cells whose median is not censored).")
-        else:
-            lines.append(f"Too few cells ({fit['cells']}) have an uncensored median plateau lifetime for a fit of "
-                         "log T against beta.")
+        lines.append(_lifetime_sentence(fit, config.confidence))
         lines.append("")
         lines += [f"![{name}]({name})" for name in figures[g.index]]
         lines.append("")
+    rule = summary["plateau_rule"]
     lines += ["## Reading", "",
-              "A plateau is a run of constant cluster count (>= 2) lasting at least "
-              f"{summary['plateau_min_duration']:g} time units; its lifetime is censored when it lasts to the end "
-              "(metastability.csv). The dashed line on the first heat map (sphere, Q = K = V = I) is the time an "
-              "equiangular cloud with the cells' initial mean inner product needs to reach the threshold.", "",
+              "**Metastable plateaus.** On each system's cluster counts, after the cloud has gathered (count at most "
+              "half the initial one) and reading the running minimum (merges are irreversible; a count above an "
+              "earlier one is the threshold flickering), a run of c >= 2 clusters from t_a to the first merge t_b "
+              f"is a metastable plateau when t_b - t_a >= {rule['hold_ratio']:g} t_a (it lasts long compared with "
+              "the time the cloud took to reach it; the fast clustering fails this test). The first one's lifetime "
+              "t_b - t_a is right-censored when no merge happens before the last checkpoint; systems with no "
+              "plateau either end as one cluster or are still on a run too young to qualify at the end (`pending` "
+              "in metastability.csv). Per cell, metastability.csv gives the Kaplan-Meier quartiles of the "
+              "lifetimes (censored ones as lower bounds; a median that the survival curve does not reach is "
+              "marked `median_censored` and drawn open at the largest lifetime). Per group, log T = a + b beta + "
+              "sigma eps is fitted by censored maximum likelihood (log-normal lifetimes, censored ones through "
+              f"their survival probability) over the cells where at least {rule['fit_min_plateau_fraction']:.0%} "
+              "of the systems reach a plateau (`in_fit`); b's interval is the Wald interval. The energy staircase's "
+              f"steps are runs over which E_beta stays within {rule['energy_rel_tol']:.0%} of its value at the "
+              "run's start and which pass the same hold test (`mean_energy_plateaus`).", "",
+              "The dashed line on the first heat map (sphere, Q = K = V = I) is the time an equiangular cloud with "
+              "the cells' initial mean inner product needs to reach the threshold.", "",
               "Files: cells.csv (per cell and checkpoint: means and intervals), metastability.csv, systems/*.npz "
               "(per-system arrays), summary.json, config.json, provenance.json."]
     runio.atomic_write_text(out / "report.md", "\n".join(lines) + "\n")

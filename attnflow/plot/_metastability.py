@@ -56,7 +56,7 @@ def staircase(t, energy, *, clusters=None, ax=None, names=None, title: str | Non
     return ax
 
 
-def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=None, ax=None,
+def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=None, by_count=None, ax=None,
                      title: str | None = None):
     """Median lifetime of the first plateau against beta (log scale), quartile bars, censored cells open.
 
@@ -65,7 +65,10 @@ def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=Non
         median, q25, q75: (B,) lifetimes (NaN where a cell has no plateau: left out, counted in the title).
         censored: (B,) whether a cell's median is a lower bound (drawn as open markers).
         fit: ``{"slope", "intercept", ...}`` of log T = a + b beta (:func:`attnflow.phase.lifetime_slope`),
-            drawn as a line when its slope is not None.
+            drawn as a line when its slope is not None (over its ``betas`` when given).
+        by_count: optional list of ``{"count", "median", "median_censored", "slope", "intercept", ...}``: the
+            medians (B,) and fit of the systems whose first plateau has ``count`` clusters, drawn in their own
+            colour (small markers, dotted fit line).
         ax: Axes to draw on; title: panel title.
 
     Returns:
@@ -75,15 +78,17 @@ def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=Non
         >>> import numpy as np
         >>> import attnflow.plot as ap
         >>> b = np.array([1.0, 2.0, 3.0])
-        >>> ax = ap.lifetime_vs_beta(b, np.exp(b), fit={"slope": 1.0, "intercept": 0.0})
-        >>> ax.get_yscale(), ax.get_xlabel()
-        ('log', 'beta (inverse temperature)')
+        >>> two = {"count": 2, "median": np.exp(2 * b), "median_censored": [False] * 3, "slope": 2.0, "intercept": 0.0}
+        >>> ax = ap.lifetime_vs_beta(b, np.exp(b), fit={"slope": 1.0, "intercept": 0.0}, by_count=[two])
+        >>> ax.get_yscale(), ax.get_xlabel(), len(ax.lines)
+        ('log', 'beta (inverse temperature)', 4)
     """
     b = np.asarray(beta, float)
     med = finite(median)
     cen = np.zeros(b.shape, bool) if censored is None else np.asarray(censored, bool)
     ok = np.isfinite(med) & (med > 0)
-    fig, ax = new_axes(ax)
+    fig, ax = new_axes(ax, figsize=(8.2, 4.4) if by_count else (5.0, 3.8))
+    shown = [med[ok]]
     if q25 is not None and q75 is not None:
         lo, hi = finite(q25), finite(q75)
         okb = ok & np.isfinite(lo) & np.isfinite(hi)
@@ -93,14 +98,32 @@ def lifetime_vs_beta(beta, median, *, q25=None, q75=None, censored=None, fit=Non
     ax.plot(b[ok & ~cen], med[ok & ~cen], "o", color=c[0], label="median lifetime")
     if (ok & cen).any():
         ax.plot(b[ok & cen], med[ok & cen], "o", mfc="none", color=c[0], label="median censored (lower bound)")
+    for k, part in enumerate(by_count or []):
+        colour = colours(len(by_count) + 2)[k + 2]
+        med_c = finite(part["median"])
+        cen_c = np.asarray(part.get("median_censored", np.zeros(b.shape, bool)), bool)
+        ok_c = np.isfinite(med_c) & (med_c > 0)
+        shown.append(med_c[ok_c])
+        ax.plot(b[ok_c & ~cen_c], med_c[ok_c & ~cen_c], "s", ms=4, color=colour,
+                label=f"{part['count']} clusters: exp({part['slope']:.2f} beta)")
+        if (ok_c & cen_c).any():
+            ax.plot(b[ok_c & cen_c], med_c[ok_c & cen_c], "s", ms=4, mfc="none", color=colour)
+        xs = np.asarray(part.get("betas") or b[ok_c], float)
+        if xs.size:
+            xs = np.linspace(xs.min(), xs.max(), 50)
+            ax.plot(xs, np.exp(part["intercept"] + part["slope"] * xs), color=colour, ls=":")
     if fit and fit.get("slope") is not None:
-        xs = np.linspace(b.min(), b.max(), 50)
+        used = np.asarray(fit.get("betas") or b, float)
+        xs = np.linspace(used.min(), used.max(), 50)
         interval = ""
         if fit.get("slope_lo") is not None:
             interval = f" [{fit['slope_lo']:.2f}, {fit['slope_hi']:.2f}]"
         ax.plot(xs, np.exp(fit["intercept"] + fit["slope"] * xs), color=c[1], ls="--",
                 label=f"log T = {fit['intercept']:.2f} + {fit['slope']:.2f}{interval} beta")
     ax.set_yscale("log")
+    values = np.concatenate(shown)
+    if values.size:  # the fitted lines may run far beyond the data (extrapolated past censored cells)
+        ax.set_ylim(values.min() / 3, values.max() * 3)
     missing = int((~ok).sum())
     note = f"{missing} cell(s) without a plateau not shown" if missing else None
     label(ax, "beta (inverse temperature)", "first plateau lifetime (time t)", "\n".join(x for x in (title, note) if x))
