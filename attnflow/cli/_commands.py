@@ -16,13 +16,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "print the assumption table of a model's heads (Def 4.1, paranormality, Q^T K > 0, Ginibre baseline)"),
     "phase": ("attnflow.cli.phase",
               "phase diagram of clustering over beta, n, d and time, with metastable plateaus (resumable)"),
+    "meanfield": ("attnflow.cli.meanfield",
+                  "the circle flow against its continuity equation: convergence in n, mode growth, large n (resumable)"),
     "probe": ("attnflow.cli.probe", "gradient-based probes of the assumptions (optax; resumable)"),
     "extensions": ("attnflow.cli.extensions",
                    "studies beyond the theorems: Section 12.2, multi-head, per-layer weights, causal, sphere"),
 }
 
 #: the sub-commands that write figures (they take ``--figure-formats``)
-FIGURE_COMMANDS = ("reproduce", "sweep", "phase", "track", "probe", "extensions")
+FIGURE_COMMANDS = ("reproduce", "sweep", "phase", "meanfield", "track", "probe", "extensions")
 
 #: the figure formats ``--figure-formats`` accepts
 FIGURE_FORMATS = ("png", "pdf", "svg")

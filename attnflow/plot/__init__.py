@@ -18,6 +18,7 @@ from ._phase import cell_edges, curves_at_fixed_t, phase_diagram
 from ._metastability import lifetime_vs_beta, staircase
 from ._models import flow_vs_spectrum, head_maps, model_vs_flow
 from ._probe import beyond_pd_tokens, failure_distances, sensitivity_maps
+from ._meanfield import circle_density, distance_vs_n, growth_vs_prediction
 
 __all__ = [
     "save",
@@ -62,4 +63,7 @@ __all__ = [
     "beyond_pd_tokens",
     "failure_distances",
     "sensitivity_maps",
+    "circle_density",
+    "distance_vs_n",
+    "growth_vs_prediction",
 ]

@@ -1,0 +1,184 @@
+"""The mean-field study's config, parsed once: TOML -> checked table -> frozen :class:`MeanfieldConfig`.
+
+The shipped ``configs/meanfield.toml`` is the schema (unknown keys and wrong types are refused by
+:func:`attnflow.runio.load_config`); the values are checked here, each refusal one
+:class:`~attnflow.InputError` sentence naming the key, before anything compiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+from ..runio import config_fingerprint, load_config, merge_config, read_toml
+from ._pde import NORMALISATIONS
+
+__all__ = ["MeanfieldConfig", "load_meanfield_config", "check_meanfield_config"]
+
+DEFAULT_CONFIG = "meanfield.toml"
+
+
+@dataclass(frozen=True)
+class ConvergenceStudy:
+    """Particles against the PDE from the smooth density :attr:`MeanfieldConfig.start_density`."""
+
+    beta: float
+    start_modes: tuple[int, ...]
+    start_amplitudes: tuple[float, ...]
+    start_phases: tuple[float, ...]
+    n: tuple[int, ...]
+    seeds: int
+    times: tuple[float, ...]
+    dt: float
+    grid: int
+    pde_dt: float
+    frames: int
+    bins: int
+
+
+@dataclass(frozen=True)
+class GrowthStudy:
+    """Near-uniform starts: mode growth, clusters and their lifetimes, for each beta."""
+
+    beta: tuple[float, ...]
+    n: int
+    seeds: int
+    modes: int
+    epsilon: float
+    max_amplitude: float
+    horizon: float
+    saves: int
+    grid: int
+    cluster_gap: float
+
+
+@dataclass(frozen=True)
+class LargestRun:
+    """One run of the largest n on the Fourier fast path."""
+
+    n: int
+    beta: float
+    layers: int
+    dt: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeanfieldConfig:
+    """A checked mean-field config (``configs/meanfield.toml``)."""
+
+    seed: int
+    normalisations: tuple[str, ...]
+    dtype: str
+    convergence: ConvergenceStudy
+    growth: GrowthStudy
+    largest: LargestRun
+    source: dict = field(repr=False, compare=False)
+    kind = "meanfield"
+
+    def as_dict(self) -> dict:
+        """A copy of the table this config was parsed from."""
+        return copy.deepcopy(self.source)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the config: a run folder holds the results of one config only."""
+        return config_fingerprint(self.source)
+
+
+def load_meanfield_config(path=None) -> dict:
+    """The shipped default overlaid with the TOML file ``path`` (None: the default), unchecked values.
+
+    Example:
+        >>> from attnflow.meanfield import load_meanfield_config
+        >>> cfg = load_meanfield_config(None)
+        >>> cfg["kind"], cfg["convergence"]["n"][:2]
+        ('meanfield', [256, 1024])
+    """
+    return load_config(path, DEFAULT_CONFIG)
+
+
+def _need(ok: bool, key: str, what: str, value) -> None:
+    if not ok:
+        raise InputError(f"config key '{key}' must be {what}, got {value!r}.")
+
+
+def _positive(table: dict, key: str, where: str) -> float:
+    value = table[key]
+    _need(math.isfinite(value) and value > 0, f"{where}.{key}", "a finite number > 0", value)
+    return float(value)
+
+
+def _count(table: dict, key: str, where: str, low: int = 1) -> int:
+    value = table[key]
+    _need(isinstance(value, int) and value >= low, f"{where}.{key}", f"an integer >= {low}", value)
+    return int(value)
+
+
+def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
+    """Check every value of a resolved table (:func:`load_meanfield_config`) and freeze it.
+
+    Example:
+        >>> from attnflow.meanfield import check_meanfield_config, load_meanfield_config
+        >>> cfg = load_meanfield_config(None)
+        >>> cfg["growth"]["beta"] = [2.0, -1.0]
+        >>> check_meanfield_config(cfg)
+        Traceback (most recent call last):
+        ...
+        attnflow.errors.InputError: config key 'growth.beta' must be a non-empty list of finite numbers > 0, got [2.0, -1.0].
+    """
+    if isinstance(config, MeanfieldConfig):
+        return config
+    from ..runio import default_config_path
+
+    source = merge_config(read_toml(default_config_path(DEFAULT_CONFIG)), config, where="the mean-field config")
+    _need(source["kind"] == "meanfield", "kind", '"meanfield"', source["kind"])
+    _need(isinstance(source["seed"], int) and source["seed"] >= 0, "seed", "an integer >= 0", source["seed"])
+    norms = tuple(source["normalisations"])
+    _need(bool(norms) and all(x in NORMALISATIONS for x in norms) and len(set(norms)) == len(norms),
+          "normalisations", f"a non-empty list of distinct names among {NORMALISATIONS}", list(norms))
+    _need(source["dtype"] in ("float32", "float64"), "dtype", '"float32" or "float64"', source["dtype"])
+
+    c = source["convergence"]
+    modes, amps, phases = c["start_modes"], c["start_amplitudes"], c["start_phases"]
+    _need(len(modes) == len(amps) == len(phases), "convergence.start_modes",
+          "as long as start_amplitudes and start_phases", modes)
+    _need(all(k >= 1 for k in modes), "convergence.start_modes", "a list of modes >= 1", modes)
+    _need(sum(abs(a) for a in amps) < 1, "convergence.start_amplitudes",
+          "amplitudes with sum |a_k| < 1 (a positive start density)", amps)
+    ns = c["n"]
+    _need(bool(ns) and all(isinstance(x, int) and x >= 2 for x in ns) and len(ns) >= 2
+          and sorted(set(ns)) == list(ns), "convergence.n", "an increasing list of at least two particle counts >= 2",
+          ns)
+    times = c["times"]
+    _need(bool(times) and times[0] == 0 and all(b > a for a, b in zip(times, times[1:])), "convergence.times",
+          "an increasing list of times starting at 0", times)
+    grid = _count(c, "grid", "convergence", 16)
+    _need(grid & (grid - 1) == 0, "convergence.grid", "a power of two >= 16", grid)
+    convergence = ConvergenceStudy(
+        _positive(c, "beta", "convergence"), tuple(modes), tuple(map(float, amps)), tuple(map(float, phases)),
+        tuple(ns), _count(c, "seeds", "convergence", 2), tuple(map(float, times)), _positive(c, "dt", "convergence"),
+        grid, _positive(c, "pde_dt", "convergence"), _count(c, "frames", "convergence", 2),
+        _count(c, "bins", "convergence", 2))
+
+    g = source["growth"]
+    betas = g["beta"]
+    _need(bool(betas) and all(math.isfinite(b) and b > 0 for b in betas), "growth.beta",
+          "a non-empty list of finite numbers > 0", betas)
+    eps, amax = _positive(g, "epsilon", "growth"), _positive(g, "max_amplitude", "growth")
+    _need(eps / 2 < amax < 0.5, "growth.max_amplitude", f"between epsilon / 2 = {eps / 2:g} and 0.5", amax)
+    gap = _positive(g, "cluster_gap", "growth")
+    _need(gap < math.pi, "growth.cluster_gap", "an angle in (0, pi) radians", gap)
+    gg = _count(g, "grid", "growth", 16)
+    _need(gg & (gg - 1) == 0, "growth.grid", "a power of two >= 16", gg)
+    growth = GrowthStudy(tuple(map(float, betas)), _count(g, "n", "growth", 2), _count(g, "seeds", "growth"),
+                         _count(g, "modes", "growth"), eps, amax, _positive(g, "horizon", "growth"),
+                         _count(g, "saves", "growth", 3), gg, gap)
+    _need(growth.modes < growth.n // 2, "growth.modes", f"below n / 2 = {growth.n // 2}", growth.modes)
+
+    la = source["largest"]
+    largest = LargestRun(_count(la, "n", "largest", 2), _positive(la, "beta", "largest"),
+                         _count(la, "layers", "largest"), _positive(la, "dt", "largest"))
+    return MeanfieldConfig(seed=source["seed"], normalisations=norms, dtype=source["dtype"], convergence=convergence,
+                           growth=growth, largest=largest, source=source)

@@ -1,0 +1,267 @@
+r"""Linear instability of the uniform measure: growth rates, the most unstable mode, and their measurement.
+
+**Circle.** Perturb the uniform density, :math:`\rho = \frac1{2\pi}(1 + \varepsilon\cos k\theta)`.
+Then :math:`K*\rho = I_0(\beta) + \varepsilon I_k(\beta)\cos k\theta` (:math:`K = e^{\beta\cos\psi}`,
+:mod:`~attnflow.meanfield._pde`), so to first order in :math:`\varepsilon`
+
+.. math::  v = \frac1\beta\,\partial_\theta(K*\rho) = -\frac{\varepsilon k I_k}{\beta}\sin k\theta \ \text{(mean)},\qquad
+           v = \frac1\beta\,\partial_\theta\log(K*\rho) = -\frac{\varepsilon k I_k}{\beta I_0}\sin k\theta\ \text{(softmax)},
+
+and :math:`\partial_t\rho = -\partial_\theta(\rho v) = -\frac1{2\pi}\partial_\theta v + O(\varepsilon^2)`
+gives :math:`\dot\varepsilon = \lambda_k\varepsilon` with
+
+.. math::  \lambda_k^{\text{mean}} = \frac{k^2 I_k(\beta)}{\beta}, \qquad
+           \lambda_k^{\text{softmax}} = \frac{k^2 I_k(\beta)}{\beta\, I_0(\beta)} .
+
+Every mode k >= 1 grows; the fastest, :math:`k^*(\beta) = \arg\max_k k^2 I_k(\beta)` (the same for
+both normalisations), predicts the number of clusters that first form from a near-uniform start;
+with :math:`I_k(\beta)\approx I_0(\beta)e^{-k^2/(2\beta)}` for large :math:`\beta`,
+:math:`k^*\approx\sqrt{2\beta}`. For n equally spaced particles the same computation with sums in
+place of integrals gives :math:`\lambda_k` up to the aliased terms :math:`I_{pn\pm k}`, p >= 1
+(exponentially small in n). The layer map (Euler with step dt, renormalised onto the circle) has
+the growth factor :math:`1 + dt\,\lambda_k` per layer: the renormalisation changes an angle at
+third order in the displacement.
+
+**Sphere** :math:`S^{d-1}` (cf. Bruno, Pasqualotto and Agazzi, *Emergence of meta-stable clustering
+in mean-field transformer models*, 2024, where the same Funk--Hecke computation selects the
+unstable harmonics). With :math:`\rho = 1 + \varepsilon Y_l` against the uniform probability
+:math:`\sigma` and :math:`Y_l` a spherical harmonic of degree l, the Funk--Hecke formula gives
+:math:`K*\rho = \hat K_0 + \varepsilon\hat K_l Y_l` with
+
+.. math::  \hat K_l(\beta) = \frac{\int_{-1}^1 e^{\beta t}\, G_l(t)\,(1-t^2)^{(d-3)/2}\,dt}{\int_{-1}^1 (1-t^2)^{(d-3)/2}\,dt}
+           = \Gamma(\tfrac d2)\big(\tfrac 2\beta\big)^{d/2-1} I_{l+d/2-1}(\beta),
+
+(:math:`G_l` the Gegenbauer polynomial normalised by :math:`G_l(1) = 1`), the velocity is
+:math:`\nabla(K*\rho)/\beta` (mean) or :math:`\nabla\log(K*\rho)/\beta` (softmax), and
+:math:`-\Delta Y_l = l(l+d-2)Y_l`, so
+
+.. math::  \lambda_l^{\text{mean}} = \frac{l(l+d-2)\hat K_l(\beta)}{\beta}, \qquad
+           \lambda_l^{\text{softmax}} = \frac{l(l+d-2)\hat K_l(\beta)}{\beta\,\hat K_0(\beta)},
+
+which is the circle's formula for d = 2. :math:`\hat K_l` is computed by Gauss--Jacobi quadrature
+(traceable in beta).
+
+**Measurement** (:func:`fit_growth_rates`): the least-squares slope of :math:`\log|\hat\mu_k(t)|`
+against t over the linear window (from the first time until the amplitude first exceeds a bound),
+with a Student-t interval.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .. import _validate as v
+from ..errors import InputError
+from ._kernel import kernel_modes
+from ._pde import NORMALISATIONS, circle_grid
+
+__all__ = ["growth_rates", "most_unstable_mode", "sphere_kernel_modes", "sphere_growth_rates",
+           "perturbed_uniform_angles", "perturbed_uniform_density", "fit_growth_rates"]
+
+#: Gauss--Jacobi nodes of :func:`sphere_kernel_modes`: exact for polynomials of degree < 2 x 96, so the
+#: error is the tail of the Chebyshev series of e^{beta t} beyond degree 192 (negligible for beta <= 100)
+SPHERE_NODES = 96
+
+
+def _check(beta, normalisation):
+    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    return v.check_choice("normalisation", normalisation, NORMALISATIONS, "how attention weights are normalised")
+
+
+def growth_rates(beta, num_modes: int = 32, normalisation: str = "softmax") -> Float[Array, " K"]:
+    r"""Linear growth rates :math:`\lambda_k` of the modes k = 0..num_modes of the uniform measure on the circle.
+
+    :math:`\lambda_k = k^2 I_k(\beta)/\beta` (mean) or :math:`k^2 I_k(\beta)/(\beta I_0(\beta))`
+    (softmax); :math:`\lambda_0 = 0` (mass). Traceable in beta.
+
+    Example:
+        >>> from attnflow.meanfield import growth_rates
+        >>> from scipy.special import iv
+        >>> lam = growth_rates(2.0, 3)
+        >>> round(float(lam[2]), 5), round(float(4 * iv(2, 2.0) / (2.0 * iv(0, 2.0))), 5)
+        (0.60445, 0.60445)
+    """
+    normalisation = _check(beta, normalisation)
+    return _growth_rates(beta, v.check_int("num_modes", num_modes, meaning="the highest mode"), normalisation)
+
+
+@functools.partial(jax.jit, static_argnames=("num_modes", "normalisation"))
+def _growth_rates(beta, num_modes: int, normalisation: str):
+    scaled = kernel_modes(beta, num_modes)
+    beta = jnp.asarray(beta, scaled.dtype)
+    k = jnp.arange(num_modes + 1, dtype=scaled.dtype)
+    factor = jnp.exp(beta) if normalisation == "mean" else 1 / scaled[0]
+    return k * k * scaled * factor / beta
+
+
+def most_unstable_mode(beta, num_modes: int = 64) -> Int[Array, ""]:
+    r"""The fastest-growing mode :math:`k^* = \arg\max_{1\le k\le K} k^2 I_k(\beta)` (both normalisations).
+
+    K = ``num_modes`` must exceed :math:`k^*` (about :math:`\sqrt{2\beta}`); traceable in beta.
+
+    Example:
+        >>> from attnflow.meanfield import most_unstable_mode
+        >>> [int(most_unstable_mode(b)) for b in (1.0, 4.0, 16.0, 64.0)]
+        [1, 3, 6, 11]
+    """
+    _check(beta, "softmax")
+    return _fastest(beta, v.check_int("num_modes", num_modes, meaning="the highest mode searched"))
+
+
+@functools.partial(jax.jit, static_argnames=("num_modes",))
+def _fastest(beta, num_modes: int):
+    return (jnp.argmax(_growth_rates(beta, num_modes, "softmax")[1:]) + 1).astype(jnp.int32)
+
+
+def _gegenbauer_table(d: int, max_degree: int, nodes: np.ndarray) -> np.ndarray:
+    """G_l(t_i) for l = 0..max_degree, normalised by G_l(1) = 1 (Chebyshev for d = 2)."""
+    from scipy import special
+
+    if d == 2:
+        return np.stack([special.eval_chebyt(l, nodes) for l in range(max_degree + 1)])
+    lam = (d - 2) / 2
+    return np.stack([special.eval_gegenbauer(l, lam, nodes) / special.eval_gegenbauer(l, lam, 1.0)
+                     for l in range(max_degree + 1)])
+
+
+def sphere_kernel_modes(beta, d: int, max_degree: int) -> Float[Array, " L"]:
+    r"""Funk--Hecke eigenvalues :math:`\hat K_l(\beta) e^{-\beta}` of :math:`e^{\beta\langle x,y\rangle}` on
+    :math:`S^{d-1}`, l = 0..max_degree (module docstring), against the uniform probability measure.
+
+    For d = 2 these are :math:`I_l(\beta)e^{-\beta}`; for d = 3 the modified spherical Bessel
+    functions :math:`i_l(\beta)e^{-\beta}`. Gauss--Jacobi quadrature with :data:`SPHERE_NODES`
+    nodes; high degrees at small beta lose digits to cancellation (relative error about
+    :math:`10^{-16}\hat K_0/\hat K_l`).
+
+    Example:
+        >>> import jax, math
+        >>> from attnflow.meanfield import sphere_kernel_modes
+        >>> with jax.enable_x64(True):
+        ...     k = sphere_kernel_modes(2.0, 3, 1)       # i_0 = sinh(b)/b, i_1 = cosh(b)/b - sinh(b)/b^2
+        >>> [round(float(a) * math.exp(2.0), 10) for a in k]
+        [1.8134302039, 0.9743827436]
+    """
+    d = v.check_int("d", d, minimum=2, meaning="the dimension of the ambient space of the sphere S^{d-1}")
+    max_degree = v.check_int("max_degree", max_degree, minimum=0, meaning="the highest harmonic degree")
+    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    from scipy import special
+
+    alpha = (d - 3) / 2
+    nodes, weights = special.roots_jacobi(SPHERE_NODES, alpha, alpha)
+    table = _gegenbauer_table(d, max_degree, nodes) * (weights / weights.sum())
+    dtype = jnp.result_type(beta, float)
+    beta = jnp.asarray(beta, dtype)
+    return jnp.asarray(table, dtype) @ jnp.exp(beta * (jnp.asarray(nodes, dtype) - 1))
+
+
+def sphere_growth_rates(beta, d: int, max_degree: int = 16, normalisation: str = "softmax") -> Float[Array, " L"]:
+    r"""Linear growth rates :math:`\lambda_l` of the degree-l harmonics of the uniform measure on :math:`S^{d-1}`.
+
+    :math:`\lambda_l = l(l+d-2)\hat K_l/\beta` (mean) or :math:`l(l+d-2)\hat K_l/(\beta\hat K_0)` (softmax);
+    equal to :func:`growth_rates` for d = 2.
+
+    Example:
+        >>> from attnflow.meanfield import growth_rates, sphere_growth_rates
+        >>> round(float(sphere_growth_rates(3.0, 2, 4)[3]), 5) == round(float(growth_rates(3.0, 4)[3]), 5)
+        True
+    """
+    normalisation = _check(beta, normalisation)
+    scaled = sphere_kernel_modes(beta, d, max_degree)
+    beta = jnp.asarray(beta, scaled.dtype)
+    l = jnp.arange(max_degree + 1, dtype=scaled.dtype)
+    factor = jnp.exp(beta) if normalisation == "mean" else 1 / scaled[0]
+    return l * (l + d - 2) * scaled * factor / beta
+
+
+def perturbed_uniform_angles(n: int, k: int, eps, phase=0.0, dtype=None) -> Float[Array, " n"]:
+    r"""n equally spaced angles displaced so that their measure is :math:`\frac1{2\pi}(1 + \varepsilon\cos k(\theta - \text{phase}))`
+    to first order: :math:`\theta_j = \phi_j - \frac{\varepsilon}{k}\sin k(\phi_j - \text{phase})`,
+    :math:`\phi_j = 2\pi(j + 1/2)/n` (then :math:`|\hat\mu_k| = \varepsilon/2 + O(\varepsilon^2)`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import fourier_coefficients, perturbed_uniform_angles
+        >>> th = perturbed_uniform_angles(64, 3, 1e-3)
+        >>> round(float(jnp.abs(fourier_coefficients(th, 3)[3])), 6)
+        0.0005
+    """
+    n = v.check_int("n", n, meaning="the number of particles")
+    k = v.check_int("k", k, meaning="the perturbed mode")
+    v.check_real("eps", eps, "the relative amplitude of the density perturbation")
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    phi = (2 * math.pi / n) * (jnp.arange(n, dtype=dtype) + 0.5)
+    return phi - (jnp.asarray(eps, dtype) / k) * jnp.sin(k * (phi - phase))
+
+
+def perturbed_uniform_density(num_points: int, k: int, eps, phase=0.0, dtype=None) -> Float[Array, " G"]:
+    r""":math:`\frac1{2\pi}(1 + \varepsilon\cos k(\theta_g - \text{phase}))` on :func:`~attnflow.meanfield.circle_grid`.
+
+    Example:
+        >>> from attnflow.meanfield import perturbed_uniform_density
+        >>> [round(float(r), 4) for r in perturbed_uniform_density(4, 1, 0.5)]
+        [0.2387, 0.1592, 0.0796, 0.1592]
+    """
+    k = v.check_int("k", k, meaning="the perturbed mode")
+    v.check_real("eps", eps, "the relative amplitude of the density perturbation")
+    theta = circle_grid(num_points, dtype)
+    return (1 + jnp.asarray(eps, theta.dtype) * jnp.cos(k * (theta - phase))) / (2 * math.pi)
+
+
+def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | None = None,
+                     confidence: float = 0.95) -> dict:
+    r"""Growth rate of each mode: the least-squares slope of :math:`\log|a_k(t)|` over its linear window.
+
+    ``amplitudes`` (T, K): :math:`|a_k(t)|` at the times ``ts`` (T,) (complex values are taken in
+    modulus). The window of mode k runs from ``start`` (default ``ts[0]``) up to, not including,
+    the first time at which :math:`|a_k|` exceeds ``max_amplitude`` (the end of the linear
+    regime); zero or non-finite amplitudes are left out. Host-side (numpy / scipy).
+
+    Returns a dict of arrays (K,): ``rate``, ``lo``, ``hi`` (the Student-t interval at
+    ``confidence``; NaN with fewer than 3 points), ``points`` (the window's length), ``stderr``.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield import fit_growth_rates
+        >>> ts = np.linspace(0, 5, 11)
+        >>> fit = fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3)
+        >>> np.round(fit["rate"], 6).tolist(), fit["points"].tolist()
+        ([0.5, 2.0], [11, 7])
+    """
+    from scipy import special
+
+    ts = np.asarray(ts, float)
+    amps = np.abs(np.asarray(amplitudes))
+    if amps.ndim == 1:
+        amps = amps[:, None]
+    if ts.ndim != 1 or amps.ndim != 2 or amps.shape[0] != ts.shape[0]:
+        raise InputError(f"amplitudes must be (T, K) with T = len(ts) = {ts.shape}, got shape {amps.shape}.")
+    v.check_positive("max_amplitude", max_amplitude, "the amplitude that ends the linear window")
+    v.check_number("confidence", confidence, "the level of the interval", low=0, high=1)
+    first = ts[0] if start is None else float(start)
+    out = {key: np.full(amps.shape[1], np.nan) for key in ("rate", "lo", "hi", "stderr")}
+    out["points"] = np.zeros(amps.shape[1], int)
+    for k in range(amps.shape[1]):
+        a = amps[:, k]
+        over = np.nonzero(a > max_amplitude)[0]
+        end = over[0] if over.size else len(ts)
+        use = (np.arange(len(ts)) < end) & (ts >= first) & np.isfinite(a) & (a > 0)
+        count = int(use.sum())
+        out["points"][k] = count
+        if count < 2:
+            continue
+        t, y = ts[use], np.log(a[use])
+        dt = t - t.mean()
+        slope = float(dt @ (y - y.mean()) / (dt @ dt))
+        out["rate"][k] = slope
+        if count >= 3:
+            residual = y - y.mean() - slope * dt
+            stderr = float(np.sqrt(residual @ residual / (count - 2) / (dt @ dt)))
+            half = float(special.stdtrit(count - 2, 0.5 + confidence / 2)) * stderr
+            out["lo"][k], out["hi"][k], out["stderr"][k] = slope - half, slope + half, stderr
+    return out

@@ -1,0 +1,336 @@
+r"""The continuity equation of the sphere flow on the circle, solved by a Fourier pseudo-spectral method.
+
+For :math:`n\to\infty` the empirical measure of the circle flow (:func:`attnflow.dynamics.sphere_flow`
+with d = 2, Q = K = V = I) has a density :math:`\rho(t, \theta)` that solves (cf. Geshkovski,
+Letrouit, Polyanskiy and Rigollet, *A mathematical perspective on Transformers*, 2023, the
+continuity equation of the mean-field limit)
+
+.. math::  \partial_t\rho + \partial_\theta(\rho\, v[\rho]) = 0, \qquad
+           v[\rho](\theta) = \frac{\int e^{\beta\cos(\theta-\phi)}\sin(\phi-\theta)\,\rho(\phi)\,d\phi}{Z[\rho](\theta)},
+
+with :math:`Z = \int e^{\beta\cos(\theta-\phi)}\rho(\phi)\,d\phi` (softmax) or :math:`Z = 1` (mean
+normalisation, :math:`P_{ij} = e^{\beta\langle x_i, x_j\rangle}/n`). Since
+:math:`\sin(\phi - \theta)\, e^{\beta\cos(\theta - \phi)} = \frac1\beta\partial_\theta e^{\beta\cos(\theta-\phi)}`,
+the velocity is a derivative of the convolution :math:`K*\rho` with :math:`K(\psi) = e^{\beta\cos\psi}`:
+
+.. math::  v = \frac1\beta\,\partial_\theta (K*\rho)\ \ \text{(mean)}, \qquad
+           v = \frac1\beta\,\partial_\theta \log(K*\rho)\ \ \text{(softmax)}, \qquad
+           \widehat{K*\rho}_m = 2\pi I_m(\beta)\,\hat\rho_m .
+
+**Scheme** (spectral, not finite volume: the kernel is a convolution, diagonal in Fourier
+modes, and the solution is analytic for smooth starts, so spectral accuracy is available): the
+state is :math:`\rho` at the G points :math:`\theta_g = 2\pi g/G`. :math:`K*\rho` and its
+derivative come from the FFT of :math:`\rho` times the exact kernel modes
+(:func:`~attnflow.meanfield.kernel_modes`); the flux :math:`f = \rho v` is formed pointwise and
+differentiated spectrally, :math:`\partial_t\hat\rho_m = -i m \hat f_m`. The zero mode of the
+tendency is exactly 0, so the mass :math:`\frac{2\pi}{G}\sum_g\rho_g` is conserved to rounding.
+The modes :math:`|m| > (G-1)/3` of the tendency are removed (the 2/3 rule, ``dealias=True``): for
+the mean normalisation, where :math:`v` has the modes of :math:`\rho`, the quadratic product
+:math:`\rho v` then aliases nothing into the modes kept (for softmax the quotient by :math:`K*\rho`
+is not band-limited, and the rule only damps the aliasing); the Nyquist mode is never
+differentiated. Time stepping: the project's diffrax path (:func:`attnflow.integrate.solve_ode`) on the
+grid vector (any of its solvers, constant or adaptive steps), or the classical RK4 with constant
+steps in ``lax.scan`` (the default: order 4, and it compiles in a fraction of diffrax's time).
+
+**Positivity** is not enforced (a spectral scheme can undershoot near steep fronts): the minimum
+of :math:`\rho` on the grid at every save time is returned (:attr:`DensityPath.min_density`),
+and :attr:`DensityPath.negative` says whether it ever went below 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from .. import _validate as v
+from ..dynamics._base import AbstractDynamics
+from ..errors import InputError
+from ..integrate import RESULT_NONFINITE, RESULT_SUCCESS, SOLVERS, solve_ode
+from ._kernel import kernel_modes
+
+__all__ = ["NORMALISATIONS", "circle_grid", "interpolate_density", "CircleContinuity", "circle_velocity",
+           "DensityPath", "solve_continuity"]
+
+#: the two attention normalisations of the circle flow
+NORMALISATIONS = ("softmax", "mean")
+TWO_PI = 2 * math.pi
+
+
+def circle_grid(num_points: int, dtype=None) -> Float[Array, " G"]:
+    r"""The grid :math:`\theta_g = 2\pi g/G`, g = 0..G-1.
+
+    Example:
+        >>> from attnflow.meanfield import circle_grid
+        >>> [round(float(t), 4) for t in circle_grid(4)]
+        [0.0, 1.5708, 3.1416, 4.7124]
+    """
+    num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
+    return (TWO_PI / num_points) * jnp.arange(num_points, dtype=jnp.result_type(float) if dtype is None else dtype)
+
+
+def _check_density(density, name: str = "density") -> Float[Array, " G"]:
+    shape = v.check_array(name, density, "a density on the grid 2 pi g / G (G,)", ranks=(1,), nonempty=True)
+    if shape[0] < 4:
+        raise InputError(f"{name} must have at least 4 grid points, got {shape[0]}.")
+    return v.as_float(density)
+
+
+def interpolate_density(density: Float[Array, " G"], num_points: int) -> Float[Array, " H"]:
+    r"""The trigonometric interpolant of a grid density, sampled on a grid of ``num_points`` >= G points.
+
+    Exact for a trigonometric polynomial of degree < G/2 (zero padding of the FFT; the Nyquist
+    mode of an even G is split evenly between :math:`\pm G/2`). Use it before
+    :func:`~attnflow.meanfield.circle_w1_to_density` to read a spectral solution on cells finer
+    than its own grid.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import circle_grid, interpolate_density
+        >>> fine = interpolate_density(1 + jnp.cos(circle_grid(8)), 32)
+        >>> float(jnp.abs(fine - (1 + jnp.cos(circle_grid(32)))).max()) < 1e-6
+        True
+    """
+    density = _check_density(density)
+    size = density.shape[0]
+    num_points = v.check_int("num_points", num_points, meaning="the number of points of the finer grid")
+    if num_points < size:
+        raise InputError(f"num_points must be >= the density's {size} grid points, got {num_points}.")
+    return _interpolate(density, num_points)
+
+
+@functools.partial(jax.jit, static_argnames=("num_points",))
+def _interpolate(density, num_points: int):
+    size = density.shape[0]
+    coeffs = jnp.fft.rfft(density)
+    if size % 2 == 0:
+        coeffs = coeffs.at[-1].multiply(0.5)
+    padded = jnp.zeros((num_points // 2 + 1,), coeffs.dtype).at[: coeffs.shape[0]].set(coeffs)
+    return jnp.fft.irfft(padded, n=num_points) * (num_points / size)
+
+
+def _check_normalisation(normalisation):
+    return v.check_choice("normalisation", normalisation, NORMALISATIONS, "how attention weights are normalised")
+
+
+@final
+class CircleContinuity(AbstractDynamics):
+    r"""Right-hand side :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a grid of G points.
+
+    A field of the project's interface (``vector_field(t, rho, args)``), so that
+    :func:`attnflow.integrate.solve_ode` integrates it; the state is the density (G,) on
+    :func:`circle_grid`. ``beta`` may be traced (derivatives in beta).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import CircleContinuity, circle_grid
+        >>> rho = (1 + 0.1 * jnp.cos(circle_grid(16))) / (2 * jnp.pi)
+        >>> rate = CircleContinuity(2.0, 16)(0.0, rho)
+        >>> abs(float(jnp.sum(rate))) < 1e-6        # mass is conserved
+        True
+    """
+
+    kernel_hat: Float[Array, " M"]
+    velocity_scale: Float[Array, ""]
+    keep: Float[Array, " M"]   # the modes m of the tendency kept (0 for those removed)
+    slope: Float[Array, " M"]  # the modes m of the velocity's derivative (0 at Nyquist)
+    num_points: int = eqx.field(static=True)
+    normalisation: str = eqx.field(static=True)
+
+    def __init__(self, beta, num_points: int, *, normalisation: str = "softmax", dealias: bool = True, dtype=None):
+        v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+        num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
+        if num_points < 4:
+            raise InputError(f"num_points must be at least 4 (grid points of the density), got {num_points}.")
+        self.normalisation = _check_normalisation(normalisation)
+        self.num_points = num_points
+        dtype = jnp.result_type(beta, float) if dtype is None else dtype
+        beta = jnp.asarray(beta, dtype)
+        modes = num_points // 2
+        self.kernel_hat = TWO_PI * kernel_modes(beta, modes, dtype)  # 2 pi I_m e^{-beta}
+        # mean: v = (1/beta) d(K * rho) = (e^beta / beta) d(K~ * rho), K~ = e^{-beta} K; softmax: the e^beta cancels
+        self.velocity_scale = jnp.exp(beta) / beta if self.normalisation == "mean" else 1 / beta
+        m = jnp.arange(modes + 1)
+        # real multipliers m (times i where used): diffrax is given no complex leaves
+        resolved = modes - 1 if num_points % 2 == 0 else modes  # the Nyquist mode is never differentiated
+        self.slope = jnp.where(m <= resolved, m, 0).astype(dtype)
+        self.keep = jnp.where(m <= ((num_points - 1) // 3 if dealias else resolved), m, 0).astype(dtype)
+
+    def _derivative(self, values_hat):
+        return jnp.fft.irfft(values_hat * (1j * self.keep), n=self.num_points)
+
+    def velocity(self, rho: Float[Array, " G"]) -> Float[Array, " G"]:
+        r""":math:`v[\rho]` at the grid points."""
+        conv_hat = jnp.fft.rfft(rho) * self.kernel_hat
+        slope = jnp.fft.irfft(conv_hat * (1j * self.slope), n=self.num_points)
+        if self.normalisation == "mean":
+            return self.velocity_scale * slope
+        return self.velocity_scale * slope / jnp.fft.irfft(conv_hat, n=self.num_points)
+
+    def vector_field(self, t, y, args=None):
+        return -self._derivative(jnp.fft.rfft(y * self.velocity(y)))
+
+
+def circle_velocity(density: Float[Array, " G"], beta, normalisation: str = "softmax") -> Float[Array, " G"]:
+    r"""The mean-field velocity :math:`v[\rho](\theta_g)` of a density on :func:`circle_grid` (module docstring).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import circle_grid, circle_velocity
+        >>> rho = (1 + 0.5 * jnp.cos(circle_grid(32))) / (2 * jnp.pi)   # mass gathers at theta = 0
+        >>> vel = circle_velocity(rho, 1.0)
+        >>> bool(vel[4] < 0 < vel[-4])                                  # both sides move towards 0
+        True
+    """
+    density = _check_density(density)
+    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    return _velocity(density, beta, _check_normalisation(normalisation))
+
+
+@functools.partial(jax.jit, static_argnames=("normalisation",))
+def _velocity(density, beta, normalisation: str):
+    return CircleContinuity(beta, density.shape[0], normalisation=normalisation, dtype=density.dtype).velocity(density)
+
+
+class DensityPath(eqx.Module):
+    r"""A solution of the continuity equation at the save times.
+
+    Attributes:
+        ts: (T,) save times.
+        density: (T, G) the density on :func:`circle_grid` at each save time.
+        mass: (T,) :math:`\frac{2\pi}{G}\sum_g\rho_g` (conserved to rounding).
+        min_density: (T,) the smallest grid value of :math:`\rho` (positivity monitor).
+        negative: True when ``min_density`` went below 0 at a save time.
+        num_steps: accepted time steps.
+        result: the solve's code (:data:`attnflow.integrate.RESULT_SUCCESS` = 0, ...).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import DensityPath, perturbed_uniform_density, solve_continuity
+        >>> path = solve_continuity(perturbed_uniform_density(16, 1, 0.1), 1.0, jnp.array([0.0, 0.5]), dt=0.1)
+        >>> isinstance(path, DensityPath), path.min_density.shape, int(path.result)
+        (True, (2,), 0)
+    """
+
+    ts: Float[Array, " T"]
+    density: Float[Array, "T G"]
+    mass: Float[Array, " T"]
+    min_density: Float[Array, " T"]
+    negative: Bool[Array, ""]
+    num_steps: Int[Array, ""]
+    result: Int[Array, ""]
+
+
+def _path(ts, density, low, num_steps, result, num_points):
+    return DensityPath(ts=ts, density=density, mass=jnp.sum(density, axis=1) * (TWO_PI / num_points),
+                       min_density=low, negative=jnp.any(low < 0), num_steps=num_steps, result=result)
+
+
+@eqx.filter_jit
+def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealias, max_steps):
+    field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
+    traj = solve_ode(field, rho0, t0=ts[0], t1=ts[-1], ts=ts, solver=solver, rtol=rtol, atol=atol, dt0=dt,
+                     adaptive=dt is None, max_steps=max_steps)
+    return _path(traj.ts, traj.ys, jnp.min(traj.ys, axis=1), traj.num_steps, traj.result, rho0.shape[0])
+
+
+#: the classical RK4 as (a_i, b_i): stage i evaluates f(r + a_i h k_{i-1}), the step adds h sum_i b_i k_i (one
+#: stage body in a scan, so that XLA compiles f once rather than four times)
+_RK4_TABLEAU = (np.array([0.0, 0.5, 0.5, 1.0]), np.array([1.0, 2.0, 2.0, 1.0]) / 6)
+
+
+@eqx.filter_jit
+def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
+    field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
+    rate = lambda r: field.vector_field(None, r)
+
+    def advance(rho, interval):
+        t_a, t_b = interval
+        h = (t_b - t_a) / steps
+
+        def step(carry, _):
+            r, low = carry
+
+            def stage(state, coefficients):  # k_i = f(r + a_i h k_{i-1}); the step adds h sum b_i k_i
+                k, total = state
+                a, b = coefficients
+                k = rate(r + (a * h) * k)
+                return (k, total + b * k), None
+
+            tableau = tuple(jnp.asarray(c, r.dtype) for c in _RK4_TABLEAU)
+            (_, total), _ = jax.lax.scan(stage, (jnp.zeros_like(r), jnp.zeros_like(r)), tableau)
+            r = r + h * total
+            return (r, jnp.minimum(low, jnp.min(r))), None
+
+        (rho, low), _ = jax.lax.scan(step, (rho, jnp.asarray(jnp.inf, rho.dtype)), None, length=steps)
+        return rho, (rho, low)
+
+    _, (later, lows) = jax.lax.scan(advance, rho0, (ts[:-1], ts[1:]))
+    density = jnp.concatenate([rho0[None], later])
+    low = jnp.concatenate([jnp.min(rho0)[None], lows])
+    finite = jnp.all(jnp.isfinite(density))
+    return _path(ts, density, low, jnp.asarray(steps * (ts.shape[0] - 1)),
+                 jnp.where(finite, RESULT_SUCCESS, RESULT_NONFINITE), rho0.shape[0])
+
+
+def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"], *, normalisation: str = "softmax",
+                     dt=None, steps_per_save: int | None = None, solver: str = "rk4", rtol: float = 1e-8,
+                     atol: float = 1e-10, dealias: bool = True, max_steps: int = 16384) -> DensityPath:
+    r"""The density at the times ``ts`` (from ``ts[0]``), solving the continuity equation on the circle.
+
+    Time stepping:
+
+    * ``solver="rk4"`` (default): the classical fourth-order Runge--Kutta method with constant
+      steps, in ``lax.scan``; each interval between save times is cut into ``steps_per_save``
+      equal steps, or, given a concrete ``dt``, into the fewest steps of at most ``dt`` that the
+      longest interval needs. ``min_density`` is then the minimum over every step of the interval
+      that ends at the save time (not only at the save times).
+    * any name of :data:`attnflow.integrate.SOLVERS` (e.g. ``"tsit5"``, order 5): the project's
+      diffrax path :func:`attnflow.integrate.solve_ode` on the grid vector, with constant steps
+      ``dt``, or adaptive steps with ``rtol`` / ``atol`` when ``dt`` is None (``atol`` is absolute:
+      scale it to the perturbation you follow); ``min_density`` at the save times.
+
+    Pure and jitted (``equinox.filter_jit``; beta, dt and the times are traced, so a new value
+    compiles nothing); differentiable in ``density0`` and ``beta``. An explicit scheme: a stable
+    step needs about :math:`dt\,\max|v|\, G/3 \lesssim 2.8` (RK4 on the imaginary axis); with the mean
+    normalisation velocities grow like :math:`e^\beta` and with the local mass.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import circle_grid, solve_continuity
+        >>> rho0 = (1 + 0.3 * jnp.cos(circle_grid(32))) / (2 * jnp.pi)
+        >>> path = solve_continuity(rho0, 2.0, jnp.array([0.0, 1.0]), dt=0.05)
+        >>> path.density.shape, bool(abs(path.mass[1] - path.mass[0]) < 1e-6), bool(path.negative)
+        ((2, 32), True, False)
+    """
+    density0 = _check_density(density0, "density0")
+    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    _check_normalisation(normalisation)
+    if dt is not None:
+        v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")
+    v.check_array("ts", ts, "the save times (T,), non-decreasing, the first one the start", ranks=(1,), nonempty=True)
+    dtype = density0.dtype
+    ts = jnp.asarray(ts, dtype)
+    if v.is_concrete(ts):
+        v.check_save_times(ts, ts[0], ts[-1])
+    beta = jnp.asarray(beta, dtype)
+    if solver == "rk4":
+        if ts.shape[0] < 2:
+            raise InputError("ts must hold at least two times (the start and a save time) for solver='rk4'.")
+        if steps_per_save is None:
+            if dt is None or not (v.is_concrete(dt) and v.is_concrete(ts)):
+                raise InputError("solver='rk4' needs steps_per_save (an int), or a concrete dt with concrete ts.")
+            longest = float(jnp.max(jnp.diff(ts)))
+            steps_per_save = max(1, math.ceil(longest / float(dt) - 1e-9))
+        steps = v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
+        return _solve_rk4(density0, beta, ts, normalisation, steps, bool(dealias))
+    if solver not in SOLVERS:
+        raise InputError(f"solver must be 'rk4' or one of {sorted(SOLVERS)}, got {solver!r}.")
+    return _solve_diffrax(density0, beta, ts, normalisation, None if dt is None else jnp.asarray(dt, dtype), solver,
+                          jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps))

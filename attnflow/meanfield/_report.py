@@ -1,0 +1,172 @@
+"""The mean-field study's results: tables (CSV), figures (through :mod:`attnflow.plot`), report.md."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..runio import atomic_write_text
+
+GROWTH_COLUMNS = ("normalisation", "beta", "seed", "k", "predicted", "particles_rate", "particles_lo",
+                  "particles_hi", "pde_rate", "pde_lo", "pde_hi", "particles_points", "pde_points", "k_star",
+                  "clusters_formed", "formed_at", "lifetime", "censored", "horizon", "pde_min_density")
+
+
+def _csv(path: Path, columns, rows) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
+    atomic_write_text(path, buf.getvalue())
+
+
+def _fmt(x, spec=".3g") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _agreement(rows) -> dict:
+    """Per normalisation: the median relative error of the particles' and the PDE's rates against
+    the prediction at the modes that grow fastest (k* and its neighbours), and how many intervals
+    contain the prediction."""
+    out = {}
+    for norm in sorted({r["normalisation"] for r in rows}):
+        near = [r for r in rows if r["normalisation"] == norm and abs(r["k"] - r["k_star"]) <= 1]
+        summary = {}
+        for who in ("particles", "pde"):
+            rel = [abs(r[f"{who}_rate"] / r["predicted"] - 1) for r in near if r[f"{who}_rate"] is not None]
+            inside = [r[f"{who}_lo"] <= r["predicted"] <= r[f"{who}_hi"] for r in near
+                      if r[f"{who}_lo"] is not None and r[f"{who}_hi"] is not None]
+            summary[who] = {"median_rel_error": float(np.median(rel)) if rel else None, "fits": len(rel),
+                            "interval_contains_prediction": int(sum(inside)), "intervals": len(inside)}
+        out[norm] = summary
+    return out
+
+
+def _clusters(rows) -> list[dict]:
+    """Per (normalisation, beta): k*, the clusters formed per seed, their lifetimes and censoring."""
+    seen = {}
+    for r in rows:
+        key = (r["normalisation"], r["beta"])
+        seen.setdefault(key, {})[r["seed"]] = r
+    out = []
+    for (norm, beta), by_seed in sorted(seen.items()):
+        rs = list(by_seed.values())
+        out.append({"normalisation": norm, "beta": beta, "k_star": rs[0]["k_star"],
+                    "clusters_formed": [r["clusters_formed"] for r in rs],
+                    "lifetimes": [r["lifetime"] for r in rs], "censored": [bool(r["censored"]) for r in rs],
+                    "horizon": rs[0]["horizon"]})
+    return out
+
+
+def write_results(config, out: Path, conv: dict, growth: list[dict], largest: dict, rate_fits) -> dict:
+    """Write every table, figure and report.md of a finished study; return the summary's results."""
+    from .. import plot as ap
+
+    c, g = config.convergence, config.growth
+    figures, lines = [], []
+    conv_rows, fits = [], {}
+    for norm, res in conv.items():
+        fits[norm] = rate_fits(config, res["w1"], res["times"], res["pde_negative"])
+        for i, n in enumerate(c.n):
+            for j, t in enumerate(res["times"]):
+                vals = res["w1"][i, :, j]
+                ok = vals[np.isfinite(vals)]
+                conv_rows.append({"normalisation": norm, "n": n, "t": t, "w1_mean": float(ok.mean()) if ok.size else None,
+                                  "w1_std": float(ok.std(ddof=1)) if ok.size > 1 else None, "seeds": int(ok.size),
+                                  "excluded": int(vals.size - ok.size)})
+        ax = ap.distance_vs_n(c.n, res["w1"], times=[float(t) for t in res["times"]], fits=fits[norm],
+                              title=f"{norm}: particles against the PDE, beta = {c.beta:g}")
+        figures += ap.save(ax.figure, out / f"w1_vs_n_{norm}.png", close=True)
+        if res["frames"] is not None:
+            frames, hist = res["frames"]
+            fig, axes = ap.new_figure(2, panel=(4.6, 3.4))
+            ap.circle_density(np.asarray(hist), t=frames, ax=axes[0], title=f"particles, n = {c.n[-1]}")
+            G = res["pde_density"].shape[1]
+            shifted = 0.5 * (res["pde_density"] + np.roll(res["pde_density"], -1, axis=1))  # cell centres
+            ap.circle_density(shifted, t=res["pde_ts"], ax=axes[1], title=f"continuity equation, G = {G}")
+            fig.suptitle(f"{norm} attention, beta = {c.beta:g}: density in (theta, t)", fontsize="medium")
+            figures += ap.save(fig, out / f"density_{norm}.png", close=True)
+    _csv(out / "convergence.csv", ("normalisation", "n", "t", "w1_mean", "w1_std", "seeds", "excluded"), conv_rows)
+    rate_rows = [{"normalisation": norm, **row} for norm, rows in fits.items() for row in rows]
+    _csv(out / "rates.csv", ("normalisation", "t", "rate", "lo", "hi", "points", "excluded", "pde_negative"),
+         rate_rows)
+    _csv(out / "growth.csv", GROWTH_COLUMNS, growth)
+
+    for norm in config.normalisations:
+        rows = [r for r in growth if r["normalisation"] == norm]
+        fig, axes = ap.new_figure(len(g.beta), panel=(3.4, 3.0))
+        axes = np.atleast_1d(axes)
+        for ax, beta in zip(axes, g.beta):
+            here = [r for r in rows if r["beta"] == beta and r["seed"] == 0]
+            nan = lambda key: [np.nan if r[key] is None else r[key] for r in here]  # noqa: E731
+            ap.growth_vs_prediction([r["k"] for r in here], [r["predicted"] for r in here],
+                                    [nan("particles_rate"), nan("pde_rate")], lo=[nan("particles_lo"), nan("pde_lo")],
+                                    hi=[nan("particles_hi"), nan("pde_hi")], names=["particles", "PDE"], ax=ax,
+                                    title=f"beta = {beta:g} (k* = {here[0]['k_star']})")
+        fig.suptitle(f"{norm} attention: growth of the modes of a near-uniform start (n = {g.n})", fontsize="medium")
+        figures += ap.save(fig, out / f"growth_{norm}.png", close=True)
+
+    agreement = _agreement(growth)
+    clusters = _clusters(growth)
+    lines += [f"# attnflow meanfield: the circle flow against its continuity equation", "",
+              f"Tokens on the circle, Q = K = V = I; normalisations: {', '.join(config.normalisations)}; "
+              f"{config.dtype}. Particles: the ODE flow (Tsit5, constant steps) on the Fourier fast path; PDE: "
+              "the pseudo-spectral continuity equation (RK4). Resolved config in config.json.", "",
+              "## Particles converge to the PDE", "",
+              f"Start density (1 + sum a_k cos k(theta - phi_k)) / 2 pi with modes {list(c.start_modes)}, "
+              f"amplitudes {list(c.start_amplitudes)}; beta = {c.beta:g}; n in {list(c.n)}, {c.seeds} seeds each; "
+              f"PDE grid G = {c.grid}. W1 is exact on the circle (through the CDFs). Times of the mean "
+              "normalisation are divided by I_0(beta): near the uniform measure its velocity is I_0(beta) times "
+              "the softmax one, so both are read at the same stage.", "",
+              "| normalisation | t | rate r in W1 ~ n^-r | 95% interval | points |", "|---|---|---|---|---|"]
+    for r in rate_rows:
+        rate = "PDE negative: unresolved, no fit" if r["pde_negative"] else _fmt(r["rate"])
+        lines.append(f"| {r['normalisation']} | {r['t']:g} | {rate} | [{_fmt(r['lo'])}, {_fmt(r['hi'])}] | "
+                     f"{r['points']} |")
+    lines += ["", "Reading: iid samples of a density are at W1 distance of order n^-1/2 from it, and the flow is "
+              "Lipschitz over a fixed time, so a rate near 1/2 at every time says the particles follow the PDE "
+              "with no bias above the sampling noise; a rate falling with t would show a bias (time step, grid) "
+              "that does not vanish with n.", ""]
+    for norm, res in conv.items():
+        mass = res["mass"]
+        lines.append(f"- {norm}: PDE mass drift {float(np.max(np.abs(mass - mass[0]))):.2g} (rounding), smallest "
+                     f"density {float(np.min(res['min_density'])):.3g} (positivity monitor).")
+    lines += ["", "## Instability of the uniform measure", "",
+              f"Near-uniform starts (n = {g.n} equally spaced angles displaced so that every mode k <= {g.modes} "
+              f"has amplitude epsilon / 2 = {g.epsilon / 2:g}, random phases; the PDE from the same density on "
+              f"G = {g.grid} points), {g.seeds} seeds per beta. Each mode's rate is the least-squares slope of "
+              f"log |mu_k| over its linear window (until |mu_k| > {g.max_amplitude:g}); the prediction is the "
+              "linearised rate lambda_k = k^2 I_k(beta) / beta (mean) or / (beta I_0(beta)) (softmax).", "",
+              "| normalisation | method | median rel. error at k*-1..k*+1 | intervals containing lambda_k |",
+              "|---|---|---|---|"]
+    for norm, a in agreement.items():
+        for who, s in a.items():
+            lines.append(f"| {norm} | {who} | {_fmt(s['median_rel_error'])} | {s['interval_contains_prediction']} "
+                         f"of {s['intervals']} |")
+    lines += ["", "| normalisation | beta | k* | clusters formed (per seed) | lifetime (per seed; censored at the "
+              "horizon marked >) | horizon |", "|---|---|---|---|---|---|"]
+    for r in clusters:
+        life = ", ".join(("> " if cen else "") + _fmt(x) for x, cen in zip(r["lifetimes"], r["censored"]))
+        lines.append(f"| {r['normalisation']} | {r['beta']:g} | {r['k_star']} | {r['clusters_formed']} | {life} | "
+                     f"{r['horizon']:.3g} |")
+    lines += ["", "Reading: the modes near k* grow at the linearised rate in both the particles and the PDE; modes "
+              "far above k* grow too slowly to leave the noise of the fast modes' harmonics (2k*, 3k*, ... are "
+              "driven at multiples of lambda_k*), so their fitted rates part from lambda_k: that is the "
+              "nonlinearity, not a defect. The number of clusters that form is compared with k*.", "",
+              "## The largest run", "",
+              f"n = {config.largest.n} tokens, beta = {config.largest.beta:g}, {config.largest.layers} Euler layers "
+              f"on the Fourier fast path: {largest['run_s']:.3g} s after a {largest['compile_s']:.3g} s compile "
+              f"({config.largest.n * config.largest.layers / largest['run_s']:.3g} particle-steps per second); "
+              f"state {largest['state_bytes'] / 2**20:.1f} MiB, compiled temporaries "
+              f"{max(largest['temp_bytes'], 0) / 2**20:.1f} MiB; finite: {largest['finite']}.", "",
+              "## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures if f.endswith(".png")]
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    return {"convergence": {norm: {"rates": fits[norm], "pde_mass_drift": float(np.max(np.abs(res["mass"] - res["mass"][0]))),
+                                   "pde_min_density": float(np.min(res["min_density"]))} for norm, res in conv.items()},
+            "growth": {"agreement": agreement, "clusters": clusters}, "largest": largest,
+            "figures": [Path(f).name for f in figures]}

@@ -1,0 +1,417 @@
+r"""``attnflow meanfield CONFIG --out DIR``: the circle flow against its continuity equation.
+
+Three studies (``configs/meanfield.toml``), each for every normalisation:
+
+* **convergence**: n particles drawn iid from a smooth density :math:`\rho_0` and the PDE from
+  :math:`\rho_0`; :math:`W_1(\mu^n_t, \rho_t)` at fixed times against n, and the fitted rate
+  :math:`W_1 \propto n^{-r}` (least squares on every seed, Student-t interval);
+* **growth**: near-uniform starts (n equally spaced angles displaced so that every mode
+  :math:`k \le K` has amplitude :math:`\varepsilon/2` with random phases, and the PDE from the
+  same first-order density): the growth rate of every mode fitted over its linear window against
+  the linearised :math:`\lambda_k` (:func:`~attnflow.meanfield.growth_rates`), the clusters that
+  form (:func:`~attnflow.meanfield.circle_cluster_count`) against :math:`k^*`, and how long they live;
+* **largest**: one run of the largest n on the Fourier fast path, timed, with its memory.
+
+Particles run the ODE flow (:func:`attnflow.simulate`, Tsit5 with constant steps) with
+``attention_impl="fourier"``; the PDE is :func:`~attnflow.meanfield.solve_continuity`. Every unit of
+work (one normalisation, study, n or beta, seed) is stored as it finishes in ``units/*.npz``
+(verified: :func:`attnflow.runio.save_verified_npz`), so the same command after an interruption
+recomputes nothing that finished.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..runio import (
+    atomic_write_json,
+    atomic_write_text,
+    claim_output_dir,
+    load_verified_npz,
+    provenance,
+    releases_output_dirs,
+    save_verified_npz,
+    write_marker,
+)
+from ._config import MeanfieldConfig, check_meanfield_config
+
+__all__ = ["run_meanfield", "start_density", "near_uniform_start", "time_scale"]
+
+def start_density(theta, modes, amplitudes, phases) -> np.ndarray:
+    r""":math:`\rho_0(\theta) = \frac{1}{2\pi}\big(1 + \sum_k a_k\cos k(\theta - \varphi_k)\big)` at the angles ``theta``.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield import start_density
+        >>> theta = np.linspace(0, 2 * np.pi, 1000, endpoint=False)
+        >>> round(float(start_density(theta, [1, 2], [0.5, 0.3], [0.0, 1.0]).mean() * 2 * np.pi), 12)
+        1.0
+    """
+    theta = np.asarray(theta, float)
+    out = np.ones_like(theta)
+    for k, a, p in zip(modes, amplitudes, phases):
+        out = out + a * np.cos(k * (theta - p))
+    return out / (2 * math.pi)
+
+
+def near_uniform_start(n: int, modes: int, epsilon: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    r"""(angles (n,), phases (modes,)): :math:`\theta_j = \phi_j - \varepsilon\sum_{k=1}^{K}\frac1k\sin k(\phi_j - \varphi_k)`,
+    :math:`\phi_j = 2\pi(j + \frac12)/n`, whose measure is :math:`\frac1{2\pi}(1 + \varepsilon\sum_k \cos k(\theta - \varphi_k))`
+    to first order (every mode's amplitude :math:`\varepsilon/2`), with phases drawn uniformly.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield import fourier_coefficients, near_uniform_start
+        >>> th, _ = near_uniform_start(4096, 3, 1e-4, np.random.default_rng(1))
+        >>> [round(float(a) * 1e4, 3) for a in np.abs(np.asarray(fourier_coefficients(th, 3)))[1:]]
+        [0.5, 0.5, 0.5]
+    """
+    phases = rng.uniform(0, 2 * math.pi, modes)
+    phi = 2 * math.pi * (np.arange(n) + 0.5) / n
+    k = np.arange(1, modes + 1)
+    theta = phi - epsilon * np.sum(np.sin(k[None, :] * (phi[:, None] - phases[None, :])) / k[None, :], axis=1)
+    return theta % (2 * math.pi), phases
+
+
+def time_scale(beta: float, normalisation: str) -> float:
+    r"""The unit of time of the convergence study: 1 for softmax, :math:`1/I_0(\beta)` for the mean
+    normalisation, whose velocity :math:`\frac1\beta\partial_\theta(K*\rho)` is :math:`K*\rho \approx I_0(\beta)`
+    times the softmax one :math:`\frac1\beta\partial_\theta\log(K*\rho)` near the uniform measure (so both
+    normalisations are compared at the same stage of their evolution).
+
+    Example:
+        >>> from attnflow.meanfield import time_scale
+        >>> time_scale(3.0, "softmax"), round(time_scale(3.0, "mean"), 4)
+        (1.0, 0.2049)
+    """
+    if normalisation == "softmax":
+        return 1.0
+    from scipy.special import i0
+
+    return float(1.0 / i0(beta))
+
+
+# -- the units of work ------------------------------------------------------------------------------
+
+
+def _tokens(theta):
+    import jax.numpy as jnp
+
+    return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
+
+
+def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtype, save_fn):
+    """The ODE flow on the circle from the angles ``theta0``, ``save_fn(y)`` at the times ``ts``.
+
+    One compiled solve per (kind, n, beta, normalisation, times, dt), kept in ``cache``: the seeds
+    of one n reuse it (``kind`` names the ``save_fn``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .. import simulate
+    from ..dynamics import sphere_flow
+
+    key = (kind, len(theta0), float(beta), normalisation, tuple(np.asarray(ts, float)), float(dt), str(np.dtype(dtype)))
+    if key not in cache:
+        I = jnp.eye(2, dtype=dtype)
+        field = sphere_flow(I, I, I, float(beta), attention_impl="fourier", normalisation=normalisation,
+                            fourier_max_score=float(beta))
+        times = jnp.asarray(ts, dtype)
+
+        def solve(theta):
+            return simulate(_tokens(theta), dynamics=field, t0=float(ts[0]), t1=float(ts[-1]), method="tsit5",
+                            dt=float(dt), ts=times, dtype=str(np.dtype(dtype)), save_fn=lambda t, y, args: save_fn(y),
+                            max_steps=None).states
+
+        cache[key] = jax.jit(solve)
+    return cache[key](jnp.asarray(theta0, dtype))
+
+
+class _Units:
+    """The stored units of one run folder: computed once, then read back (verified)."""
+
+    def __init__(self, out: Path, fingerprint: str, progress):
+        self.folder = out / "units"
+        self.folder.mkdir(exist_ok=True)
+        self.fingerprint = fingerprint
+        self.progress = progress
+        self.computed = 0
+        self.resumed = 0
+        self.cache: dict = {}  # compiled particle solves, shared by the units of one n
+
+    def get(self, name: str, compute) -> dict:
+        path = self.folder / f"{name}.npz"
+        identity = {"kind": "meanfield-unit", "name": name, "fingerprint": self.fingerprint}
+        found = load_verified_npz(path, identity, then="recomputing it")
+        if found is not None:
+            self.resumed += 1
+            return found
+        t = time.perf_counter()
+        arrays = {k: np.asarray(v) for k, v in compute().items()}
+        arrays["seconds"] = np.asarray(time.perf_counter() - t)
+        save_verified_npz(path, arrays, identity)
+        self.computed += 1
+        if self.progress is not None:
+            self.progress.set_postfix_str(name)
+            self.progress.update(1)
+        return arrays
+
+
+def _unit_count(config: MeanfieldConfig) -> int:
+    c, g = config.convergence, config.growth
+    per_norm = 1 + len(c.n) * c.seeds + 1 + len(g.beta) * g.seeds * 2
+    return per_norm * len(config.normalisations) + 1
+
+
+def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> dict:
+    import jax.numpy as jnp
+
+    from ._distances import circle_w1_to_density
+    from ._measures import circle_histogram
+    from ._pde import circle_grid, solve_continuity
+    from ._study import draw_from_density
+
+    c = config.convergence
+    scale = time_scale(c.beta, norm)
+    times = np.asarray(c.times) * scale
+    frames = np.linspace(0.0, times[-1], c.frames)
+    ts_pde = np.union1d(times, frames)
+
+    def pde():
+        rho0 = start_density(np.asarray(circle_grid(c.grid)), c.start_modes, c.start_amplitudes, c.start_phases)
+        path = solve_continuity(jnp.asarray(rho0, dtype), c.beta, jnp.asarray(ts_pde, dtype), normalisation=norm,
+                                dt=c.pde_dt * scale)
+        return {"ts": path.ts, "density": path.density, "mass": path.mass, "min_density": path.min_density,
+                "result": path.result}
+
+    sol = units.get(f"{norm}-convergence-pde", pde)
+    at = np.searchsorted(ts_pde, times)
+    w1 = np.full((len(c.n), c.seeds, len(c.times)), np.nan)
+    histogram = None
+    for i, n in enumerate(c.n):
+        for s in range(c.seeds):
+            def particles(n=n, s=s):
+                import jax
+
+                key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), n), s)
+                theta0 = draw_from_density(key, jnp.asarray(sol["density"][0], dtype), n)
+                frames_too = n == c.n[-1] and s == 0  # the density figure: histograms at every frame too
+                ts = ts_pde if frames_too else times
+                dens = jnp.asarray(sol["density"], dtype)[at]
+
+                def save(y):
+                    return {"y": y, "hist": circle_histogram(y, c.bins)} if frames_too else {"y": y}
+
+                saved = _particles(units.cache, "frames" if frames_too else "states", theta0, c.beta, norm,
+                                   ts, c.dt * scale, dtype, save)
+                ys = saved["y"][np.searchsorted(ts, times)]
+                out = {"hist": saved["hist"], "frames": ts} if frames_too else {}
+                out["w1"] = jnp.stack([circle_w1_to_density(ys[j], dens[j]) for j in range(len(c.times))])
+                return out
+
+            got = units.get(f"{norm}-convergence-n{n}-s{s}", particles)
+            w1[i, s] = got["w1"]
+            if "hist" in got:
+                histogram = (got["frames"], got["hist"])
+    return {"w1": w1, "pde_ts": np.asarray(sol["ts"]), "pde_density": np.asarray(sol["density"]),
+            "mass": np.asarray(sol["mass"]), "min_density": np.asarray(sol["min_density"]),
+            "pde_result": int(sol["result"]), "frames": histogram, "times": times, "time_scale": scale,
+            "pde_negative": np.minimum.accumulate(np.asarray(sol["min_density"])[at]) < 0}
+
+
+def _rate_fits(config: MeanfieldConfig, w1: np.ndarray, times, negative) -> list[dict]:
+    """Per time: :func:`~attnflow.meanfield.fit_power_law` of W1 against n over every (n, seed) with finite
+    W1 > 0, reported as the rate r of W1 ~ n^-r; no fit where the PDE's density had gone negative by then
+    (the spectral solution no longer resolves the measure: W1 would compare with an unresolved limit)."""
+    from ._study import fit_power_law
+
+    rows = []
+    for j, t in enumerate(times):
+        y = w1[:, :, j].T  # (seeds, N)
+        ok = np.isfinite(y) & (y > 0)
+        row = {"t": float(t), "points": int(ok.sum()), "excluded": int((~ok).sum()), "rate": None, "lo": None,
+               "hi": None, "pde_negative": bool(negative[j])}
+        fit = fit_power_law(config.convergence.n, y)
+        if not negative[j] and math.isfinite(fit["slope"]):
+            row.update(rate=-fit["slope"], lo=-fit["hi"], hi=-fit["lo"])
+        rows.append(row)
+    return rows
+
+
+def _window(config: MeanfieldConfig, beta: float, norm: str) -> tuple[np.ndarray, float, float]:
+    """(the predicted rates k = 1..K, the linear window's length, the clusters' horizon)."""
+    from ._linear import growth_rates
+
+    g = config.growth
+    lam = np.asarray(growth_rates(beta, g.modes, norm))[1:]
+    top = float(lam.max())
+    return lam, 1.5 * math.log(2 * g.max_amplitude / g.epsilon) / top, g.horizon / top
+
+
+def _first_merge(ts: np.ndarray, counts: np.ndarray, start: float) -> tuple[int | None, float, float, bool]:
+    """(clusters formed, their formation time, lifetime, censored): the count at the first save after
+    ``start`` from which it stays constant for at least a tenth of the remaining horizon; the lifetime
+    runs from then to the first save with fewer clusters (censored at the horizon)."""
+    after = np.nonzero(ts >= start)[0]
+    hold = 0.1 * (ts[-1] - start)
+    for i in after:
+        later = np.nonzero(counts[i:] != counts[i])[0]
+        end = ts[i + later[0]] if later.size else ts[-1]
+        if end - ts[i] >= hold or not later.size:
+            drop = np.nonzero(counts[i:] < counts[i])[0]
+            if drop.size:
+                return int(counts[i]), float(ts[i]), float(ts[i + drop[0]] - ts[i]), False
+            return int(counts[i]), float(ts[i]), float(ts[-1] - ts[i]), True
+    return None, math.nan, math.nan, True
+
+
+def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[dict]:
+    import jax.numpy as jnp
+
+    from ._clusters import circle_cluster_count
+    from ._linear import fit_growth_rates, most_unstable_mode
+    from ._measures import density_fourier_coefficients, fourier_coefficients
+    from ._pde import circle_grid, solve_continuity
+
+    g = config.growth
+    rows = []
+    for b, beta in enumerate(g.beta):
+        lam, t_lin, t_hor = _window(config, beta, norm)
+        ts_lin = np.linspace(0.0, t_lin, g.saves)
+        ts_all = np.union1d(ts_lin, np.linspace(0.0, max(t_hor, t_lin), g.saves))
+        k_star = int(most_unstable_mode(beta, max(64, 2 * g.modes)))
+        for s in range(g.seeds):
+            rng = np.random.default_rng([config.seed, 2, b, s])
+            theta0, phases = near_uniform_start(g.n, g.modes, g.epsilon, rng)
+            dt = min(0.05 / float(lam.max()), t_lin / (g.saves - 1))
+
+            def particles():
+                saved = _particles(units.cache, "growth", theta0, beta, norm, ts_all, dt, dtype, lambda y: {
+                    "modes": fourier_coefficients(y, g.modes), "clusters": circle_cluster_count(y, g.cluster_gap)})
+                return {"ts": ts_all, "modes": jnp.abs(saved["modes"]), "clusters": saved["clusters"]}
+
+            def pde():
+                theta = np.asarray(circle_grid(g.grid))
+                k = np.arange(1, g.modes + 1)
+                rho0 = (1 + g.epsilon * np.cos(k[None, :] * (theta[:, None] - phases[None, :])).sum(1)) / (2 * math.pi)
+                path = solve_continuity(jnp.asarray(rho0, dtype), beta, jnp.asarray(ts_lin, dtype), normalisation=norm,
+                                        dt=dt)
+                return {"ts": ts_lin, "modes": jnp.abs(density_fourier_coefficients(path.density, g.modes)),
+                        "min_density": path.min_density, "result": path.result}
+
+            p = units.get(f"{norm}-growth-b{b}-s{s}-particles", particles)
+            q = units.get(f"{norm}-growth-b{b}-s{s}-pde", pde)
+            in_lin = np.isin(p["ts"], ts_lin)
+            fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
+            fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
+            formed, t_form, life, censored = _first_merge(np.asarray(p["ts"]), np.asarray(p["clusters"]), t_lin)
+            for k in range(g.modes):
+                rows.append({"normalisation": norm, "beta": beta, "seed": s, "k": k + 1, "predicted": float(lam[k]),
+                             **{f"particles_{key}": _num(fit_p[key][k]) for key in ("rate", "lo", "hi")},
+                             **{f"pde_{key}": _num(fit_q[key][k]) for key in ("rate", "lo", "hi")},
+                             "particles_points": int(fit_p["points"][k]), "pde_points": int(fit_q["points"][k]),
+                             "k_star": k_star, "clusters_formed": formed, "formed_at": t_form, "lifetime": life,
+                             "censored": censored, "horizon": float(ts_all[-1]),
+                             "pde_min_density": float(np.min(q["min_density"]))})
+    return rows
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from ..dynamics import sphere_flow
+    from ..integrate import EulerStepper, sphere_shift
+
+    la = config.largest
+
+    def run():
+        rng = np.random.default_rng([config.seed, 3])
+        x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
+        I = jnp.eye(2, dtype=dtype)
+        stepper = EulerStepper(la.dt, la.layers, shift=sphere_shift, save_every=la.layers)
+        solve = jax.jit(lambda x: stepper.solve(sphere_flow(I, I, I, la.beta, attention_impl="fourier"), x).ys[-1])
+        t = time.perf_counter()
+        compiled = solve.lower(x0).compile()
+        compile_s = time.perf_counter() - t
+        t = time.perf_counter()
+        y = jax.block_until_ready(compiled(x0))
+        run_s = time.perf_counter() - t
+        memory = compiled.memory_analysis()
+        temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
+        return {"compile_s": compile_s, "run_s": run_s, "finite": bool(jnp.all(jnp.isfinite(y))),
+                "state_bytes": int(x0.size * x0.dtype.itemsize), "temp_bytes": -1 if temp is None else int(temp)}
+
+    got = units.get("largest", run)
+    return {k: (float(v) if k.endswith("_s") else int(v) if k.endswith("bytes") else bool(v)) for k, v in got.items()
+            if k != "seconds"}
+
+
+# -- the job ---------------------------------------------------------------------------------------
+
+
+@releases_output_dirs
+def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: bool = True) -> dict:
+    """Run (or resume) the mean-field study of ``config`` into ``out``; returns the summary.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.meanfield import load_meanfield_config, run_meanfield
+        >>> cfg = load_meanfield_config(None)
+        >>> cfg["normalisations"] = ["softmax"]
+        >>> cfg["convergence"].update(n=[64, 256], seeds=2, times=[0.0, 0.5], frames=3, grid=64)
+        >>> cfg["growth"].update(beta=[2.0], n=256, seeds=1, modes=3, saves=9, grid=64)
+        >>> cfg["largest"].update(n=1000, layers=2)
+        >>> s = run_meanfield(cfg, pathlib.Path(tempfile.mkdtemp()) / "mf", progress=False)
+        >>> s["units_computed"], sorted(s["convergence"])
+        (12, ['softmax'])
+    """
+    import jax
+
+    config = check_meanfield_config(config)  # before the folder is claimed or anything compiles
+    out, existed = claim_output_dir(out, "meanfield")
+    marker = out / "attnflow-run.json"
+    if existed and marker.is_file():
+        import json
+
+        old = json.loads(marker.read_text()).get("fingerprint")
+        if old is not None and old != config.fingerprint:
+            raise InputError(f"--out {out} holds a mean-field run with a different config; choose a new folder.")
+    write_marker(out, "meanfield", {"fingerprint": config.fingerprint})
+    atomic_write_json(out / "config.json", config.as_dict())
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=_unit_count(config), desc="meanfield units", file=sys.stderr)
+    units = _Units(out, config.fingerprint, bar)
+    t0 = time.perf_counter()
+    with jax.enable_x64(config.dtype == "float64"):
+        import jax.numpy as jnp
+
+        dtype = jnp.float64 if config.dtype == "float64" else jnp.float32
+        conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
+        growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
+        largest = _largest(config, units, dtype)
+    if bar is not None:
+        bar.close()
+    from ._report import write_results
+
+    summary = write_results(config, out, conv, growth, largest, _rate_fits)
+    summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0)
+    prov = provenance(seed=config.seed, config=config.as_dict())
+    summary["provenance"] = prov
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(out / "provenance.json", prov)
+    return summary

@@ -1,0 +1,121 @@
+"""Figures of the mean-field study: the density in (theta, t), W1 against n, mode growth against theory."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._phase import cell_edges
+from ._style import colorbar, colours, finite, label, legend, new_axes, plain_ticks
+
+
+def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float | None = None,
+                   cmap: str = "magma"):
+    r"""A heat map of a density on the circle over time: ``density[j, g]`` at time ``t[j]`` and angle
+    :math:`2\pi (g + \frac12) / G` (a histogram's bin centres, or a grid's points shifted by half a cell).
+
+    The colour is the density against the uniform measure's :math:`1/(2\pi)`, so 1 is uniform;
+    non-finite entries are masked and counted in the title.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> rho = np.ones((5, 16)) / (2 * np.pi)
+        >>> ax = ap.circle_density(rho, t=np.linspace(0, 1, 5))
+        >>> ax.get_xlabel(), ax.get_ylabel()
+        ('time t', 'angle theta')
+    """
+    D = finite(density) * (2 * math.pi)
+    tt = np.asarray(t, float)
+    if D.ndim != 2 or D.shape[0] != tt.size:
+        raise ValueError(f"density must have shape (len(t), G) = ({tt.size}, G), got {D.shape}.")
+    fig, ax = new_axes(ax, figsize=(5.6, 3.8))
+    bad = ~np.isfinite(D)
+    M = np.ma.masked_array(np.where(bad, 0.0, D), mask=bad)
+    theta_edges = np.linspace(0.0, 2 * math.pi, D.shape[1] + 1)
+    hi = vmax if vmax is not None else (float(np.nanmax(np.where(bad, np.nan, D))) if (~bad).any() else 1.0)
+    ax.set_facecolor("0.8")
+    mesh = ax.pcolormesh(cell_edges(tt), theta_edges, M.T, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
+    ax.set_yticks([0, math.pi / 2, math.pi, 3 * math.pi / 2, 2 * math.pi], ["0", "π/2", "π", "3π/2", "2π"])
+    plain_ticks(ax.xaxis)
+    colorbar(mesh, ax, "density / uniform")
+    note = f"{int(bad.sum())} non-finite entries masked" if bad.any() else None
+    label(ax, "time t", "angle theta", "\n".join(x for x in (title, note) if x) or None)
+    return ax
+
+
+def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None = None,
+                  ylabel: str = "W1(particles, PDE)"):
+    """``distances[i, s, j]`` (n ``n[i]``, seed s, time ``times[j]``) on log-log axes: each seed a dot,
+    the mean a line, one colour per time; ``fits`` (one dict per time with ``rate``, ``lo``, ``hi``)
+    in the legend. Non-finite or non-positive values are left out and counted in the title.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> w = np.random.default_rng(0).random((3, 2, 2)) / np.sqrt([[[100]], [[400]], [[1600]]])
+        >>> ax = ap.distance_vs_n([100, 400, 1600], w, times=[0.0, 1.0])
+        >>> ax.get_xscale(), ax.get_yscale()
+        ('log', 'log')
+    """
+    nn = np.asarray(n, float)
+    W = finite(distances)
+    if W.ndim != 3 or W.shape[0] != nn.size or W.shape[2] != len(times):
+        raise ValueError(f"distances must have shape (len(n), seeds, len(times)), got {W.shape}.")
+    fig, ax = new_axes(ax, figsize=(5.2, 3.8))
+    ok = np.isfinite(W) & (W > 0)
+    for j, (t, c) in enumerate(zip(times, colours(len(times)))):
+        for s in range(W.shape[1]):
+            keep = ok[:, s, j]
+            ax.plot(nn[keep], W[keep, s, j], ".", color=c, alpha=0.5)
+        mean = np.array([W[i, ok[i, :, j], j].mean() if ok[i, :, j].any() else np.nan for i in range(nn.size)])
+        fit = (fits or [None] * len(times))[j]
+        text = f"t = {t:g}"
+        if fit and fit.get("rate") is not None:
+            text += f": n^-{fit['rate']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]"
+        ax.plot(nn, mean, "-", color=c, label=text)
+    ref = nn ** -0.5 * np.nanmax(np.where(ok, W, np.nan)[0]) * math.sqrt(nn[0]) if ok[0].any() else None
+    if ref is not None:
+        ax.plot(nn, ref, "k:", lw=1, label="n^-1/2")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    note = f"{int((~ok).sum())} non-finite or zero value(s) left out" if (~ok).any() else None
+    label(ax, "particles n", ylabel, "\n".join(x for x in (title, note) if x) or None)
+    legend(ax)
+    return ax
+
+
+def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None, ax=None, title: str | None = None):
+    r"""Growth rates of the Fourier modes k: the prediction :math:`\lambda_k` as a line, each
+    measurement (``measured`` (M, K), one row per method named in ``names``) as points with their
+    intervals ``lo`` / ``hi``. Non-finite measurements are left out and counted in the title.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> lam = np.array([0.3, 0.5, 0.2])
+        >>> ax = ap.growth_vs_prediction([1, 2, 3], lam, [lam * 1.01, lam * 0.99], names=["particles", "PDE"])
+        >>> ax.get_xlabel()
+        'mode k'
+    """
+    kk = np.asarray(k, float)
+    P = finite(predicted)
+    M = np.atleast_2d(finite(measured))
+    names = names or [f"measured {i}" for i in range(M.shape[0])]
+    fig, ax = new_axes(ax, figsize=(5.0, 3.6))
+    ax.plot(kk, P, "k-", lw=1.2, label="linear theory")
+    left_out = 0
+    for i, (row, name, c) in enumerate(zip(M, names, colours(M.shape[0]))):
+        ok = np.isfinite(row)
+        left_out += int((~ok).sum())
+        shift = 0.08 * (i - (M.shape[0] - 1) / 2)
+        if lo is not None and hi is not None:
+            L, H = np.atleast_2d(finite(lo))[i], np.atleast_2d(finite(hi))[i]
+            e = ok & np.isfinite(L) & np.isfinite(H)
+            ax.errorbar(kk[e] + shift, row[e], yerr=[row[e] - L[e], H[e] - row[e]], fmt="none", ecolor=c, lw=1)
+        ax.plot(kk[ok] + shift, row[ok], "o", color=c, ms=4, label=name)
+    note = f"{left_out} non-finite rate(s) left out" if left_out else None
+    label(ax, "mode k", "growth rate", "\n".join(x for x in (title, note) if x) or None)
+    legend(ax)
+    return ax
