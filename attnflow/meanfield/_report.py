@@ -43,6 +43,9 @@ def _agreement(rows) -> dict:
                       if r[f"{who}_lo"] is not None and r[f"{who}_hi"] is not None]
             summary[who] = {"median_rel_error": float(np.median(rel)) if rel else None, "fits": len(rel),
                             "interval_contains_prediction": int(sum(inside)), "intervals": len(inside)}
+        both = [abs(r["particles_rate"] / r["pde_rate"] - 1) for r in near
+                if r["particles_rate"] is not None and r["pde_rate"] is not None]
+        summary["particles_vs_pde_max_rel_difference"] = float(max(both)) if both else None
         out[norm] = summary
     return out
 
@@ -85,10 +88,13 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
         if res["frames"] is not None:
             frames, hist = res["frames"]
             fig, axes = ap.new_figure(2, panel=(4.6, 3.4))
-            ap.circle_density(np.asarray(hist), t=frames, ax=axes[0], title=f"particles, n = {c.n[-1]}")
-            G = res["pde_density"].shape[1]
-            shifted = 0.5 * (res["pde_density"] + np.roll(res["pde_density"], -1, axis=1))  # cell centres
-            ap.circle_density(shifted, t=res["pde_ts"], ax=axes[1], title=f"continuity equation, G = {G}")
+            axes = axes.ravel()
+            hist = np.asarray(hist)
+            top = 2 * math.pi * max(float(np.max(res["pde_density"])), float(np.max(hist)) * hist.shape[1] / (2 * math.pi))
+            ap.circle_density(hist * hist.shape[1] / (2 * math.pi), t=frames, ax=axes[0], vmax=top,
+                              title=f"particles, n = {c.n[-1]} (histogram)")
+            ap.circle_density(res["pde_density"], t=res["pde_ts"], ax=axes[1], vmax=top,
+                              title=f"continuity equation, G = {res['pde_density'].shape[1]}")
             fig.suptitle(f"{norm} attention, beta = {c.beta:g}: density in (theta, t)", fontsize="medium")
             figures += ap.save(fig, out / f"density_{norm}.png", close=True)
     _csv(out / "convergence.csv", ("normalisation", "n", "t", "w1_mean", "w1_std", "seeds", "excluded"), conv_rows)
@@ -100,7 +106,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
     for norm in config.normalisations:
         rows = [r for r in growth if r["normalisation"] == norm]
         fig, axes = ap.new_figure(len(g.beta), panel=(3.4, 3.0))
-        axes = np.atleast_1d(axes)
+        axes = axes.ravel()
         for ax, beta in zip(axes, g.beta):
             here = [r for r in rows if r["beta"] == beta and r["seed"] == 0]
             nan = lambda key: [np.nan if r[key] is None else r[key] for r in here]  # noqa: E731
@@ -145,9 +151,12 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
               "| normalisation | method | median rel. error at k*-1..k*+1 | intervals containing lambda_k |",
               "|---|---|---|---|"]
     for norm, a in agreement.items():
-        for who, s in a.items():
+        for who in ("particles", "pde"):
+            s = a[who]
             lines.append(f"| {norm} | {who} | {_fmt(s['median_rel_error'])} | {s['interval_contains_prediction']} "
                          f"of {s['intervals']} |")
+    lines += [""] + [f"- {norm}: the particles' and the PDE's rates at k*-1..k*+1 differ by at most "
+                     f"{_fmt(a['particles_vs_pde_max_rel_difference'], '.2g')} (relative)." for norm, a in agreement.items()]
     lines += ["", "| normalisation | beta | k* | clusters formed (per seed) | lifetime (per seed; censored at the "
               "horizon marked >) | horizon |", "|---|---|---|---|---|---|"]
     for r in clusters:

@@ -12,8 +12,9 @@ from ._style import colorbar, colours, finite, label, legend, new_axes, plain_ti
 
 def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float | None = None,
                    cmap: str = "magma"):
-    r"""A heat map of a density on the circle over time: ``density[j, g]`` at time ``t[j]`` and angle
-    :math:`2\pi (g + \frac12) / G` (a histogram's bin centres, or a grid's points shifted by half a cell).
+    r"""A heat map of a density on the circle over time: ``density[j, g]`` at time ``t[j]`` on the cell
+    centred at the angle :math:`\theta_g = 2\pi g / G` (the grid of :func:`attnflow.meanfield.circle_grid`;
+    a histogram of :func:`attnflow.meanfield.circle_histogram` divided by its bin width).
 
     The colour is the density against the uniform measure's :math:`1/(2\pi)`, so 1 is uniform;
     non-finite entries are masked and counted in the title.
@@ -33,7 +34,8 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
     fig, ax = new_axes(ax, figsize=(5.6, 3.8))
     bad = ~np.isfinite(D)
     M = np.ma.masked_array(np.where(bad, 0.0, D), mask=bad)
-    theta_edges = np.linspace(0.0, 2 * math.pi, D.shape[1] + 1)
+    h = 2 * math.pi / D.shape[1]
+    theta_edges = np.linspace(-h / 2, 2 * math.pi - h / 2, D.shape[1] + 1)
     hi = vmax if vmax is not None else (float(np.nanmax(np.where(bad, np.nan, D))) if (~bad).any() else 1.0)
     ax.set_facecolor("0.8")
     mesh = ax.pcolormesh(cell_edges(tt), theta_edges, M.T, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
