@@ -188,7 +188,7 @@ CHUNK_THRESHOLD = 1024 * 1024
 #: system would take ~1 GiB in float32, and use larger tiles
 GPU_CHUNK_THRESHOLD = 16384 * 16384
 GPU_CHUNK = 4096
-IMPLS = ("auto", "dense", "chunked", "fused")
+IMPLS = ("auto", "dense", "chunked", "fused", "fourier")
 _FUSED_DTYPES = ("float16", "bfloat16")  # what cuDNN flash attention computes exactly
 
 
@@ -331,7 +331,8 @@ def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tu
     """The block (rows, cols) of one (n_q, n_k) score matrix that :func:`attend` holds at once: all of it
     when dense (or fused), else one key tile times the query blocks the tiled path takes together
     (``impl="auto"`` as :func:`select_impl` picks from the shapes). Its size in bytes is
-    ``rows * cols * itemsize``.
+    ``rows * cols * itemsize``. The flows' Fourier path holds no score matrix, only O(n_q) numbers
+    per mode: ``(n_q, 1)``.
 
     Example:
         >>> import jax
@@ -340,6 +341,8 @@ def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tu
         ((256, 256), True)
     """
     impl = select_impl(n_q, n_k) if impl == "auto" else impl
+    if impl == "fourier":
+        return n_q, 1
     if impl != "chunked":
         return n_q, n_k
     cols = min(n_k, _chunked.DEFAULT_CHUNK)
@@ -380,6 +383,11 @@ def attend(
     * ``"fused"``: ``jax.nn.dot_product_attention`` with scale 1 (cuDNN on GPU).
     * ``"auto"``: fused where it is exact (GPU, half precision), else chunked when
       ``n * n2 >= CHUNK_THRESHOLD`` (``GPU_CHUNK_THRESHOLD`` on GPU), else dense.
+    * ``"fourier"``: not a kernel of ``attend``: the attention flows' O(n K) path for tokens on the
+      circle (``attention_impl="fourier"`` of :class:`~attnflow.AttentionFlow` and
+      :func:`~attnflow.dynamics.sphere_flow`, :mod:`attnflow._fourier`), which needs the weights'
+      structure (:math:`\beta Q^T K` a scaled rotation), not only q and k; here it is an
+      :class:`~attnflow.InputError`.
 
     ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
@@ -405,6 +413,12 @@ def attend(
         from .errors import InputError
 
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
+    if impl == "fourier":
+        from .errors import InputError
+
+        raise InputError("impl='fourier' is the attention flows' path for tokens on the circle (it needs beta Q^T K, "
+                         "not only q and k): set attention_impl='fourier' on AttentionFlow or sphere_flow, or call "
+                         "attnflow._fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
     _check_normalisation(normalisation)
     _check_qkv(q, k, v)
     check_mask(mask, q.shape[0], k.shape[0])

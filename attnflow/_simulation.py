@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
-from . import _validate as v
+from . import _fourier, _validate as v
 from ._batching import lapack_needs_loop, map_over_batch, vmap_build, vmap_systems
 from ._resources import check_memory
 from ._x64 import float64_enabled, float64_scope
@@ -231,6 +231,7 @@ def simulate(
     max_steps: int | None = 16384,
     batch_mode: str = "vmap",
     attention_impl: str = "auto",
+    fourier_max_score: float | None = None,
     mask: Any = None,
     adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
@@ -266,7 +267,16 @@ def simulate(
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
             ``"fold"`` (shared weights: one solve of the stacked state).
         attention_impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"fused"`` (see
-            :func:`attnflow.attend`). Forward-mode autodiff needs ``"dense"``.
+            :func:`attnflow.attend`), or ``"fourier"``: the O(n K) path for tokens on the unit circle
+            (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; see
+            :mod:`attnflow._fourier`), which needs states that stay on the circle: ``method="euler"``
+            with ``shift="sphere"`` and x0 on the circle (for the ODE flow on the circle pass
+            ``dynamics=sphere_flow(..., attention_impl="fourier")``). Forward-mode autodiff needs
+            ``"dense"`` (or ``"fourier"``).
+        fourier_max_score: with ``attention_impl="fourier"``, an upper bound of the score scale
+            :math:`a = |\beta c|` (:math:`\beta Q^T K = c R(\alpha)`) that sets the number of Fourier
+            modes; by default the largest a of the (batch of) weights, read on the host, so it is
+            needed only when simulate itself runs inside jit / vmap / grad.
         mask: None, ``"causal"`` or a boolean (n, n) attention mask.
         adjoint: diffrax adjoint for gradients (default ``RecursiveCheckpointAdjoint``;
             ``diffrax.BacksolveAdjoint()``, ``diffrax.ForwardMode()``); diffrax solvers only.
@@ -305,17 +315,17 @@ def simulate(
                          num_saves=num_saves, save_every=save_every, rtol=rtol, atol=atol, beta=beta, dtype=dtype,
                          batch=batch, return_attention=return_attention, save_fn=save_fn, max_steps=max_steps,
                          batch_mode=batch_mode, attention_impl=attention_impl, mask=mask, adjoint=adjoint,
-                         throw=throw, dynamics=dynamics, shift=shift)
+                         throw=throw, dynamics=dynamics, shift=shift, fourier_max_score=fourier_max_score)
 
 
 def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_every, rtol, atol, beta, dtype,
               batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw,
-              dynamics=None, shift="plain"):
+              dynamics=None, shift="plain", fourier_max_score=None):
     """validate -> build the integrator -> build the field -> run -> :class:`Simulation`."""
     method_name, shift_fn = _check_options(picture, method, batch_mode, attention_impl, shift)
     if dynamics is not None:
         names, B = _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl,
-                                   return_attention)
+                                   return_attention, fourier_max_score)
         weights, beta = None, 1.0
     else:
         weights, beta, names, B = _check_weights(x0, Q, K, V, beta, batch, picture)
@@ -329,6 +339,11 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
     else:
         weights = weights.astype(jdtype)
     traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
+    if attention_impl == "fourier" and dynamics is None:
+        fourier_max_score = _check_fourier(x0, weights, Q, K, beta, picture=picture, method_name=method_name,
+                                           shift=shift_fn, mask=mask, max_score=fourier_max_score, dtype=jdtype)
+    elif fourier_max_score is not None and dynamics is None:
+        raise InputError(f"fourier_max_score applies to attention_impl='fourier', got attention_impl={attention_impl!r}.")
 
     def check_size(num_out: int, fix: str) -> None:  # before any save-sized array exists
         _check_output_size(x0, B, num_out, return_attention and save_fn is None,
@@ -341,7 +356,8 @@ def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_e
                                       jdtype, check_size)
     fold = batch_mode == "fold" and B is not None
     batched, shared = _make_field(dynamics, weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
-                                  attention_impl=attention_impl, mask=mask, fold=fold)
+                                  attention_impl=attention_impl, mask=mask, fold=fold,
+                                  fourier_max_score=fourier_max_score)
 
     heads = weights.Q.shape[-3] if weights is not None and "head" in weights.axes else 1  # (..., head, m, d)
     out = _run(x0, batched, shared, integrator, x0_batched="x0" in names, fold=fold, save_fn=save_fn,
@@ -371,7 +387,8 @@ def _check_options(picture, method, batch_mode, attention_impl, shift) -> tuple[
     return method_name, shift_fn
 
 
-def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl, return_attention):
+def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl, return_attention,
+                    fourier_max_score=None):
     """simulate(dynamics=...): the field and x0; returns the batched names and B (None if unbatched)."""
     if not isinstance(dynamics, AbstractDynamics):
         raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
@@ -379,6 +396,9 @@ def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention
         raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
     if mask is not None or attention_impl != "auto":
         raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
+    if fourier_max_score is not None:
+        raise InputError("with dynamics= set fourier_max_score on the field itself (sphere_flow, AttentionFlow), not "
+                         "in simulate.")
     if return_attention and not isinstance(dynamics, AbstractAttentionDynamics):
         raise InputError(f"return_attention=True needs a field with an attention matrix; "
                          f"{type(dynamics).__name__} has none.")
@@ -429,6 +449,51 @@ def _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names) -> None:
                          "by JAX (reverse or forward mode).")
     if batch_mode == "fold" and any(n in names for n in ("Q", "K", "V", "beta", "weights")):
         raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
+
+
+def _check_fourier(x0, weights, Q, K, beta, *, picture, method_name, shift, mask, max_score, dtype) -> float:
+    """``attention_impl="fourier"`` on the host: where it applies (one sentence where not) and the bound on the
+    score scale a the field's modes are chosen for (the largest a over the batch, unless given)."""
+    fix = "use attention_impl='chunked' (or 'auto')"
+    if picture != "raw":
+        raise InputError(f"attention_impl='fourier' runs in the raw picture only: the rescaled tokens e^(tV) z "
+                         f"leave the unit circle; {fix}.")
+    if method_name != "euler" or shift is not sphere_shift:
+        raise InputError("attention_impl='fourier' attends with tokens on the unit circle, where simulate keeps them "
+                         "with method='euler' and shift='sphere' (post-LN layers); for the ODE flow on the circle pass "
+                         "dynamics=sphere_flow(..., attention_impl='fourier').")
+    if mask is not None:
+        raise InputError(f"attention_impl='fourier' takes no mask (a mask breaks the convolution structure); {fix}.")
+    if np.shape(x0)[-1] != 2:
+        raise InputError(f"attention_impl='fourier' is for tokens on the circle (d = 2), got d = {np.shape(x0)[-1]}; "
+                         f"{fix}.")
+    if weights is not None and "layer" in weights.axes:
+        raise InputError(f"attention_impl='fourier' takes one set of weights for every layer, these have a 'layer' "
+                         f"axis; {fix}.")
+    if not v.is_traced(x0):
+        off = float(np.max(np.abs(np.linalg.norm(np.asarray(x0, np.float64), axis=-1) - 1)))
+        if off > _UNIT_TOLERANCE:
+            raise InputError(f"x0 must lie on the unit circle for attention_impl='fourier' (|x_i| = 1 to "
+                             f"{_UNIT_TOLERANCE:g}), but a token has |x_i| - 1 = {off:.3g}; normalise it "
+                             "(attnflow.dynamics.normalise).")
+    Qs, Ks, bs = (Q, K, beta) if weights is None else (weights.Q, weights.K, weights.beta)
+    if v.is_traced(Qs, Ks, bs):
+        if max_score is None:
+            raise InputError("simulate(attention_impl='fourier') runs inside jit/vmap/grad here, so it cannot read the "
+                             "score scale of the weights; pass fourier_max_score=, an upper bound of a = |beta| |c| "
+                             "for beta Q^T K = c R(alpha) (checked at run time).")
+        return float(max_score)
+    a_max, _ = _fourier.concrete_scale(Qs, Ks, bs, dtype, "simulate")
+    if max_score is None:
+        return a_max
+    if a_max > float(max_score) * (1 + 1e-12):
+        raise InputError(f"fourier_max_score = {float(max_score):.6g} is below the largest score scale "
+                         f"a = |beta| |c| = {a_max:.6g} of the weights; raise it (it only sets the number of modes).")
+    return float(max_score)
+
+
+#: how far from the unit circle x0 may be for attention_impl="fourier" (float32 rounding of a normalised x0)
+_UNIT_TOLERANCE = 1e-6
 
 
 def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V,
@@ -488,7 +553,8 @@ def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, a
     return solver
 
 
-def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fold):
+def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fold,
+                fourier_max_score=None):
     """The field, built once: ``(batched, shared)`` as :func:`attnflow._batching.vmap_build` splits it (batched
     None unless weights are batched); a shared field around a batch of states is a :class:`FoldedBatch` with
     ``fold``."""
@@ -497,7 +563,7 @@ def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator,
     else:
         stepper = isinstance(integrator, EulerStepper)
         kw = dict(picture=picture, method="euler" if stepper else "ode", attention_impl=attention_impl, mask=mask,
-                  t0=integrator.t0)
+                  t0=integrator.t0, fourier_max_score=fourier_max_score)
         if weights is None:
             build = lambda Q, K, V, beta: make_dynamics(Q, K, V, beta=beta, **kw)
             args, axes = (Q, K, V, beta), tuple(0 if n in names else None for n in ("Q", "K", "V", "beta"))

@@ -78,10 +78,13 @@ class FieldContext:
     stepper: str
     attention_impl: str = "auto"
     mask: Any = None
+    #: the Fourier path's bound on the score scale (``AttentionFlow(fourier_max_score=...)``), when set
+    fourier_max_score: float | None = None
 
     @property
     def attention(self) -> dict:
-        return {"attention_impl": self.attention_impl, "mask": self.mask}
+        extra = {} if self.fourier_max_score is None else {"fourier_max_score": self.fourier_max_score}
+        return {"attention_impl": self.attention_impl, "mask": self.mask, **extra}
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ def _as_weights(weights, K, V, beta, axes) -> AttentionWeights:
 
 
 def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | None = None,
-                stepper: str = "euler", attention_impl: str = "auto", mask=None, **options) -> AbstractDynamics:
+                stepper: str = "euler", attention_impl: str = "auto", mask=None, fourier_max_score=None,
+                **options) -> AbstractDynamics:
     r"""The field ``name`` (:data:`FIELDS`) for the weights and options.
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given (with a leading
@@ -165,6 +169,8 @@ def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | 
     integrates it (``"euler"``: :class:`~attnflow.integrate.EulerStepper` with ``FIELDS[name].shift``,
     which binds the layer grid; ``"ode"``: a solver). Unknown names, pictures and options are refused
     with one :class:`InputError` sentence. Traceable (build it inside ``jit`` / ``vmap``).
+    ``fourier_max_score`` bounds the score scale for ``attention_impl="fourier"`` (see
+    :class:`~attnflow.AttentionFlow`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -189,11 +195,11 @@ def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | 
     if missing:
         raise InputError(f"field {name!r} needs the option {missing[0]!r} (its options are {tuple(entry.options)}).")
     w = _as_weights(weights, K, V, beta, entry.weight_axes)
-    return entry.build(w, FieldContext(picture, stepper, attention_impl, mask), **options)
+    return entry.build(w, FieldContext(picture, stepper, attention_impl, mask, fourier_max_score), **options)
 
 
 def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
-                  attention_impl="auto", mask=None, layer_dt=1.0):
+                  attention_impl="auto", mask=None, layer_dt=1.0, fourier_max_score=None):
     """The dynamics object :func:`simulate` integrates for a picture and method (``build_field("attention", ...)``).
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
@@ -213,7 +219,7 @@ def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="t
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
     return build_field("attention", weights, K, V, beta=beta, picture=picture,
                        stepper="euler" if method == "euler" else "ode", attention_impl=attention_impl, mask=mask,
-                       t0=t0, layer_dt=layer_dt)
+                       fourier_max_score=fourier_max_score, t0=t0, layer_dt=layer_dt)
 
 
 def layer_matrix(V: Float[Array, "*H d d"], dt) -> Float[Array, "d d"]:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .. import _validate as v
+from .. import _fourier, _validate as v
 from .._attention import IMPLS, NORMALISATIONS, attend, check_mask, mask_array, project_qk, softmax
 from ..errors import InputError
 from .._linalg import euler_transfer_matrix, expm_tV, matrix_power
@@ -64,8 +64,11 @@ class _AttentionField(AbstractAttentionDynamics):
     attention_impl: str = eqx.field(static=True)
     #: "softmax" (row-stochastic P) or "mean" (unnormalised e^{s_ij}/n; raw picture only)
     normalisation: str = eqx.field(static=True)
+    #: how the field takes the O(n K) Fourier path on the circle (None: it does not; attnflow._fourier)
+    fourier: _fourier.FourierPlan | None = eqx.field(static=True)
 
-    def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax"):
+    def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax", fourier_max_score=None,
+               unit_tokens=False):
         w = as_weights(Q, K, V, beta)
         if "layer" in w.axes:
             raise InputError(
@@ -85,6 +88,9 @@ class _AttentionField(AbstractAttentionDynamics):
         self.causal = isinstance(mask, str)
         self.mask = None if isinstance(mask, str) else mask
         self.attention_impl = attention_impl
+        self.fourier = _fourier.plan(w, attention_impl, mask=mask, normalisation=normalisation,
+                                     max_score=fourier_max_score, unit_tokens=unit_tokens,
+                                     owner=type(self).__name__, relative=self.relative)
 
     # -- hooks of the pictures ------------------------------------------------------
     #: True when the field is written in differences y_j - y_i (the rescaled pictures)
@@ -121,9 +127,15 @@ class _AttentionField(AbstractAttentionDynamics):
             return jax.vmap(fn)(w)
         return fn(w)
 
+    def _takes_fourier(self, x) -> bool:
+        """Whether this evaluation takes the Fourier path (static: from the plan, n and the dtype)."""
+        return self.fourier is not None and self.fourier.applies(x.shape[0], jnp.result_type(x, self.weights.dtype))
+
     def attention(self, t, y):
         self.check_state(y)
         x = self.tokens(t, y)
+        if self._takes_fourier(x):  # the Fourier path attends with the tokens' directions
+            x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
         mask = mask_array(self._mask(), x.shape[0], x.shape[0])
 
         def one(w):
@@ -139,6 +151,8 @@ class _AttentionField(AbstractAttentionDynamics):
         # cond(R^k) ~ 1e10, against rounding level (<= eps k cond(R^k)) when x is formed first.
         self.check_state(y)
         x = self.tokens(t, y)
+        if self._takes_fourier(x):
+            return self._fourier_field(t, x)
         mask = self._mask()
 
         def one(w):
@@ -152,6 +166,17 @@ class _AttentionField(AbstractAttentionDynamics):
 
         out = self._per_head(one)
         return out.sum(axis=0) if "head" in self.weights.axes else out
+
+    def _fourier_field(self, t, x):
+        r""":math:`\sum_h \sum_j P^h_{ij} (V_h \hat x_j + c_h)` with P of the directions
+        :math:`\hat x = x/\|x\|` (raw picture: y = x), in O(n K) (:func:`attnflow._fourier.field_means`)."""
+        w = self.weights
+        means = _fourier.field_means(x, w, self.fourier, self.normalisation, type(self).__name__)  # (h, n, 2)
+        V = w.V.reshape(-1, 1, 2, 2)
+        out = means[..., :1] * V[..., 0] + means[..., 1:] * V[..., 1]  # means @ V^T, elementwise (fuses)
+        if w.v_bias is not None:
+            out = out + self.state_bias(t, w.v_bias.reshape(-1, 1, 2))
+        return out.sum(axis=0)
 
     # convenience accessors (single head)
     @property
@@ -186,9 +211,21 @@ class AttentionFlow(_AttentionField):
             weights with a ``"head"`` axis give multi-head attention (sum over heads).
         K: (m, d) key matrix.  V: (d, d) value matrix.
         beta: inverse temperature (the paper's model is beta = 1).
-        attention_impl: ``attend``'s implementation.  mask: None, ``"causal"`` or (n, n) bool.
+        attention_impl: ``attend``'s implementation, or ``"fourier"``: on the circle (d = 2) with
+            :math:`\beta Q^T K = c R(\alpha)` a scaled rotation, no mask and no query/key bias, the
+            O(n K) Fourier path of :mod:`attnflow._fourier` (exact to rounding for unit tokens; it
+            attends with the directions :math:`x_j/\|x_j\|`, so tokens off the circle get the
+            attention of their projections onto it).  mask: None, ``"causal"`` or (n, n) bool.
         normalisation: ``"softmax"`` (the paper's model) or ``"mean"`` (unnormalised attention,
             :math:`P_{ij} = e^{s_{ij}}/n`).
+        fourier_max_score: an upper bound of the score scale :math:`a = |\beta c|` that fixes the
+            Fourier path's number of modes; needed when the weights are traced (built inside
+            jit / vmap / grad, e.g. vmapped over beta) and checked at run time. By default a is read
+            from concrete weights.
+        unit_tokens: the states stay on the unit circle (:func:`~attnflow.dynamics.sphere_flow` sets it);
+            ``attention_impl="auto"`` then takes the Fourier path where it applies exactly (concrete
+            scaled-rotation weights with :math:`a(1-\cos\alpha) \le \log 2`, no mask or query/key
+            bias) and is faster (:math:`n \ge 4 (K + 1)`), else it picks as ``attend`` does.
 
     Example:
         >>> import jax.numpy as jnp
@@ -199,8 +236,8 @@ class AttentionFlow(_AttentionField):
     """
 
     def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None,
-                 normalisation: str = "softmax"):
-        self._setup(Q, K, V, beta, attention_impl, mask, normalisation)
+                 normalisation: str = "softmax", fourier_max_score: float | None = None, unit_tokens: bool = False):
+        self._setup(Q, K, V, beta, attention_impl, mask, normalisation, fourier_max_score, bool(unit_tokens))
 
 
 @final
