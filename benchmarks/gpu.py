@@ -229,6 +229,8 @@ def main(argv=None) -> int:
             extra[key] = {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
         print(f"  {key} row: {extra[key]}")
         save()
+    extra["phase"] = _phase_rows(args, mm)
+    save()
     extra["sweep"] = _sweep_rows_in_child(args, run_dir, mm)
     summary = save()
     print((run_dir / "table.md").read_text())
@@ -247,6 +249,52 @@ def _best(fn, repeats: int) -> tuple[float, list[float]]:
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - t)
     return min(times), times
+
+
+def _phase_rows(args, mm) -> list[dict]:
+    """The phase job's chunk function on the device (benchmarks/bench_phase.py times it on CPU as a whole
+    command): tokens on the sphere, Q = K = V = I, n = 32, 300 Euler layers, statistics at 200 checkpoints,
+    float64; d = 2 (the peers' diagram: 2048 systems x 90 betas = 184320 pairs) and d = 128, in chunks of
+    4096 and 32768 pairs (the job's ``run.chunk_size``). Per row: compile + first call, the best of
+    ``--repeats`` calls, pairs and system-steps per second, the seconds the whole diagram would take, and
+    the work's flops (layers x attention_flops) as a fraction of the float64 matmul rate."""
+    import numpy as np
+
+    from attnflow.phase import check_phase_config, load_phase_config, make_chunk_fn
+    from attnflow.sweep import make_mesh
+    from benchmarks.common import attention_flops
+
+    layers, checkpoints, sizes = (30, 20, [(2, 256), (128, 64)]) if args.cpu else (300, 200, [(2, 4096), (2, 32768),
+                                                                                                 (128, 4096)])
+    rows = []
+    for d, chunk in sizes:
+        rec = {"d": d, "n": 32, "chunk_pairs": chunk, "layers": layers, "checkpoints": checkpoints}
+        try:
+            cfg = load_phase_config(None)
+            cfg.update(beta={"start": 0.1, "stop": 9.0, "num": 90}, n=32, d=d, systems=2048, t1=0.1 * layers,
+                       dt=0.1, checkpoints=checkpoints)
+            cfg["run"]["chunk_size"] = chunk
+            config = check_phase_config(cfg)
+            compute = make_chunk_fn(config, config.groups[0], make_mesh(1))
+            t = time.perf_counter()
+            compute(0, chunk)  # compile + first call (the outputs come back to the host as NumPy arrays)
+            first = time.perf_counter() - t
+            times = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                cols = compute(0, chunk)
+                times.append(time.perf_counter() - t)
+            best = min(times)
+            flops = layers * attention_flops(chunk, 32, d)
+            rec.update(compile_and_first_s=first, best_s=best, times_s=times, pairs_per_s=chunk / best,
+                       system_steps_per_s=chunk * layers / best, diagram_s=184320 / (chunk / best),
+                       frac_matmul_f64=flops / best / mm["float64"]["flops_per_s"],
+                       finite=bool(np.all(cols["finite"])))
+        except Exception as e:  # e.g. out of device memory: say so, keep going
+            rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        print(f"  phase row: {rec}")
+        rows.append(rec)
+    return rows
 
 
 def _sweep_rows_in_child(args, run_dir: Path, mm) -> list[dict]:

@@ -524,6 +524,12 @@ def main(argv=None) -> dict:
     p.add_argument("--report", default=None, metavar="RUN_DIR", help="only re-read and re-print a finished run")
     p.add_argument("--no-gradients", dest="gradients", action="store_false",
                    help="skip the gradient benchmark (benchmarks/bench_gradients.py -> RUN_DIR/gradients.json)")
+    p.add_argument("--no-phase", dest="phase", action="store_false",
+                   help="skip the phase-diagram benchmark against its PyTorch baseline (benchmarks/bench_phase.py "
+                        "-> RUN_DIR/phase.json)")
+    p.add_argument("--no-meanfield", dest="meanfield", action="store_false",
+                   help="skip the large-n benchmark on the circle and S^2 (benchmarks/bench_meanfield.py "
+                        "-> RUN_DIR/meanfield.json)")
     args = p.parse_args(argv)
     if args.report:
         return report(args.report)
@@ -536,6 +542,15 @@ def main(argv=None) -> dict:
         sizes = ["--n", "32", "--d", "8", "--steps", "5,50", "--repeats", "1", "--together", "2"] if args.quick else []
         sizes += [] if args.torch else ["--no-torch"]
         summary["gradients"] = bench_gradients.main(sizes + ["--out", str(Path(summary["run_dir"]) / "gradients.json")])
+    # whole-job benchmarks, each writing its own JSON into the run folder
+    if args.phase:
+        from benchmarks import bench_phase
+
+        summary["phase"] = bench_phase.run(args.quick, args.torch, Path(summary["run_dir"]) / "phase.json")
+    if args.meanfield:
+        from benchmarks import bench_meanfield
+
+        summary["meanfield"] = bench_meanfield.run(args.quick, args.torch, Path(summary["run_dir"]) / "meanfield.json")
     return summary
 
 

@@ -133,6 +133,55 @@ def test_statistics_equal_the_public_observables(seed):
     assert float(s["ip_mean"]) == pytest.approx(gram[~np.eye(9, dtype=bool)].mean(), abs=1e-15)
 
 
+
+@pytest.mark.parametrize("n, d", [(32, 2), (12, 40)])
+def test_span_is_the_count_of_gram_eigenvalues_above_the_tolerance(n, d):
+    """The span statistic (a Sturm count of the smaller Gram matrix, no eigenvalues formed) against NumPy's
+    eigenvalues of X^T X, on clouds of every rank with a perturbation from far below to far above the
+    tolerance (rel_tol 1e-6 of the trace): the d x d and the n x n route."""
+    from attnflow.observables import span_dimension
+
+    rng = np.random.default_rng(n + d)
+    clouds, want = [], []
+    for rank in range(min(n, d) + 1):
+        for noise in (0.0, 1e-9, 1e-4, 1e-2):
+            x = rng.standard_normal((n, rank)) @ rng.standard_normal((rank, d)) + noise * rng.standard_normal((n, d))
+            eigenvalues = np.linalg.eigvalsh(x.T @ x)
+            # no eigenvalue within 1e-6 (relative) of the threshold: the count is then the same for any
+            # backward-stable method
+            tau = 1e-6 * np.sum(x * x)
+            if np.min(np.abs(eigenvalues - tau)) > 1e-6 * tau:
+                clouds.append(x)
+                want.append(int(np.sum(eigenvalues > tau)) if tau > 0 else 0)
+    got = jax.jit(jax.vmap(span_dimension))(np.stack(clouds))
+    assert len(set(want)) > min(n, d) // 2  # many different dimensions are compared
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("n", [7, 32, 33])
+def test_cluster_labels_match_scipy_on_both_sides_of_the_bitset_size(n):
+    """The clusters statistic's components (bit-set closure up to 32 nodes, label spreading above) against
+    SciPy on random symmetric graphs from empty to dense, and on random chains (the longest paths)."""
+    from scipy.sparse.csgraph import connected_components as scipy_components
+
+    from attnflow.observables import connected_components
+
+    rng = np.random.default_rng(n)
+    graphs = [a | a.T for p in (0.0, 0.03, 0.1, 0.5) for a in rng.random((8, n, n)) < p]
+    for _ in range(4):
+        chain, order = np.zeros((n, n), bool), rng.permutation(n)
+        chain[order[:-1], order[1:]] = True
+        graphs.append(chain | chain.T)
+    labels = np.asarray(jax.jit(jax.vmap(connected_components))(np.stack(graphs)))
+    counts = set()
+    for a, got in zip(graphs, labels):
+        count, want = scipy_components(a, directed=False)
+        counts.add(count)
+        for c in range(count):  # the same partition, each label the smallest index of its component
+            members = np.flatnonzero(want == c)
+            assert set(got[members]) == {members.min()}
+    assert len(counts) > 2  # graphs of many component counts were compared
+
 # ---------------------------------------------------------------- metastability on constructed trajectories
 
 def test_plateaus_of_two_clusters_that_merge_at_a_known_time():

@@ -41,21 +41,37 @@ def _graph(gram, threshold) -> Bool[Array, "n n"]:
     return (gram >= threshold) | jnp.eye(gram.shape[0], dtype=bool)
 
 
-def _energy(gram, beta) -> Float[Array, ""]:
+def _off_diagonal_entries(a: Array) -> Array:
+    """The n(n-1) off-diagonal entries of a square (n, n) array as an (n - 1, n) view, without a mask.
+
+    Row-major, entry (i, j) sits at i (n + 1) + (j - i) of the flattened array: dropping its first
+    element and cutting rows of n + 1 puts every diagonal entry in the last column. XLA reads the
+    view in place, so a reduction over it costs one pass over the matrix (a mask costs a second).
+    """
+    n = a.shape[0]
+    return a.reshape(-1)[1:].reshape(n - 1, n + 1)[:, :n]
+
+
+def _energy(gram, beta, top=None) -> Float[Array, ""]:
+    """The interaction energy from the Gram matrix; ``top``: its largest entry, when the caller has it."""
     n = gram.shape[0]
     beta = jnp.asarray(beta, gram.dtype)
-    return jnp.exp(jax.nn.logsumexp(beta * gram) - jnp.log(2 * beta * n * n))
+    top = jnp.max(gram) if top is None else top
+    # logsumexp of beta G with its maximum beta max(G) (x -> beta x is increasing, also after rounding)
+    shift = jax.lax.stop_gradient(beta * top)
+    shift = jnp.where(jnp.isfinite(shift), shift, 0)
+    log_sum = jnp.log(jnp.sum(jnp.exp(beta * gram - shift))) + shift
+    return jnp.exp(log_sum - jnp.log(2 * beta * n * n))
 
 
 def _off_diagonal(gram) -> tuple[Array, Array, Array]:
     """Smallest, mean and largest off-diagonal entry (NaN for n = 1)."""
     n = gram.shape[0]
-    off = ~jnp.eye(n, dtype=bool)
-    nan = jnp.asarray(jnp.nan, gram.dtype)
-    lo = jnp.where(n > 1, jnp.min(jnp.where(off, gram, jnp.inf)), nan)
-    hi = jnp.where(n > 1, jnp.max(jnp.where(off, gram, -jnp.inf)), nan)
-    mean = jnp.where(n > 1, (jnp.sum(gram) - jnp.trace(gram)) / max(n * (n - 1), 1), nan)
-    return lo, mean, hi
+    if n == 1:
+        nan = jnp.asarray(jnp.nan, gram.dtype)
+        return nan, nan, nan
+    off = _off_diagonal_entries(gram)
+    return jnp.min(off), jnp.sum(off) / (n * (n - 1)), jnp.max(off)
 
 
 def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD) -> dict:
@@ -76,9 +92,10 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
     """
     adjacent = _graph(gram, threshold)
     lo, mean, hi = _off_diagonal(gram)
+    top = jnp.max(jnp.diagonal(gram)) if gram.shape[0] == 1 else jnp.maximum(hi, jnp.max(jnp.diagonal(gram)))
     return {"pairs_clustered": pair_fraction(adjacent).astype(gram.dtype),
             "clusters": count_components(adjacent).astype(gram.dtype),
-            "energy": _energy(gram, beta), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
+            "energy": _energy(gram, beta, top), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
 
 
 def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[Array, "n n"]:
@@ -117,8 +134,9 @@ def pair_fraction(adjacent: Bool[Array, "n n"]) -> Float[Array, ""]:
         0.333333
     """
     n = adjacent.shape[0]
-    off = jnp.sum(adjacent) - jnp.sum(jnp.diagonal(adjacent))
-    return off / max(n * (n - 1), 1)
+    if n == 1:
+        return jnp.zeros((), float)
+    return jnp.sum(_off_diagonal_entries(adjacent)) / (n * (n - 1))
 
 
 def count_components(adjacent: Bool[Array, "n n"]) -> Int[Array, ""]:
@@ -178,12 +196,47 @@ def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
     return _energy(x @ x.T, beta)
 
 
+def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
+    r"""Number of eigenvalues of the symmetric matrix ``a`` above ``tau``, without computing them.
+
+    ``a`` is reduced to a tridiagonal T (Householder, LAPACK ``sytrd``, for m >= 3; no eigenvectors are formed); by
+    Sylvester's law of inertia the count is that of the positive pivots :math:`q_i` of
+    :math:`T - \tau I = LDL^\top`, :math:`q_1 = t_{11} - \tau`,
+    :math:`q_i = t_{ii} - \tau - t_{i,i-1}^2 / q_{i-1}` (the Sturm count of bisection eigensolvers,
+    backward stable: exact for a matrix within rounding of ``a``, as eigenvalues from ``eigvalsh`` are).
+    A pivot below the tiny safe minimum counts as not positive. Elsewhere than CPU and GPU: ``eigvalsh``.
+    """
+    m = a.shape[0]
+    if m == 1:
+        return (a[0, 0] > tau).astype(jnp.int32)
+    if m == 2:  # already tridiagonal: no LAPACK call
+        diag, off = jnp.diagonal(a), a[1:, 0]
+    elif jax.default_backend() not in ("cpu", "gpu"):  # sytrd is lowered for CPU and GPU only
+        return jnp.sum(jnp.linalg.eigvalsh(a) > tau).astype(jnp.int32)
+    else:
+        _, diag, off, _ = jax.lax.linalg.tridiagonal(a, lower=True)
+    squares = jnp.concatenate([jnp.zeros(1, a.dtype), off * off])
+    pivmin = jnp.finfo(a.dtype).tiny * jnp.maximum(1.0, jnp.max(squares))
+
+    def pivot(q, entry):
+        t, b2 = entry
+        q = t - tau - b2 / q
+        q = jnp.where(jnp.abs(q) < pivmin, -pivmin, q)
+        return q, q > 0
+
+    _, positive = jax.lax.scan(pivot, jnp.ones((), a.dtype), (diag, squares))
+    return jnp.sum(positive).astype(jnp.int32)
+
+
 def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, ""]:
     r"""Dimension of the span of the tokens: eigenvalues of the Gram matrix above ``rel_tol`` times its trace.
 
-    Uses the :math:`d \times d` matrix :math:`X^\top X`, whose non-zero eigenvalues are the Gram
-    matrix's; the tolerance is relative to the trace :math:`\sum_i |x_i|^2`, a fixed scale (n for
-    tokens on the unit sphere). A zero cloud has dimension 0.
+    Uses the smaller of the Gram matrix :math:`X X^\top` (n x n) and :math:`X^\top X` (d x d), which have
+    the same non-zero eigenvalues (n = 32 tokens in d = 128: a 32 x 32 matrix instead of 128 x 128), and
+    counts its eigenvalues above the tolerance without computing them (a Sturm count of its tridiagonal
+    form: a few times cheaper than ``eigvalsh``, which forms eigenvectors on CPU); the tolerance is
+    relative to the trace :math:`\sum_i |x_i|^2`, a fixed scale (n for tokens on the unit sphere). A zero
+    cloud has dimension 0.
 
     Example:
         >>> import jax.numpy as jnp
@@ -193,9 +246,9 @@ def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, 
     """
     x = _tokens(x)
     v.check_positive("rel_tol", rel_tol, "the tolerance relative to the trace, a finite positive scalar")
-    eigenvalues = jnp.linalg.eigvalsh(x.T @ x)
     trace = jnp.sum(x * x)
-    return jnp.sum(eigenvalues > rel_tol * trace).astype(jnp.int32) * (trace > 0)
+    gram = x @ x.T if x.shape[0] < x.shape[1] else x.T @ x
+    return _eigenvalues_above(gram, rel_tol * trace) * (trace > 0)
 
 
 def inner_product_range(x: Float[Array, "n d"]) -> Float[Array, " 2"]:

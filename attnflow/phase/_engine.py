@@ -1,11 +1,22 @@
 r"""One chunk of a phase diagram: (beta, system) pairs of one group, stepped with their statistics.
 
 Every pair runs one token cloud through the group's field (:func:`attnflow.fields.build_field`,
-the sweep's dynamics) with the Euler stepper of the field's registry entry, saving *statistics*
-instead of states (a ``save_fn``): at each checkpoint layer (:attr:`PhaseConfig.checkpoint_layers`)
-the observables :data:`OBSERVABLES` of the directions :math:`u_i = x_i / |x_i|` of the state the
-field steps (x on the sphere; z in the rescaled picture; raw x otherwise); between checkpoints the
-``save_fn`` computes nothing (a ``lax.cond`` on the layer index, which is the same for every pair).
+the sweep's dynamics) with the Euler layer of the field's registry entry
+(:class:`~attnflow.integrate.EulerStepper`'s layer: :math:`y \leftarrow \mathrm{shift}(y, \Delta t\, f(t_k, y))`),
+and keeps *statistics* instead of states: the observables :data:`OBSERVABLES` of the directions
+:math:`u_i = x_i / |x_i|` of the state the field steps (x on the sphere; z in the rescaled picture;
+raw x otherwise) at each checkpoint layer (:attr:`PhaseConfig.checkpoint_layers`).
+
+How the work is laid out (measured on a 2-core CPU, n = 32; benchmarks/bench_phase.py):
+
+* an outer ``lax.scan`` over the checkpoint intervals, each a ``fori_loop`` of plain layers followed by
+  the statistics: no per-layer branch, and no (layers + 1)-row buffer of blanks;
+* the pairs of a chunk run in cache-sized groups (:func:`attnflow.vmap_systems`, sized by :data:`PAIR_MATRICES`):
+  a vmap over thousands of pairs streams their n x n score matrices through memory at every layer;
+* the sphere with Q = K = V = I (the model of the sphere literature and the peers' script) skips the
+  three d x d projections, which are exact identities there and cost several times the attention
+  itself at d >> n: its layer is :func:`attnflow.attend` of :math:`(\beta x, x, x)`, projected on the
+  tangent spaces and renormalised, the same numbers the general field computes.
 
 Common random numbers: system s of a group starts from the same cloud (and, with
 ``weights = "per_system"``, draws the same weights) for every beta.
@@ -13,11 +24,17 @@ Common random numbers: system s of a group starts from the same cloud (and, with
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._attention import attend
+from .._batching import group_size, vmap_systems
+from .._x64 import float64_scope
 from ..dynamics import normalise
+from ..dynamics._normalised import tangent_projection
 from ..ensembles import draw_systems, system_seeds, token_key
 from ..fields import build_field, field_entry
 from ..integrate import EulerStepper
@@ -30,6 +47,12 @@ from ._config import PhaseConfig, PhaseGroup
 OBSERVABLES = ("pairs_clustered", "clusters", "energy", "span", "ip_min", "ip_mean", "ip_max")
 #: the relative tolerance of the span dimension (eigenvalues of the Gram matrix above it times the trace)
 SPAN_REL_TOL = 1e-6
+#: n x n arrays one pair holds at once while it steps and reads its statistics (scores, exponentials,
+#: Gram matrix, graph, ...), and copies of its (n, d) state: they size the groups of pairs run together
+#: on CPU (:func:`_pair_group`: 58 pairs at n = 32, d = 2; 16 at d = 128). On a loaded 2-core CPU, groups
+#: of 32 to 256 pairs ran within the noise of each other at n = 32, d = 2, 16 and 512 were slower, and
+#: 8 to 32 pairs were alike at d = 128; a vmap of all pairs took about 3x longer.
+PAIR_MATRICES, PAIR_STATES = 8, 6
 
 
 def statistics(x, beta, threshold) -> dict:
@@ -50,6 +73,33 @@ def statistics(x, beta, threshold) -> dict:
     return {**gram_statistics(u @ u.T, beta, threshold), "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
+def _initial_cloud(seed, n: int, d: int, dtype, on_sphere: bool):
+    r"""The start cloud of a system: n tokens :math:`N(0, I_d/d)` from the system's token key
+    (:func:`attnflow.ensembles.token_key`), normalised onto the unit sphere when ``on_sphere``.
+    """
+    x0 = jax.random.normal(token_key(seed), (n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+    return normalise(x0) if on_sphere else x0
+
+
+def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
+    """The start clouds (len(systems), n, d) of the given systems of a group, as the job draws them
+    (the same for every beta), in the config's dtype.
+
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import start_clouds
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(n=4, d=2, systems=3)
+        >>> cfg = check_phase_config(cfg)
+        >>> start_clouds(cfg, cfg.groups[0], [0, 2]).shape
+        (2, 4, 2)
+    """
+    seeds = system_seeds(config.seed, group.label, 0, config.systems)[np.asarray(systems)]
+    draw = jax.vmap(lambda s: _initial_cloud(s, group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere"))
+    with float64_scope():  # a float64 config draws float64 clouds, whatever the caller's mode
+        return np.asarray(jax.jit(draw)(jnp.asarray(seeds, jnp.uint32)))
+
+
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """(beta index, system) of the flattened pairs start..stop-1 of a group (beta-major order).
 
@@ -67,6 +117,21 @@ def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, 
 def group_pairs(config: PhaseConfig) -> int:
     """The (beta, system) pairs of one group."""
     return len(config.beta) * config.systems
+
+
+def _pair_group(pairs: int, n: int, d: int, heads: int, itemsize: int) -> int:
+    """Pairs run together (vmapped) in one group: all of them on accelerators; on CPU as many as keep
+    :data:`PAIR_MATRICES` n x n arrays and :data:`PAIR_STATES` states each within the cache budget
+    (:func:`attnflow._batching.group_size`).
+    """
+    matrices = heads * (PAIR_MATRICES + math.ceil(PAIR_STATES * d / n))
+    return group_size(pairs, n, itemsize, matrices=matrices, impl="dense")
+
+
+def _identity_sphere(config: PhaseConfig, group: PhaseGroup) -> bool:
+    """Whether the group runs the sphere with Q = K = V = I (the projections are identities: skipped)."""
+    return (group.dynamics.name == "sphere" and config.v_ensemble == "identity"
+            and config.qk_ensemble == "identity")
 
 
 def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -96,6 +161,33 @@ def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tup
     return Q[take], K[take], V[take]
 
 
+def _checkpoint_run(layer, stats, y0, checkpoints, dt):
+    r"""Layers from ``y0`` with ``stats`` of the state at every checkpoint layer (increasing, the first 0).
+
+    ``layer(k, y) -> y_next`` is layer k; between two checkpoints the layers run in a ``fori_loop``,
+    the intervals in one ``lax.scan`` (the first, layer 0, is empty: ``stats`` is compiled once).
+    Returns the statistics stacked over the checkpoints and the time of the first non-finite state
+    (inf when none), as :class:`~attnflow.integrate.EulerStepper` records it.
+    """
+    dtype = jnp.result_type(y0, float)
+    dt = jnp.asarray(dt, dtype)
+    layers = np.asarray(checkpoints)
+
+    def step(k, carry):
+        y, t_bad = carry
+        y_next = layer(k, y)
+        newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
+        return y_next, jnp.where(newly_bad, k.astype(dtype) * dt + dt, t_bad)
+
+    def interval(carry, bounds):
+        carry = jax.lax.fori_loop(bounds[0], bounds[1], step, carry)
+        return carry, stats(carry[0])
+
+    bounds = jnp.asarray(np.stack([np.concatenate([[0], layers[:-1]]), layers], axis=1), jnp.int32)
+    (_, t_bad), saved = jax.lax.scan(interval, (y0, jnp.asarray(jnp.inf, dtype)), bounds)
+    return saved, t_bad
+
+
 def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     """``compute(start, stop) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
 
@@ -105,39 +197,49 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     spec, dtype, layers = group.dynamics, config.jax_dtype, config.num_layers
     entry = field_entry(spec.field)
     ckpt = np.asarray(config.checkpoint_layers)
-    is_ckpt = np.zeros(layers + 1, dtype=bool)
-    is_ckpt[ckpt] = True
-    is_ckpt = jnp.asarray(is_ckpt)
     dt, threshold, n, d = config.dt, config.threshold, group.n, group.d
     options = {"normalisation": config.normalisation} if spec.field == "sphere" else {}
+    identity = _identity_sphere(config, group)
+    stepper = EulerStepper(dt, layers, shift=entry.shift, checkpoint=None)
 
-    def one(beta, seed, Q, K, V):
-        beta = beta.astype(dtype)
-        x0 = jax.random.normal(token_key(seed), (n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-        if spec.name == "sphere":
-            x0 = normalise(x0)
-        field = build_field(spec.field, Q.astype(dtype), K.astype(dtype), V.astype(dtype), beta=beta,
-                            picture=spec.picture, **spec.field_options(seed, d, layers, dtype), **options)
-        stepper = EulerStepper(dt, layers, save_every=1, shift=entry.shift, checkpoint=None)
-        blank = jax.tree_util.tree_map(lambda a: jnp.full_like(a, jnp.nan), statistics(x0, beta, threshold))
+    def one(beta, seed, *weights):
+        beta, step = beta.astype(dtype), jnp.asarray(dt, dtype)
+        x0 = _initial_cloud(seed, n, d, dtype, spec.name == "sphere")
+        if identity:
+            def drift(t, y):
+                return tangent_projection(y, attend(beta * y, y, y, normalisation=config.normalisation))
+        else:
+            Q, K, V = (w.astype(dtype) for w in weights)
+            field = stepper.bind(build_field(spec.field, Q, K, V, beta=beta,
+                                             picture=spec.picture, **spec.field_options(seed, d, layers, dtype),
+                                             **options))
 
-        def save(t, y, args):
-            k = jnp.round(t / dt).astype(jnp.int32)
-            return jax.lax.cond(is_ckpt[k], lambda y: statistics(y, beta, threshold), lambda y: blank, y)
+            def drift(t, y):
+                return field.vector_field(t, y, None)
 
-        traj = stepper.solve(stepper.bind(field), x0, save_fn=save)
-        stats = {name: traj.ys[name][ckpt] for name in OBSERVABLES}
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in stats.values()])) & (traj.result == 0)
-        return {**stats, "finite": finite, "t_nonfinite": traj.t_nonfinite}
+        def layer(k, y):  # EulerStepper's layer k (t0 = 0)
+            return stepper.shift(y, step * drift(k.astype(dtype) * step, y))
 
-    fn = sharded(jax.vmap(one), mesh, per_system_loop=False)
+        stats, t_bad = _checkpoint_run(layer, lambda y: statistics(y, beta, threshold), x0, ckpt, dt)
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in stats.values()])) & jnp.isinf(t_bad)
+        return {**stats, "finite": finite, "t_nonfinite": t_bad}
+
+    def run_pairs(*arrays):
+        count = arrays[0].shape[0]
+        group_of = _pair_group(count, n, d, spec.num_heads, jnp.dtype(dtype).itemsize)
+        pad = -count % group_of  # whole groups: one compiled group body (a remainder would be a second)
+        arrays = [jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a for a in arrays]
+        out = vmap_systems(one, group=group_of)(*arrays)
+        return jax.tree_util.tree_map(lambda a: a[:count], out)
+
+    fn = sharded(run_pairs, mesh, per_system_loop=False)
     betas = np.asarray(config.beta, np.float64)
 
     def compute(start: int, stop: int) -> dict:
         b_idx, systems = pair_index(config, start, stop)
-        Q, K, V = _weights(config, group, systems)
+        weights = () if identity else _weights(config, group, systems)  # Q = K = V = I are not read
         seeds = system_seeds(config.seed, group.label, 0, config.systems)[systems]
-        out = fn(betas[b_idx].astype(dtype), jnp.asarray(seeds, jnp.uint32), Q, K, V)
+        out = fn(betas[b_idx].astype(dtype), jnp.asarray(seeds, jnp.uint32), *weights)
         cols = {k: np.asarray(v) for k, v in out.items()}
         cols.update(beta_index=b_idx, system=systems)
         return cols

@@ -1,0 +1,279 @@
+#!/usr/bin/env python
+r"""The phase job against a PyTorch script of the peers' kind, timed as whole commands.
+
+Each row writes a phase config (tokens on the sphere, Q = K = V = I, n = 32, t1 = 30, dt = 0.1:
+300 projected-Euler layers, statistics at 200 checkpoints, float64) to a temporary folder and times,
+in interleaved rounds (round j runs each command once, their order alternating), the two commands
+
+* ``python -m attnflow phase CONFIG --out DIR`` (imports, compilation, chunk files, tables, figures);
+* ``python benchmarks/phase_torch.py ...`` (a Python loop over beta, ``torch.bmm`` and ``torch.softmax``,
+  the same statistics at every checkpoint, per-beta means to a CSV) from the same start clouds
+  (``--x0``, :func:`attnflow.phase._engine.start_clouds`), at its faster thread count: 1 and 2 threads
+  are timed once on the small row and the faster is used (recorded).
+
+Rows: ``small`` (256 systems x 10 betas, d = 2), ``default`` (the peers' diagram: 2048 systems x 90
+betas, d = 2), ``d128`` (256 systems x 10 betas, d = 128: the same layers and checkpoints as the
+others, a few minutes a round on a 2-core CPU). Per row: the ratio torch / attnflow per round (min,
+median, max), seconds per system-step (median), the work's flops (layers x
+:func:`benchmarks.common.attention_flops`; the statistics are not counted) and their fraction of the
+float64 matmul rate measured in the same run (:func:`benchmarks.common.matmul_rate`), the largest
+difference between the two programs' per-beta means (the same work gives the same answer), and the
+machine's load average before and after.
+
+Usage:
+
+    python benchmarks/bench_phase.py                          # small and d128: 3 rounds; default: 1 round,
+                                                              # torch on every 10th beta (about 15 minutes)
+    python benchmarks/bench_phase.py --rows small --rounds 5
+    python benchmarks/bench_phase.py --rows default --torch-beta-stride 1   # torch on all 90 betas (~40 min)
+    python benchmarks/bench_phase.py --quick                  # toy sizes (seconds)
+
+Prints a table and writes JSON (``--out``, default ``bench_phase.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # allow `python benchmarks/bench_phase.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import atomic_write_json, attention_flops, machine_info, matmul_rate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SCRIPT = ROOT / "benchmarks" / "phase_torch.py"
+#: the peers' default diagram and its small and d = 128 variants (every row: n = 32, t1 = 30, dt = 0.1,
+#: 200 checkpoints); ``beta``: linspace(start, stop, num)
+#: ``rounds`` / ``torch_beta_stride``: the row's defaults (the peers' diagram takes the torch script about
+#: 40 minutes a round on a 2-core CPU: one round, torch on every 10th beta, its time scaled by 10)
+ROWS = {
+    "small": {"systems": 256, "beta": (0.1, 9.0, 10), "d": 2},
+    "default": {"systems": 2048, "beta": (0.1, 9.0, 90), "d": 2, "rounds": 1, "torch_beta_stride": 10},
+    "d128": {"systems": 256, "beta": (0.1, 9.0, 10), "d": 128},
+}
+#: toy sizes of the same rows (``--quick``)
+QUICK_ROWS = {
+    "small": {"systems": 32, "beta": (0.1, 9.0, 4), "d": 2, "t1": 3.0, "checkpoints": 20},
+    "d128": {"systems": 16, "beta": (0.1, 9.0, 2), "d": 128, "t1": 3.0, "checkpoints": 20},
+}
+COMMON = {"n": 32, "t1": 30.0, "dt": 0.1, "checkpoints": 200, "threshold": 0.999}
+#: the statistics both programs write (their per-beta means are compared)
+OBSERVABLES = ("pairs_clustered", "clusters", "energy", "span", "ip_min", "ip_mean", "ip_max")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="toy sizes (seconds), for a smoke run")
+    p.add_argument("--rows", default=None, help="comma-separated rows among small, default, d128 (default: all)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds per row (default 3; the default row 1)")
+    p.add_argument("--no-torch", action="store_true", help="time attnflow only")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (default 0: time 1 and 2 on the small row and use the faster)")
+    p.add_argument("--torch-beta-stride", type=int, default=None,
+                   help="torch runs every S-th beta and its time is scaled by the beta count (default 1: all "
+                        "betas; the default row 10)")
+    p.add_argument("--out", type=Path, default=Path("bench_phase.json"), help="JSON output (default bench_phase.json)")
+    return p.parse_args(argv)
+
+
+def _config_text(row: dict) -> str:
+    start, stop, num = row["beta"]
+    return "\n".join([
+        'kind = "phase"', "seed = 0", f"beta = {{start = {start}, stop = {stop}, num = {num}}}",
+        f"n = {row['n']}", f"d = {row['d']}", f"systems = {row['systems']}", f"t1 = {row['t1']}", f"dt = {row['dt']}",
+        f"checkpoints = {row['checkpoints']}", f"threshold = {row['threshold']}", 'dtype = "float64"',
+        "[run]", "progress = false", ""])
+
+
+def _start_clouds(row: dict, path: Path) -> None:
+    """The attnflow job's start clouds of the row, for the torch script's ``--x0``."""
+    import jax
+    import numpy as np
+
+    from attnflow.phase import check_phase_config, load_phase_config
+    from attnflow.phase._engine import start_clouds
+
+    cfg = load_phase_config(None)
+    cfg.update(beta={"start": row["beta"][0], "stop": row["beta"][1], "num": row["beta"][2]},
+               **{k: row[k] for k in ("n", "d", "systems", "t1", "dt", "checkpoints", "threshold")})
+    with jax.enable_x64(True):
+        config = check_phase_config(cfg)
+        np.save(path, start_clouds(config, config.groups[0], np.arange(config.systems)))
+
+
+def _timed(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def _torch_cmd(row: dict, work: Path, threads: int, stride: int) -> tuple[list[str], int]:
+    """The torch command of a row (every ``stride``-th beta) and the number of betas it runs."""
+    import numpy as np
+
+    start, stop, num = row["beta"]
+    betas = np.linspace(start, stop, num)[::stride]
+    # every stride-th beta of the grid: an evenly spaced grid itself
+    b_stop = betas[-1] if len(betas) > 1 else betas[0]
+    cmd = [sys.executable, str(TORCH_SCRIPT), "--x0", str(work / "x0.npy"), "--betas", repr(float(betas[0])),
+           repr(float(b_stop)), str(len(betas)), "--t1", str(row["t1"]), "--dt", str(row["dt"]),
+           "--checkpoints", str(row["checkpoints"]), "--threshold", str(row["threshold"]),
+           "--threads", str(threads), "--out", str(work / "torch.csv")]
+    return cmd, len(betas)
+
+
+def _means(path: Path) -> dict:
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    return {(round(float(r["beta"]), 9), int(r["layer"])): {k: float(r[k]) for k in OBSERVABLES} for r in rows}
+
+
+def _largest_difference(cells: Path, torch_csv: Path) -> dict:
+    """The largest |attnflow - torch| of every per-beta mean, over the (beta, layer) rows both wrote."""
+    a, b = _means(cells), _means(torch_csv)
+    common = sorted(set(a) & set(b))
+    return {k: max(abs(a[key][k] - b[key][k]) for key in common) for k in OBSERVABLES} | {"rows": len(common)}
+
+
+def _spread(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, work_root: Path) -> dict:
+    row = {**COMMON, **spec}
+    rounds = args.rounds or row.get("rounds", 3)
+    stride = args.torch_beta_stride or row.get("torch_beta_stride", 1)
+    work = work_root / name
+    work.mkdir()
+    (work / "phase.toml").write_text(_config_text(row))
+    layers = round(row["t1"] / row["dt"])
+    pairs = row["systems"] * row["beta"][2]
+    flops = layers * attention_flops(pairs, row["n"], row["d"])
+    attnflow_cmd = [sys.executable, "-m", "attnflow", "phase", str(work / "phase.toml"), "--out", "OUT"]
+    use_torch = torch_threads is not None
+    if use_torch:
+        _start_clouds(row, work / "x0.npy")
+        torch_cmd, torch_betas = _torch_cmd(row, work, torch_threads, stride)
+        scale = row["beta"][2] / torch_betas
+    load_before = os.getloadavg()
+    times = {"attnflow": [], "torch": []}
+    for j in range(rounds):
+        order = ["attnflow", "torch"] if j % 2 == 0 else ["torch", "attnflow"]
+        for who in order:
+            if who == "attnflow":
+                out = work / f"attnflow-{j}"
+                times["attnflow"].append(_timed([out.as_posix() if c == "OUT" else c for c in attnflow_cmd]))
+            elif use_torch:
+                times["torch"].append(_timed(torch_cmd) * scale)
+        print(f"  {name} round {j}: attnflow {times['attnflow'][-1]:.1f} s"
+              + (f", torch {times['torch'][-1]:.1f} s" if use_torch else ""), file=sys.stderr, flush=True)
+    result = {"row": name, **{k: row[k] for k in ("systems", "n", "d", "t1", "dt", "checkpoints", "threshold")},
+              "betas": row["beta"][2], "beta_range": row["beta"][:2], "layers": layers, "system_steps": pairs * layers,
+              "flops": flops, "rounds": rounds, "load_before": load_before, "load_after": os.getloadavg(),
+              "attnflow_s": times["attnflow"], "attnflow_command": " ".join(attnflow_cmd)}
+    med = statistics.median(times["attnflow"])
+    result.update(attnflow_s_per_system_step=med / (pairs * layers), attnflow_fraction_of_matmul=flops / med / rate)
+    if use_torch:
+        ratios = [t / a for t, a in zip(times["torch"], times["attnflow"])]
+        tmed = statistics.median(times["torch"])
+        result.update(torch_s=times["torch"], torch_threads=torch_threads, torch_command=" ".join(torch_cmd),
+                      torch_betas_run=torch_betas, torch_time_scaled_by=scale, ratio=_spread(ratios),
+                      torch_s_per_system_step=tmed / (pairs * layers), torch_fraction_of_matmul=flops / tmed / rate,
+                      largest_difference_of_means=_largest_difference(work / "attnflow-0" / "cells.csv",
+                                                                      work / "torch.csv"))
+    return result
+
+
+def _choose_threads(spec: dict, work_root: Path) -> dict:
+    """Time the torch script once with 1 and with 2 threads on a row (the small one); the faster is used for
+    every row."""
+    row = {**COMMON, **spec}
+    work = work_root / "threads"
+    work.mkdir()
+    _start_clouds(row, work / "x0.npy")
+    seconds = {t: _timed(_torch_cmd(row, work, t, 1)[0]) for t in (1, 2)}
+    return {"seconds": seconds, "chosen": min(seconds, key=seconds.get)}
+
+
+def format_result(result: dict) -> str:
+    lines = [f"phase job vs PyTorch ({result['machine']['cpu']}, {result['machine']['cpu_count']} cores; float64 "
+             f"matmul {result['matmul_f64']['flops_per_s'] / 1e9:.1f} GFLOP/s; torch threads "
+             f"{result.get('torch_threads', {}).get('chosen', '-')})"]
+    head = (f"{'row':>8} {'systems x betas':>16} {'d':>4} {'attnflow s':>11} {'torch s':>9} {'ratio min/med/max':>20} "
+            f"{'ns/sys-step a | t':>20} {'GFLOP':>8} {'of matmul a | t':>18}")
+    lines += [head, "-" * len(head)]
+    for r in result["rows"]:
+        a = statistics.median(r["attnflow_s"])
+        t = statistics.median(r["torch_s"]) if "torch_s" in r else float("nan")
+        ratio = r.get("ratio")
+        spread = f"{ratio['min']:.1f}/{ratio['median']:.1f}/{ratio['max']:.1f}" if ratio else "-"
+        per = f"{r['attnflow_s_per_system_step'] * 1e9:.0f} | {r.get('torch_s_per_system_step', float('nan')) * 1e9:.0f}"
+        frac = f"{r['attnflow_fraction_of_matmul']:.2%} | {r.get('torch_fraction_of_matmul', float('nan')):.2%}"
+        lines.append(f"{r['row']:>8} {r['systems']:>8} x {r['betas']:<5} {r['d']:>4} {a:>11.1f} {t:>9.1f} {spread:>20} "
+                     f"{per:>20} {r['flops'] / 1e9:>8.1f} {frac:>18}")
+    return "\n".join(lines)
+
+
+def run(quick: bool, torch: bool, out: Path, *, rows: list[str] | None = None, rounds: int | None = None,
+        threads: int = 0, torch_beta_stride: int | None = None) -> dict:
+    """Time the rows (``quick``: toy sizes) against the torch script (``torch``), write the JSON to ``out``,
+    return it. ``rounds`` / ``torch_beta_stride`` (None: each row's own) apply to every row."""
+    import jax
+
+    table = QUICK_ROWS if quick else ROWS
+    names = rows or list(table)
+    unknown = [r for r in names if r not in table]
+    if unknown:
+        raise SystemExit(f"bench_phase: unknown row(s) {unknown}; choose among {list(table)}.")
+    args = argparse.Namespace(rounds=rounds or (2 if quick else None), torch_beta_stride=torch_beta_stride)
+    if torch:
+        try:
+            import torch as _  # noqa: F401
+        except ImportError:
+            torch = False
+    with jax.enable_x64(True):  # the rate of the work's own dtype
+        rate = matmul_rate("float64", n=512 if quick else 2048)
+    result = {"kind": "bench_phase", "quick": quick, "machine": machine_info(), "matmul_f64": rate, "rows": []}
+    with tempfile.TemporaryDirectory(prefix="bench_phase_") as tmp:
+        work_root = Path(tmp)
+        torch_threads = None
+        if torch:
+            if threads:
+                result["torch_threads"] = {"chosen": threads, "seconds": None}
+            else:
+                result["torch_threads"] = _choose_threads(table["small"], work_root)
+            torch_threads = result["torch_threads"]["chosen"]
+        for name in names:
+            result["rows"].append(_row(name, table[name], args, rate["flops_per_s"], torch_threads, work_root))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, result)
+    return result
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    rows = args.rows.split(",") if args.rows else None
+    result = run(args.quick, not args.no_torch, args.out, rows=rows, rounds=args.rounds, threads=args.threads,
+                 torch_beta_stride=args.torch_beta_stride)
+    print(format_result(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
