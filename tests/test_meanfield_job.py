@@ -81,3 +81,16 @@ def test_tiny_study_writes_its_results_and_resumes_without_recomputing(tmp_path)
     other["seed"] = 1
     with pytest.raises(InputError, match="different config"):
         run_meanfield(other, out, progress=False)
+
+
+def test_first_merge_reads_formation_lifetime_and_censoring_from_gap_counts():
+    from attnflow.meanfield._run import _first_merge
+
+    ts = np.arange(20.0)
+    # covers the circle (0 gaps) until t = 4; a brief 5-cluster state that holds under a tenth of the rest
+    # (t = 4 only), then 3 clusters from t = 5 until the merge at t = 12
+    gaps = np.array([0] * 4 + [5] + [3] * 7 + [2] * 8)
+    assert _first_merge(ts, gaps) == (3, 5.0, 7.0, False)
+    assert _first_merge(ts, np.array([0] * 6 + [4] * 14)) == (4, 6.0, 13.0, True)  # censored at the horizon
+    formed, _, _, censored = _first_merge(ts, np.zeros(20, int))
+    assert formed is None and censored

@@ -28,7 +28,7 @@ Example:
     True
 """
 
-from ._clusters import circle_cluster_count, grid_components, sphere_cluster_count
+from ._clusters import circle_cluster_count, circle_gaps, grid_components, sphere_cluster_count
 from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sliced_w1, sphere_mmd
 from ._kernel import kernel_modes, quadrature_nodes
 from ._linear import (
@@ -68,7 +68,7 @@ __all__ = [
     # measures at any n
     "circle_angles", "fourier_coefficients", "density_fourier_coefficients", "sphere_moments", "harmonic_energies",
     "circle_histogram", "sphere_histogram", "interaction_energy_tiled", "interaction_energy_fourier",
-    "circle_cluster_count", "sphere_cluster_count", "grid_components", "kernel_modes", "quadrature_nodes",
+    "circle_cluster_count", "circle_gaps", "sphere_cluster_count", "grid_components", "kernel_modes", "quadrature_nodes",
     # distances
     "circle_w1", "circle_w1_to_density", "circle_w1_densities", "sphere_mmd", "sliced_w1",
     # the continuity equation on the circle

@@ -51,10 +51,30 @@ def circle_cluster_count(points: Float[Array, "n *two"], max_gap) -> Int[Array, 
 
 
 @jax.jit
-def _circle_count(points, max_gap):
+def _circle_gaps(points, max_gap):
     theta = jnp.sort(_angles(points))
     gaps = jnp.diff(theta, append=theta[:1] + 2 * math.pi)
-    return jnp.maximum(jnp.sum(gaps > max_gap), 1).astype(jnp.int32)
+    return jnp.sum(gaps > max_gap).astype(jnp.int32)
+
+
+def _circle_count(points, max_gap):
+    return jnp.maximum(_circle_gaps(points, max_gap), 1)
+
+
+def circle_gaps(points: Float[Array, "n *two"], max_gap) -> Int[Array, ""]:
+    r"""Number of gaps larger than ``max_gap`` (radians) between circularly consecutive tokens: 0 for a cloud
+    that covers the circle without such a gap (not yet clustered), else its number of clusters
+    (:func:`circle_cluster_count`, which counts such a cloud as 1). O(n log n).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import circle_gaps
+        >>> int(circle_gaps(jnp.linspace(0, 6.2, 100), 0.3)), int(circle_gaps(jnp.array([0.0, 0.01, 3.0]), 0.3))
+        (0, 2)
+    """
+    check_points(points)
+    v.check_positive("max_gap", max_gap, "the largest gap inside a cluster, in radians")
+    return _circle_gaps(points, max_gap)
 
 
 def grid_components(occupied, *, periodic_columns: bool = True, pole_rows: bool = True) -> Int[Array, "Z P"]:

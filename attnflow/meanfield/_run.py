@@ -254,27 +254,28 @@ def _window(config: MeanfieldConfig, beta: float, norm: str) -> tuple[np.ndarray
     return lam, 1.5 * math.log(2 * g.max_amplitude / g.epsilon) / top, g.horizon / top
 
 
-def _first_merge(ts: np.ndarray, counts: np.ndarray, start: float) -> tuple[int | None, float, float, bool]:
-    """(clusters formed, their formation time, lifetime, censored): the count at the first save after
-    ``start`` from which it stays constant for at least a tenth of the remaining horizon; the lifetime
-    runs from then to the first save with fewer clusters (censored at the horizon)."""
-    after = np.nonzero(ts >= start)[0]
-    hold = 0.1 * (ts[-1] - start)
-    for i in after:
-        later = np.nonzero(counts[i:] != counts[i])[0]
-        end = ts[i + later[0]] if later.size else ts[-1]
-        if end - ts[i] >= hold or not later.size:
-            drop = np.nonzero(counts[i:] < counts[i])[0]
-            if drop.size:
-                return int(counts[i]), float(ts[i]), float(ts[i + drop[0]] - ts[i]), False
-            return int(counts[i]), float(ts[i]), float(ts[-1] - ts[i]), True
+def _first_merge(ts: np.ndarray, gaps: np.ndarray) -> tuple[int | None, float, float, bool]:
+    """(clusters formed, their formation time, lifetime, censored) from the gap counts of a near-uniform
+    start (:func:`~attnflow.meanfield.circle_gaps`; 0 while the cloud still covers the circle): the clusters
+    have formed at the first save with at least one gap from which the count holds for a tenth of the
+    remaining horizon; the lifetime runs from then to the first save with fewer clusters (censored at the
+    horizon). None when no clusters form before the horizon."""
+    for i in np.nonzero(gaps >= 1)[0]:
+        hold = 0.1 * (ts[-1] - ts[i])
+        later = np.nonzero(gaps[i:] != gaps[i])[0]
+        if later.size and ts[i + later[0]] - ts[i] < hold:
+            continue
+        drop = np.nonzero(gaps[i:] < gaps[i])[0]
+        if drop.size:
+            return int(gaps[i]), float(ts[i]), float(ts[i + drop[0]] - ts[i]), False
+        return int(gaps[i]), float(ts[i]), float(ts[-1] - ts[i]), True
     return None, math.nan, math.nan, True
 
 
 def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[dict]:
     import jax.numpy as jnp
 
-    from ._clusters import circle_cluster_count
+    from ._clusters import circle_gaps
     from ._linear import fit_growth_rates, most_unstable_mode
     from ._measures import density_fourier_coefficients, fourier_coefficients
     from ._pde import circle_grid, solve_continuity
@@ -295,7 +296,7 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
                 saved = _particles(units.cache, "growth", theta0, beta, norm, ts_all, dt, dtype, lambda y: {
                     # a float count: diffrax pre-fills its outputs with inf, which no integer holds
                     "modes": fourier_coefficients(y, g.modes),
-                    "clusters": circle_cluster_count(y, g.cluster_gap).astype(y.dtype)})
+                    "clusters": circle_gaps(y, g.cluster_gap).astype(y.dtype)})
                 return {"ts": ts_all, "modes": jnp.abs(saved["modes"]), "clusters": saved["clusters"].astype(jnp.int32)}
 
             def pde():
@@ -312,7 +313,7 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
             in_lin = np.isin(p["ts"], ts_lin)
             fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
             fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
-            formed, t_form, life, censored = _first_merge(np.asarray(p["ts"]), np.asarray(p["clusters"]), t_lin)
+            formed, t_form, life, censored = _first_merge(np.asarray(p["ts"]), np.asarray(p["clusters"]))
             for k in range(g.modes):
                 rows.append({"normalisation": norm, "beta": beta, "seed": s, "k": k + 1, "predicted": float(lam[k]),
                              **{f"particles_{key}": _num(fit_p[key][k]) for key in ("rate", "lo", "hi")},
