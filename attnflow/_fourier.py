@@ -42,7 +42,7 @@ t > 0, and t above minimises it. Both bounds increase with a, so a K chosen for
 :math:`M \ge 2K + 2`): the m-th output is :math:`\sum_l c_{m + lM}`, whose aliased terms have
 :math:`|m + lM| \ge M - K > K`, so for :math:`|m| \le K` together they are at most
 :math:`T_K` (each :math:`|m'| > K` aliases onto at most one :math:`|m| \le K`). Truncation and
-aliasing change the kernel by at most :math:`2T_K` at every angle (relative to f(0) = 1):
+aliasing change the kernel by at most :math:`2T_K` at every angle (relative to its maximum, 1):
 :func:`fourier_modes` picks the smallest K with :math:`2T_K` below the dtype's unit roundoff,
 so the path is exact to rounding. Traceable and differentiable in (p, q).
 
@@ -54,6 +54,18 @@ is at most about :math:`n K u / D_i \le n K u\, e^{a(1-\cos\alpha)}`: n K u for 
 (:math:`D_i \sim n`). Where :math:`a(1-\cos\alpha)` is large (repulsive scores,
 :math:`\alpha = \pi`, in a clustered cloud) the error grows by that factor; ``"auto"`` avoids
 such weights (:data:`AUTO_MAX_LOSS`).
+
+**Evaluation.** Up to a few thousand tokens, and for derivatives, the sums use tables of the powers
+:math:`z_j^m` and matrix products (short programs, fast to compile); above, the moments are a
+recurrence over blocks of tokens and the polynomials Horner's rule over blocks (both vectorised
+loops of XLA:CPU, no (n, K) table in memory).
+
+**Derivatives** (forward and reverse mode, in the tokens, beta and the weights). The scores depend
+on Q, K only through the rotation part of :math:`\beta Q^T K`; the non-rotation part R (zero to
+rounding, checked) is dropped from the values but kept to first order in the tangent
+(:math:`ds_{ij} = \mathrm{Re}(w z_i z_j)` for :math:`dR`, a sum with
+:math:`E_i = \sum_j f_{ij} z_j^2`), so gradients in every direction of Q and K equal those of the
+direct sum. Reverse mode keeps O(n K) numbers per evaluation (the power tables).
 
 **Tokens off the circle.** The path computes the attention of the directions
 :math:`x_j/\|x_j\|` (it reads only the angles): exact for unit tokens, and for tokens off the

@@ -205,8 +205,8 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run(quick: bool = False, torch: bool = True, out: Path | None = None) -> dict:
-    """All rows (smaller sizes with ``quick``); writes ``meanfield.json`` into ``out`` when given and returns
-    the JSON-ready summary."""
+    """All rows (smaller sizes with ``quick``); returns the JSON-ready summary and, when ``out`` is given,
+    writes it there (``out`` a ``.json`` file, or a folder that gets ``meanfield.json``)."""
     from benchmarks.common import machine_info, matmul_rate
 
     cfg = QUICK if quick else FULL
@@ -249,8 +249,10 @@ def run(quick: bool = False, torch: bool = True, out: Path | None = None) -> dic
     if out is not None:
         from benchmarks.common import atomic_write_json
 
-        Path(out).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(out) / "meanfield.json", summary)
+        target = Path(out) if Path(out).suffix == ".json" else Path(out) / "meanfield.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(target, summary)
+        summary["written_to"] = str(target)
     return summary
 
 
@@ -319,7 +321,7 @@ def main(argv=None) -> dict:
     out = make_run_dir(args.out, prefix="meanfield")
     summary = run(args.quick, args.torch, out)
     print(f"headline: {summary['headline']}")
-    print(f"wrote {out / 'meanfield.json'}")
+    print(f"wrote {summary['written_to']}")
     return summary
 
 

@@ -15,8 +15,10 @@ Rows: ``small`` (256 systems x 10 betas, d = 2), ``default`` (the peers' diagram
 betas, d = 2), ``d128`` (256 systems x 10 betas, d = 128: the same layers and checkpoints as the
 others, a few minutes a round on a 2-core CPU). Per row: the ratio torch / attnflow per round (min,
 median, max), seconds per system-step (median), the work's flops (layers x
-:func:`benchmarks.common.attention_flops`; the statistics are not counted) and their fraction of the
-float64 matmul rate measured in the same run (:func:`benchmarks.common.matmul_rate`), the largest
+:func:`benchmarks.common.attention_flops`, which counts the three d x d projections; also without them,
+:math:`4 n^2 d` per system-step, what both programs compute for Q = K = V = I; the statistics are not
+counted) and their fraction of the float64 matmul rate measured in the same run
+(:func:`benchmarks.common.matmul_rate`), the largest
 difference between the two programs' per-beta means (the same work gives the same answer), and the
 machine's load average before and after.
 
@@ -163,6 +165,8 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
     layers = round(row["t1"] / row["dt"])
     pairs = row["systems"] * row["beta"][2]
     flops = layers * attention_flops(pairs, row["n"], row["d"])
+    # Q = K = V = I: neither program multiplies by the weights; its matmuls are the scores and P x
+    flops_computed = layers * pairs * 4.0 * row["n"] ** 2 * row["d"]
     attnflow_cmd = [sys.executable, "-m", "attnflow", "phase", str(work / "phase.toml"), "--out", "OUT"]
     use_torch = torch_threads is not None
     if use_torch:
@@ -183,16 +187,18 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
               + (f", torch {times['torch'][-1]:.1f} s" if use_torch else ""), file=sys.stderr, flush=True)
     result = {"row": name, **{k: row[k] for k in ("systems", "n", "d", "t1", "dt", "checkpoints", "threshold")},
               "betas": row["beta"][2], "beta_range": row["beta"][:2], "layers": layers, "system_steps": pairs * layers,
-              "flops": flops, "rounds": rounds, "load_before": load_before, "load_after": os.getloadavg(),
+              "flops": flops, "flops_without_projections": flops_computed, "rounds": rounds, "load_before": load_before, "load_after": os.getloadavg(),
               "attnflow_s": times["attnflow"], "attnflow_command": " ".join(attnflow_cmd)}
     med = statistics.median(times["attnflow"])
-    result.update(attnflow_s_per_system_step=med / (pairs * layers), attnflow_fraction_of_matmul=flops / med / rate)
+    result.update(attnflow_s_per_system_step=med / (pairs * layers), attnflow_fraction_of_matmul=flops / med / rate,
+                  attnflow_fraction_of_matmul_without_projections=flops_computed / med / rate)
     if use_torch:
         ratios = [t / a for t, a in zip(times["torch"], times["attnflow"])]
         tmed = statistics.median(times["torch"])
         result.update(torch_s=times["torch"], torch_threads=torch_threads, torch_command=" ".join(torch_cmd),
                       torch_betas_run=torch_betas, torch_time_scaled_by=scale, ratio=_spread(ratios),
                       torch_s_per_system_step=tmed / (pairs * layers), torch_fraction_of_matmul=flops / tmed / rate,
+                      torch_fraction_of_matmul_without_projections=flops_computed / tmed / rate,
                       largest_difference_of_means=_largest_difference(work / "attnflow-0" / "cells.csv",
                                                                       work / "torch.csv"))
     return result
@@ -212,9 +218,10 @@ def _choose_threads(spec: dict, work_root: Path) -> dict:
 def format_result(result: dict) -> str:
     lines = [f"phase job vs PyTorch ({result['machine']['cpu']}, {result['machine']['cpu_count']} cores; float64 "
              f"matmul {result['matmul_f64']['flops_per_s'] / 1e9:.1f} GFLOP/s; torch threads "
-             f"{result.get('torch_threads', {}).get('chosen', '-')})"]
+             f"{result.get('torch_threads', {}).get('chosen', '-')}; load average before the rows "
+             f"{' '.join(f'{x:.1f}' for x in result['rows'][0]['load_before']) if result['rows'] else '-'})"]
     head = (f"{'row':>8} {'systems x betas':>16} {'d':>4} {'attnflow s':>11} {'torch s':>9} {'ratio min/med/max':>20} "
-            f"{'ns/sys-step a | t':>20} {'GFLOP':>8} {'of matmul a | t':>18}")
+            f"{'ns/sys-step a | t':>20} {'GFLOP':>8} {'of matmul a | t':>18} {'(no projections)':>18}")
     lines += [head, "-" * len(head)]
     for r in result["rows"]:
         a = statistics.median(r["attnflow_s"])
@@ -223,8 +230,10 @@ def format_result(result: dict) -> str:
         spread = f"{ratio['min']:.1f}/{ratio['median']:.1f}/{ratio['max']:.1f}" if ratio else "-"
         per = f"{r['attnflow_s_per_system_step'] * 1e9:.0f} | {r.get('torch_s_per_system_step', float('nan')) * 1e9:.0f}"
         frac = f"{r['attnflow_fraction_of_matmul']:.2%} | {r.get('torch_fraction_of_matmul', float('nan')):.2%}"
+        bare = (f"{r['attnflow_fraction_of_matmul_without_projections']:.2%} | "
+                f"{r.get('torch_fraction_of_matmul_without_projections', float('nan')):.2%}")
         lines.append(f"{r['row']:>8} {r['systems']:>8} x {r['betas']:<5} {r['d']:>4} {a:>11.1f} {t:>9.1f} {spread:>20} "
-                     f"{per:>20} {r['flops'] / 1e9:>8.1f} {frac:>18}")
+                     f"{per:>20} {r['flops'] / 1e9:>8.1f} {frac:>18} {bare:>18}")
     return "\n".join(lines)
 
 

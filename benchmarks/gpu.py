@@ -256,8 +256,10 @@ def _phase_rows(args, mm) -> list[dict]:
     command): tokens on the sphere, Q = K = V = I, n = 32, 300 Euler layers, statistics at 200 checkpoints,
     float64; d = 2 (the peers' diagram: 2048 systems x 90 betas = 184320 pairs) and d = 128, in chunks of
     4096 and 32768 pairs (the job's ``run.chunk_size``). Per row: compile + first call, the best of
-    ``--repeats`` calls, pairs and system-steps per second, the seconds the whole diagram would take, and
-    the work's flops (layers x attention_flops) as a fraction of the float64 matmul rate."""
+    ``--repeats`` calls, pairs and system-steps per second, the seconds the 184320 pairs of the diagram
+    would take at the row's layers, and the work's flops as a fraction of the float64 matmul rate (layers x
+    attention_flops, which counts the d x d projections that Q = K = V = I skips, and 4 n^2 d per
+    system-step without them)."""
     import numpy as np
 
     from attnflow.phase import check_phase_config, load_phase_config, make_chunk_fn
@@ -289,6 +291,8 @@ def _phase_rows(args, mm) -> list[dict]:
             rec.update(compile_and_first_s=first, best_s=best, times_s=times, pairs_per_s=chunk / best,
                        system_steps_per_s=chunk * layers / best, diagram_s=184320 / (chunk / best),
                        frac_matmul_f64=flops / best / mm["float64"]["flops_per_s"],
+                       frac_matmul_f64_without_projections=layers * chunk * 4.0 * 32**2 * d / best
+                       / mm["float64"]["flops_per_s"],
                        finite=bool(np.all(cols["finite"])))
         except Exception as e:  # e.g. out of device memory: say so, keep going
             rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
