@@ -38,8 +38,8 @@ import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-# the benchmark script (an application, not the library) runs float64 rows next to float32 ones
-jax.config.update("jax_enable_x64", True)
+# the benchmark script runs float64 rows next to float32 ones: inside main()'s jax.enable_x64(True),
+# so that importing this module (as the tests do) leaves the caller's float64 mode alone
 
 from attnflow import AttentionFlow, vmap_systems  # noqa: E402
 from attnflow import select_impl  # noqa: E402
@@ -505,6 +505,11 @@ def parse_sizes(text: str):
 
 
 def main(argv=None) -> dict:
+    with jax.enable_x64(True):
+        return _main(argv)
+
+
+def _main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (a smoke test, seconds)")
     p.add_argument("--sizes", type=parse_sizes, default=None, help="e.g. 64x256x128,16x1024x64 (B x n x d)")
