@@ -58,8 +58,17 @@ HOLD_RATIO = 1.0
 ENERGY_REL_TOL = 0.02
 
 
+class _Interval:
+    """The duration of a run from ``start`` to ``end`` (a lower bound when ``censored``)."""
+
+    @property
+    def duration(self) -> float:
+        """``end - start``."""
+        return self.end - self.start
+
+
 @dataclass(frozen=True)
-class Plateau:
+class Plateau(_Interval):
     """A metastable plateau: ``count`` clusters from ``start`` to ``end`` (times; ``censored``: still on
     it at the last checkpoint, ``end`` is then that checkpoint and the duration a lower bound)."""
 
@@ -68,14 +77,9 @@ class Plateau:
     end: float
     censored: bool
 
-    @property
-    def duration(self) -> float:
-        """``end - start``."""
-        return self.end - self.start
-
 
 @dataclass(frozen=True)
-class EnergyPlateau:
+class EnergyPlateau(_Interval):
     """A flat step of the energy staircase: mean ``energy`` from ``start`` to ``end`` (``censored`` as for
     :class:`Plateau`)."""
 
@@ -83,11 +87,6 @@ class EnergyPlateau:
     start: float
     end: float
     censored: bool
-
-    @property
-    def duration(self) -> float:
-        """``end - start``."""
-        return self.end - self.start
 
 
 def gathered(counts: np.ndarray) -> int:
