@@ -188,12 +188,14 @@ def _grid_size(modes: int) -> int:
     return 1 << max(1, (2 * modes + 1).bit_length())
 
 
-def kernel_coefficients(p: Float[Array, "*h"], q: Float[Array, "*h"], modes: int
+def kernel_coefficients(p: Float[Array, "*h"], q: Float[Array, "*h"], modes: int, grid: int | None = None
                         ) -> tuple[Float[Array, "*h K1"], Float[Array, "*h K1"]]:
     r"""Real and imaginary parts of :math:`c_m`, m = 0..K, of :math:`f(\varphi) = e^{p\cos\varphi + q\sin\varphi - a}`
     (:math:`a = \sqrt{p^2+q^2}`; :math:`c_{-m} = \bar c_m`), from an FFT of f on a grid of
-    :math:`M \ge 2K + 2` angles: exact to rounding when K = :func:`fourier_modes` (module docstring).
-    Traceable and differentiable in p, q (leading axes: one kernel per head).
+    M angles (default: the smallest power of two :math:`\ge 2K + 2`): exact to rounding when K =
+    :func:`fourier_modes` (module docstring); a larger ``grid`` (static) pushes the aliased tail
+    :math:`c_{m \pm M}` further out for any K. Traceable and differentiable in p, q (leading axes: one
+    kernel per head).
 
     Example:
         >>> import jax.numpy as jnp
@@ -203,7 +205,9 @@ def kernel_coefficients(p: Float[Array, "*h"], q: Float[Array, "*h"], modes: int
         >>> bool(jnp.allclose(re, ive(range(11), 2.0), atol=1e-7)), float(jnp.abs(im).max()) < 1e-7
         (True, True)
     """
-    M = _grid_size(int(modes))
+    M = _grid_size(int(modes)) if grid is None else int(grid)
+    if M < 2 * int(modes) + 2:
+        raise InputError(f"grid = {M} angles cannot resolve modes 0..{modes}: give at least 2 * modes + 2.")
     p, q = jnp.asarray(p), jnp.asarray(q)
     dtype = jnp.result_type(p, q, float)
     phi = jnp.arange(M, dtype=dtype) * (2 * math.pi / M)

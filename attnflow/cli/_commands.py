@@ -63,6 +63,39 @@ def add_run_options(parser) -> None:
     g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. P-1")
 
 
+def cpu_device_per_core(num_devices: int | None) -> int | None:
+    """Give the CPU platform one XLA device per available core (or ``num_devices`` of them), before jax starts.
+
+    One XLA:CPU device runs a vmapped chunk on one core; a chunked job sharded over one device per core
+    uses them all (the phase job's 2560 systems x 300 layers: 15.7 s on one device, 10.5 s on two, 2-core
+    Intel Xeon), with the same results (each system's numbers do not depend on the device that runs it).
+    Nothing is changed when ``XLA_FLAGS`` already sets ``--xla_force_host_platform_device_count``, when
+    ``jax_num_cpu_devices`` is set, or once jax has started its backends (then a process keeps its
+    devices). Returns the count set, or None. Accelerators are not affected (the job shards over them).
+
+    Example:
+        >>> cpu_device_per_core(None) in (None, *range(1, 4097))
+        True
+    """
+    import os
+
+    import jax
+
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return None
+    if jax.config.jax_num_cpu_devices != -1:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = int(num_devices) if num_devices else cores
+    if count <= 1:
+        return None
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backends have started: this process keeps its devices
+        return None
+    return count
+
+
 def run_options(args) -> dict:
     """The keyword arguments of a chunked job from :func:`add_run_options`' options.
 

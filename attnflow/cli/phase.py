@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import add_run_options, run_options, summary
+from ._commands import add_run_options, cpu_device_per_core, run_options, summary
 
 
 def add_parser(subparsers) -> None:
@@ -30,7 +30,10 @@ def _run(args: argparse.Namespace) -> int:
     from ..phase import check_phase_config, load_phase_config, run_phase
 
     config = check_phase_config(load_phase_config(args.config))
-    s = run_phase(config, args.out, **run_options(args))
+    options = run_options(args)
+    if options["processes"] is None and not config.run.distributed:
+        cpu_device_per_core(config.run.devices if options["num_devices"] is None else options["num_devices"])
+    s = run_phase(config, args.out, **options)
     if s.get("process_index", 0) != 0:
         print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} chunks")
         return 0

@@ -51,7 +51,7 @@ from ._measures import (
     sphere_histogram,
     sphere_moments,
 )
-from ._study import draw_from_density, fit_power_law, particles_vs_pde
+from ._study import circle_solver, draw_from_density, fit_power_law, particles_vs_pde
 from ._pde import (
     NORMALISATIONS,
     CircleContinuity,
@@ -77,6 +77,8 @@ __all__ = [
     # linear instability of the uniform measure
     "growth_rates", "most_unstable_mode", "sphere_kernel_modes", "sphere_growth_rates", "perturbed_uniform_angles",
     "perturbed_uniform_density", "fit_growth_rates",
+    # particles against the limit
+    "circle_solver", "draw_from_density", "particles_vs_pde", "fit_power_law",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
     "near_uniform_start", "time_scale",

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._fourier import kernel_coefficients
 from ..errors import InputError
 
 __all__ = ["kernel_modes", "quadrature_nodes"]
@@ -66,7 +67,8 @@ def kernel_modes(beta, num_modes: int, dtype=None) -> Float[Array, " M"]:
 
 @functools.partial(jax.jit, static_argnames=("num_modes", "dtype"))
 def _kernel_modes(beta, num_modes: int, dtype):
-    nodes = quadrature_nodes(num_modes)
-    psi = (2 * jnp.pi / nodes) * jnp.arange(nodes, dtype=dtype)
-    values = jnp.exp(jnp.asarray(beta, dtype) * (jnp.cos(psi) - 1))
-    return (jnp.fft.rfft(values).real / nodes)[: num_modes + 1].astype(dtype)
+    # the Fourier path's coefficients of e^{p cos psi + q sin psi - |p|} at p = beta, q = 0, on N nodes
+    beta = jnp.asarray(beta, dtype)
+    real, _ = kernel_coefficients(beta, jnp.zeros((), dtype), num_modes, grid=quadrature_nodes(num_modes))
+    # the shift |p| is held constant there; e^{-beta} is differentiated here (a factor of exactly 1 in value)
+    return real * jnp.exp(jax.lax.stop_gradient(beta) - beta)

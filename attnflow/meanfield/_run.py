@@ -12,7 +12,7 @@ Three studies (``configs/meanfield.toml``), each for every normalisation:
   form (:func:`~attnflow.meanfield.circle_cluster_count`) against :math:`k^*`, and how long they live;
 * **largest**: one run of the largest n on the Fourier fast path, timed, with its memory.
 
-Particles run the ODE flow (:func:`attnflow.simulate`, Tsit5 with constant steps) with
+Particles run the ODE flow (:func:`~attnflow.meanfield.circle_solver`, Tsit5 with constant steps) with
 ``attention_impl="fourier"``; the PDE is :func:`~attnflow.meanfield.solve_continuity`. Every unit of
 work (one normalisation, study, n or beta, seed) is stored as it finishes in ``units/*.npz``
 (verified: :func:`attnflow.runio.save_verified_npz`), so the same command after an interruption
@@ -107,30 +107,20 @@ def _tokens(theta):
 
 
 def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtype, save_fn):
-    """The ODE flow on the circle from the angles ``theta0``, ``save_fn(y)`` at the times ``ts``.
+    """The ODE flow on the circle from the angles ``theta0`` (Fourier path, constant steps ``dt``),
+    ``save_fn(y)`` at the times ``ts``.
 
-    One compiled solve per (kind, n, beta, normalisation, times, dt), kept in ``cache``: the seeds
-    of one n reuse it (``kind`` names the ``save_fn``)."""
-    import jax
+    One compiled solve (:func:`attnflow.meanfield.circle_solver`) per (kind, n, beta, normalisation,
+    times, dt), kept in ``cache``: the seeds of one n reuse it (``kind`` names the ``save_fn``)."""
     import jax.numpy as jnp
 
-    from .. import simulate
-    from ..dynamics import sphere_flow
+    from ._study import circle_solver
 
     key = (kind, len(theta0), float(beta), normalisation, tuple(np.asarray(ts, float)), float(dt), str(np.dtype(dtype)))
     if key not in cache:
-        I = jnp.eye(2, dtype=dtype)
-        field = sphere_flow(I, I, I, float(beta), attention_impl="fourier", normalisation=normalisation,
-                            fourier_max_score=float(beta))
-        times = jnp.asarray(ts, dtype)
-
-        def solve(theta):
-            return simulate(_tokens(theta), dynamics=field, t0=float(ts[0]), t1=float(ts[-1]), method="tsit5",
-                            dt=float(dt), ts=times, dtype=str(np.dtype(dtype)), save_fn=lambda t, y, args: save_fn(y),
-                            max_steps=None).states
-
-        cache[key] = jax.jit(solve)
-    return cache[key](jnp.asarray(theta0, dtype))
+        cache[key] = circle_solver(float(beta), jnp.asarray(ts, dtype), normalisation, save=save_fn,
+                                   attention_impl="fourier", dt=float(dt))
+    return cache[key](_tokens(jnp.asarray(theta0, dtype)))
 
 
 class _Units:

@@ -106,18 +106,38 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
             "points": int(x.size)}
 
 
-def _particle_runner(beta, ts, normalisation, rtol, atol):
-    """A jitted map x0 (n, 2) -> angles (T, n) of the sphere flow at the times ts (compiled once per n)."""
+def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attention_impl: str = "dense",
+                  dt: float | None = None, rtol: float = 1e-5, atol: float = 1e-6):
+    r"""A jitted map tokens (n, 2) -> ``save(y)`` at the times ``ts`` of the sphere flow with Q = K = V = I on
+    the circle (default ``save``: the angles :math:`\theta_i \in [0, 2\pi)`, (T, n)), through
+    :func:`attnflow.integrate.solve_ode` with Tsit5: adaptive with ``rtol`` / ``atol``, or constant steps of
+    ``dt``. ``attention_impl="fourier"`` runs the O(n K) path (exact to rounding for scores up to beta).
+    Compiled once per n; ``ts`` (concrete) sets the dtype.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield import circle_solver
+        >>> theta = jnp.array([0.0, 0.5, 1.0, 4.0])
+        >>> run = circle_solver(2.0, jnp.linspace(0.0, 1.0, 3), dt=0.05, attention_impl="fourier")
+        >>> run(jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)).shape    # (T, n) angles
+        (3, 4)
+    """
     from ..dynamics import sphere_flow
     from ..integrate import solve_ode
 
+    ts = jnp.asarray(ts)
+    t0, t1 = float(ts[0]), float(ts[-1])
     eye = jnp.eye(2, dtype=ts.dtype)
+    options = {"fourier_max_score": float(beta)} if attention_impl == "fourier" else {}
+    save = (lambda y: jnp.mod(jnp.arctan2(y[..., 1], y[..., 0]), TWO_PI)) if save is None else save
 
     @jax.jit
     def run(x0):
-        field = sphere_flow(eye, eye, eye, beta, attention_impl="dense", normalisation=normalisation)
-        ys = solve_ode(field, x0, t0=ts[0], t1=ts[-1], ts=ts, rtol=rtol, atol=atol).ys
-        return jnp.mod(jnp.arctan2(ys[..., 1], ys[..., 0]), TWO_PI)
+        field = sphere_flow(eye, eye, eye, beta, attention_impl=attention_impl, normalisation=normalisation,
+                            **options)
+        return solve_ode(field, x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
+                         adaptive=dt is None, max_steps=16384 if dt is None else None,
+                         save_fn=lambda t, y, args: save(y)).ys
 
     return run
 
@@ -162,7 +182,7 @@ def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int =
     pde = solve_continuity(density0, beta, ts, normalisation=normalisation, steps_per_save=steps_per_save)
     fine = jax.vmap(lambda r: interpolate_density(r, density0.shape[0] * refine))(pde.density)
     key = jax.random.key(0) if key is None else key
-    run = _particle_runner(beta, ts.astype(particle_dtype), normalisation, rtol, atol)
+    run = circle_solver(beta, ts.astype(particle_dtype), normalisation, rtol=rtol, atol=atol)
     w1 = np.full((seeds, len(ns), ts.shape[0]), np.nan)
     for j, n in enumerate(ns):
         for s in range(seeds):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
-from scipy import stats as _stats
+from scipy import special as _special
 
 from .._x64 import in_float64
 from ..dynamics import normalise, sphere_flow
@@ -57,7 +57,7 @@ def convergence_order(dts, errors, confidence: float = 0.95) -> dict:
     dof = xc.size - len(xs) - 1
     if dof > 0:
         sigma = np.sqrt(np.sum((yc - order * xc) ** 2) / dof)
-        half = float(_stats.t.ppf(0.5 + confidence / 2, dof) * sigma / np.sqrt(xc @ xc))
+        half = float(_special.stdtrit(dof, 0.5 + confidence / 2) * sigma / np.sqrt(xc @ xc))
     else:
         half = float("nan")
     return {"order": order, "order_lo": order - half, "order_hi": order + half, "points": int(xc.size),

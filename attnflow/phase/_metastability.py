@@ -47,9 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize as _optimize
 from scipy import special as _special
-from scipy import stats as _stats
 
 #: default hold ratio r: a metastable plateau lasts at least r times the time at which it started
 HOLD_RATIO = 1.0
@@ -352,6 +350,8 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
         return {"slope": None, "slope_lo": None, "slope_hi": None, "intercept": None, "sigma": None, **base}
     start = np.polyfit(x[obs], y[obs], 1)
     spread = np.std(y[obs] - np.polyval(start, x[obs])) + 1e-3
+    from scipy import optimize as _optimize  # imported when a fit runs (0.5 s)
+
     res = _optimize.minimize(_censored_normal_nll, np.array([start[1], start[0], np.log(spread)]),
                              args=(x, y, obs), jac=True, method="BFGS", options={"gtol": 1e-9, "maxiter": 500})
     theta = res.x
@@ -363,6 +363,6 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
         e[k] = h
         H[:, k] = (_censored_normal_nll(theta + e, x, y, obs)[1] - _censored_normal_nll(theta - e, x, y, obs)[1]) / (2 * h)
     cov = np.linalg.pinv(0.5 * (H + H.T))
-    half = _stats.norm.ppf(0.5 + confidence / 2) * np.sqrt(max(cov[1, 1], 0.0))
+    half = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(cov[1, 1], 0.0))
     return {"slope": float(theta[1]), "slope_lo": float(theta[1] - half), "slope_hi": float(theta[1] + half),
             "intercept": float(theta[0]), "sigma": float(np.exp(theta[2])), **base}

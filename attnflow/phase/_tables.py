@@ -9,7 +9,7 @@ systems (a single system, or systems that all agree, give a zero-width interval)
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats as _stats
+from scipy import special as _special
 
 from ._config import PhaseConfig, PhaseGroup
 from ._engine import OBSERVABLES
@@ -39,7 +39,7 @@ def mean_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np
     mean = values.mean(axis=0)
     if m == 1:
         return mean, mean, mean
-    half = _stats.t.ppf(0.5 + confidence / 2, m - 1) * values.std(axis=0, ddof=1) / np.sqrt(m)
+    half = _special.stdtrit(m - 1, 0.5 + confidence / 2) * values.std(axis=0, ddof=1) / np.sqrt(m)
     return mean, mean - half, mean + half
 
 
