@@ -544,7 +544,7 @@ def _main(argv=None) -> dict:
     if args.gradients:
         from benchmarks import bench_gradients
 
-        sizes = ["--n", "32", "--d", "8", "--steps", "5,50", "--repeats", "1", "--together", "2"] if args.quick else []
+        sizes = ["--n", "32", "--d", "8", "--steps", "5", "--repeats", "1", "--together", "0"] if args.quick else []
         sizes += [] if args.torch else ["--no-torch"]
         summary["gradients"] = bench_gradients.main(sizes + ["--out", str(Path(summary["run_dir"]) / "gradients.json")])
     # whole-job benchmarks, each writing its own JSON into the run folder

@@ -94,7 +94,8 @@ def test_suite_smoke_run_writes_its_folder(tmp_path):
     # the gradient benchmark ran too, honouring --no-torch
     grads = json.loads((out / "gradients.json").read_text())
     kinds = {(r["kind"], r["steps"]) for r in grads["rows"]}
-    assert ("euler", 5) in kinds and ("euler", 50) in kinds and ("tsit5-adaptive", "adaptive") in kinds
+    assert {("euler", 5), ("euler-store-all", 5), ("euler-autodiff-softmax", 5), ("euler-diffrax", 5),
+            ("tsit5-adaptive", "adaptive")} <= kinds
     assert not any(k == "torch-euler" for k, _ in kinds)
     assert all(r["ratio"] > 0 and r["grad_temp_bytes"] > 0 for r in grads["rows"])
     assert [e["tol"] for e in grads["backsolve_error"]] == [1e-4, 1e-6, 1e-8, 1e-10]

@@ -322,3 +322,24 @@ def test_every_kind_of_dynamics_and_grid_runs(tmp_path, changes):
     for r in rows:
         assert all(math.isfinite(float(r[k])) for k in ("pairs_clustered", "clusters", "energy", "span"))
         assert 0.0 <= float(r["pairs_clustered"]) <= 1.0 and 1 <= float(r["clusters"]) <= int(r["n"])
+
+
+def test_cli_runs_one_cpu_device_per_core_with_the_same_cells(tmp_path):
+    """``attnflow phase`` on a CPU shards over one XLA device per available core (run.devices = 0), and its
+    cells.csv equals a one-device run of the same config (each system's numbers do not depend on its device)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text('kind = "phase"\nbeta = [0.5, 4.0]\nn = 6\nd = 2\nsystems = 5\nt1 = 3.0\ndt = 0.1\n'
+                   'checkpoints = 7\n[run]\nprogress = false\n')
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    r = subprocess.run([sys.executable, "-m", "attnflow", "phase", str(cfg), "--out", str(tmp_path / "cli")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["devices"] == cores
+    run_phase(load_phase_config(cfg), tmp_path / "one", num_devices=1)
+    assert (tmp_path / "cli" / "cells.csv").read_text() == (tmp_path / "one" / "cells.csv").read_text()
