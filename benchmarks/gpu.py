@@ -231,6 +231,8 @@ def main(argv=None) -> int:
         save()
     extra["phase"] = _phase_rows(args, mm)
     save()
+    extra["meanfield"] = _meanfield_rows(args)
+    save()
     extra["sweep"] = _sweep_rows_in_child(args, run_dir, mm)
     summary = save()
     print((run_dir / "table.md").read_text())
@@ -298,6 +300,21 @@ def _phase_rows(args, mm) -> list[dict]:
             rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         print(f"  phase row: {rec}")
         rows.append(rec)
+    return rows
+
+
+def _meanfield_rows(args) -> list[dict]:
+    """The mean-field rows on the device (:func:`benchmarks.bench_meanfield.gpu_rows`): the Fourier path on the
+    circle at n = 10^6 and 10^7 and the tiled direct sum at n = 2 x 10^4, float32 and float64 (``--cpu``:
+    10^5 and 2000); a failure is recorded as a note and the script goes on."""
+    from benchmarks import bench_meanfield
+
+    try:
+        rows = bench_meanfield.gpu_rows(quick=args.cpu)
+    except Exception as e:  # e.g. out of device memory: say so, keep going
+        rows = [{"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}]
+    for rec in rows:
+        print(f"  meanfield row: {rec}")
     return rows
 
 

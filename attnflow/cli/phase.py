@@ -31,7 +31,10 @@ def _run(args: argparse.Namespace) -> int:
 
     config = check_phase_config(load_phase_config(args.config))
     options = run_options(args)
-    if options["processes"] is None and not config.run.distributed:
+    # the sphere's program has no LAPACK call inside it (the span's reduction is pure jnp): it can run on one
+    # XLA:CPU device per core; the rescaled pictures' solves and exponentials (batched LAPACK) would risk the
+    # thread-pool deadlock of several CPU devices (attnflow.sweep.needs_per_system_loop), so they keep one
+    if config.dynamics.name == "sphere" and options["processes"] is None and not config.run.distributed:
         cpu_device_per_core(config.run.devices if options["num_devices"] is None else options["num_devices"])
     s = run_phase(config, args.out, **options)
     if s.get("process_index", 0) != 0:

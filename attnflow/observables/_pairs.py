@@ -198,25 +198,50 @@ def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
     return _energy(x @ x.T, beta)
 
 
+def _tridiagonal(a: Float[Array, "m m"]) -> tuple[Float[Array, " m"], Float[Array, " m1"]]:
+    r"""Diagonal and subdiagonal of a tridiagonal :math:`T = H^\top a H` (Householder reflections, pure jnp).
+
+    Step k reflects the entries below the diagonal of column k onto one, :math:`P = I - 2vv^\top`:
+    with :math:`p = a v` and :math:`w = p - (v^\top p)\, v`, :math:`PaP = a - 2vw^\top - 2wv^\top`
+    (backward stable, as LAPACK's ``sytrd``). Written with masks instead of shrinking slices, so one
+    ``fori_loop`` body serves every step, under vmap as well. No LAPACK call: a batched LAPACK kernel on
+    several XLA:CPU devices can deadlock the shared thread pool (:func:`attnflow.sweep.needs_per_system_loop`).
+    """
+    m = a.shape[0]
+    index = jnp.arange(m)
+
+    def reflect(k, a):
+        x = jnp.where(index > k, a[:, k], 0)
+        head = a[k + 1, k]
+        alpha = -jnp.where(head >= 0, 1.0, -1.0).astype(a.dtype) * jnp.sqrt(jnp.sum(x * x))
+        v = x - alpha * (index == k + 1)
+        norm = jnp.sqrt(jnp.sum(v * v))
+        v = jnp.where(norm > 0, v / jnp.where(norm > 0, norm, 1), 0)
+        p = a @ v
+        w = p - jnp.dot(v, p) * v
+        return a - 2 * (jnp.outer(v, w) + jnp.outer(w, v))
+
+    a = jax.lax.fori_loop(0, m - 2, reflect, a)
+    return jnp.diagonal(a), jnp.diagonal(a, offset=-1)
+
+
 def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
     r"""Number of eigenvalues of the symmetric matrix ``a`` above ``tau``, without computing them.
 
-    ``a`` is reduced to a tridiagonal T (Householder, LAPACK ``sytrd``, for m >= 3; no eigenvectors are formed); by
+    ``a`` is reduced to a tridiagonal T (:func:`_tridiagonal`, for m >= 3; no eigenvectors are formed); by
     Sylvester's law of inertia the count is that of the positive pivots :math:`q_i` of
     :math:`T - \tau I = LDL^\top`, :math:`q_1 = t_{11} - \tau`,
     :math:`q_i = t_{ii} - \tau - t_{i,i-1}^2 / q_{i-1}` (the Sturm count of bisection eigensolvers,
     backward stable: exact for a matrix within rounding of ``a``, as eigenvalues from ``eigvalsh`` are).
-    A pivot below the tiny safe minimum counts as not positive. Elsewhere than CPU and GPU: ``eigvalsh``.
+    A pivot below the tiny safe minimum counts as not positive.
     """
     m = a.shape[0]
     if m == 1:
         return (a[0, 0] > tau).astype(jnp.int32)
-    if m == 2:  # already tridiagonal: no LAPACK call
+    if m == 2:  # already tridiagonal
         diag, off = jnp.diagonal(a), a[1:, 0]
-    elif jax.default_backend() not in ("cpu", "gpu"):  # sytrd is lowered for CPU and GPU only
-        return jnp.sum(jnp.linalg.eigvalsh(a) > tau).astype(jnp.int32)
     else:
-        _, diag, off, _ = jax.lax.linalg.tridiagonal(a, lower=True)
+        diag, off = _tridiagonal(a)
     squares = jnp.concatenate([jnp.zeros(1, a.dtype), off * off])
     pivmin = jnp.finfo(a.dtype).tiny * jnp.maximum(1.0, jnp.max(squares))
 
