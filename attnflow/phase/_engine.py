@@ -232,7 +232,10 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
         out = vmap_systems(one, group=group_of)(*arrays)
         return jax.tree_util.tree_map(lambda a: a[:count], out)
 
-    fn = sharded(run_pairs, mesh, per_system_loop=False)
+    # the sphere's program has no LAPACK call (the span's reduction is jnp): vmapped on every device; the other
+    # fields' solves and exponentials are batched LAPACK calls, which can deadlock several CPU devices' shared
+    # pool, so there each device loops over its pairs (attnflow.sweep.needs_per_system_loop)
+    fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
     betas = np.asarray(config.beta, np.float64)
 
     def compute(start: int, stop: int) -> dict:
