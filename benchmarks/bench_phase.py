@@ -8,7 +8,7 @@ in interleaved rounds (round j runs each command once, their order alternating),
 * ``python -m attnflow phase CONFIG --out DIR`` (imports, compilation, chunk files, tables, figures);
 * ``python benchmarks/phase_torch.py ...`` (a Python loop over beta, ``torch.bmm`` and ``torch.softmax``,
   the same statistics at every checkpoint, per-beta means to a CSV) from the same start clouds
-  (``--x0``, :func:`attnflow.phase._engine.start_clouds`), at its faster thread count: 1 and 2 threads
+  (``--x0``, :func:`attnflow.phase.start_clouds`), at its faster thread count: 1 and 2 threads
   are timed once on the small row and the faster is used (recorded).
 
 Rows: ``small`` (256 systems x 10 betas, d = 2), ``default`` (the peers' diagram: 2048 systems x 90
@@ -103,8 +103,7 @@ def _start_clouds(row: dict, path: Path) -> None:
     import jax
     import numpy as np
 
-    from attnflow.phase import check_phase_config, load_phase_config
-    from attnflow.phase._engine import start_clouds
+    from attnflow.phase import check_phase_config, load_phase_config, start_clouds
 
     cfg = load_phase_config(None)
     cfg.update(beta={"start": row["beta"][0], "stop": row["beta"][1], "num": row["beta"][2]},

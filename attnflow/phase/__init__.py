@@ -23,7 +23,7 @@ from ._config import (
     checkpoint_layers,
     load_phase_config,
 )
-from ._engine import OBSERVABLES, make_chunk_fn, pair_index, statistics
+from ._engine import OBSERVABLES, make_chunk_fn, pair_index, start_clouds, statistics
 from ._metastability import (
     EnergyPlateau,
     Plateau,
@@ -42,7 +42,7 @@ from ._theory import equiangular_rate, equiangular_time
 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
-    "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn",
+    "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn", "start_clouds",
     "pair_index", "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
     "EnergyPlateau", "energy_plateaus", "kaplan_meier", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
     "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence",

@@ -86,8 +86,7 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
     (the same for every beta), in the config's dtype.
 
     Example:
-        >>> from attnflow.phase import check_phase_config, load_phase_config
-        >>> from attnflow.phase._engine import start_clouds
+        >>> from attnflow.phase import check_phase_config, load_phase_config, start_clouds
         >>> cfg = load_phase_config(None)
         >>> cfg.update(n=4, d=2, systems=3)
         >>> cfg = check_phase_config(cfg)
