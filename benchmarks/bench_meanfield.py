@@ -43,6 +43,8 @@ import numpy as np
 if __package__ in (None, ""):  # allow `python benchmarks/bench_meanfield.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import time_call  # noqa: E402
+
 DT = 0.1
 FULL = dict(direct_n=20_000, fourier_ns=(20_000, 1_000_000), betas=(1.0, 4.0), sphere_n=100_000, steps=5,
             repeats=3, crossover_ns=(32, 64, 96, 128, 256, 512, 1024, 2048))
@@ -97,11 +99,8 @@ def attnflow_row(n: int, *, impl: str, beta: float, dtype: str = "float64", d: i
         t = time.perf_counter()
         compiled = run.lower(x).compile()
         compile_s = time.perf_counter() - t
-        times, out = [], None
-        for _ in range(repeats):
-            t = time.perf_counter()
-            out = jax.block_until_ready(compiled(x))
-            times.append(time.perf_counter() - t)
+        timed = time_call(lambda: compiled(x), repeats=repeats, warmup=0)
+        times, out = timed["times_s"], timed["out"]
         row = {"name": f"{'fourier' if impl == 'fourier' else 'direct-tiled' if d == 2 else 'sphere-tiled'}",
                "impl": impl, "n": n, "d": d, "dtype": dtype, "beta": beta, "compile_s": compile_s,
                **_stats(times, steps), **_memory(compiled)}
@@ -125,11 +124,9 @@ def torch_row(n: int, *, beta: float, steps: int = 1, repeats: int = 2, block: i
     by_threads = {}
     for k in threads:
         torch_sphere_euler(x[:256], eye, eye, eye, dt=DT, num_steps=1, beta=beta, threads=k)  # warm-up
-        times, out = [], None
-        for _ in range(repeats):
-            t = time.perf_counter()
-            out = torch_sphere_euler(x, eye, eye, eye, dt=DT, num_steps=steps, beta=beta, block=block, threads=k)
-            times.append(time.perf_counter() - t)
+        timed = time_call(lambda: torch_sphere_euler(x, eye, eye, eye, dt=DT, num_steps=steps, beta=beta, block=block,
+                                                     threads=k), repeats=repeats, warmup=0)
+        times, out = timed["times_s"], timed["out"]
         stats = _stats(times, steps)
         by_threads[k] = stats["step_median_s"]
         if best is None or stats["step_median_s"] < best[0]["step_median_s"]:
@@ -155,12 +152,7 @@ def exp_rate(dtype: str = "float32", size: int = 4096, repeats: int = 5) -> dict
     with jax.enable_x64(dtype == "float64"):
         a = jax.random.normal(jax.random.key(0), (size, size), jnp.dtype(dtype))
         f = jax.jit(lambda a: jnp.sum(jnp.exp(a)))
-        jax.block_until_ready(f(a))
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            jax.block_until_ready(f(a))
-            times.append(time.perf_counter() - t)
+        times = time_call(lambda: f(a), repeats=repeats, warmup=1)["times_s"]
     return {"dtype": dtype, "size": size, "exp_per_s": size * size / statistics.median(times),
             "best_exp_per_s": size * size / min(times)}
 
@@ -181,13 +173,7 @@ def crossover_rows(ns, beta: float = 4.0, repeats: int = 20) -> list[dict]:
             for impl in ("fourier", "dense"):
                 field = sphere_flow(eye, eye, eye, beta, attention_impl=impl)
                 call = jax.jit(lambda x, f=field: f(0.0, x)).lower(x).compile()
-                jax.block_until_ready(call(x))
-                times = []
-                for _ in range(repeats):
-                    t = time.perf_counter()
-                    jax.block_until_ready(call(x))
-                    times.append(time.perf_counter() - t)
-                row[f"{impl}_median_s"] = statistics.median(times)
+                row[f"{impl}_median_s"] = time_call(lambda: call(x), repeats=repeats, warmup=1)["median_s"]
             row["fourier_speedup"] = row["dense_median_s"] / row["fourier_median_s"]
             rows.append(row)
     return rows

@@ -228,7 +228,7 @@ def _tridiagonal(a: Float[Array, "m m"]) -> tuple[Float[Array, " m"], Float[Arra
 def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
     r"""Number of eigenvalues of the symmetric matrix ``a`` above ``tau``, without computing them.
 
-    ``a`` is reduced to a tridiagonal T (:func:`_tridiagonal`, for m >= 3; no eigenvectors are formed); by
+    ``a`` is reduced to a tridiagonal T (:func:`_tridiagonal`; no eigenvectors are formed); by
     Sylvester's law of inertia the count is that of the positive pivots :math:`q_i` of
     :math:`T - \tau I = LDL^\top`, :math:`q_1 = t_{11} - \tau`,
     :math:`q_i = t_{ii} - \tau - t_{i,i-1}^2 / q_{i-1}` (the Sturm count of bisection eigensolvers,
@@ -238,10 +238,7 @@ def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
     m = a.shape[0]
     if m == 1:
         return (a[0, 0] > tau).astype(jnp.int32)
-    if m == 2:  # already tridiagonal
-        diag, off = jnp.diagonal(a), a[1:, 0]
-    else:
-        diag, off = _tridiagonal(a)
+    diag, off = _tridiagonal(a)  # m = 2: already tridiagonal (no reflection)
     squares = jnp.concatenate([jnp.zeros(1, a.dtype), off * off])
     pivmin = jnp.finfo(a.dtype).tiny * jnp.maximum(1.0, jnp.max(squares))
 
