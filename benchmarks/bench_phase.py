@@ -36,6 +36,7 @@ Prints a table and writes JSON (``--out``, default ``bench_phase.json``).
 from __future__ import annotations
 
 import argparse
+import compileall
 import csv
 import json
 import os
@@ -248,6 +249,9 @@ def run(quick: bool, torch: bool, out: Path, *, rows: list[str] | None = None, r
     if unknown:
         raise SystemExit(f"bench_phase: unknown row(s) {unknown}; choose among {list(table)}.")
     args = argparse.Namespace(rounds=rounds or (2 if quick else None), torch_beta_stride=torch_beta_stride)
+    # both sides start from byte-compiled Python, as installed packages do (pip compiles torch's modules;
+    # an editable attnflow under PYTHONDONTWRITEBYTECODE would recompile its sources in every command)
+    compileall.compile_dir(str(ROOT / "attnflow"), quiet=1)
     if torch:
         try:
             import torch as _  # noqa: F401

@@ -315,3 +315,29 @@ def test_saved_figures_are_files(tmp_path):
     ax = ap.phase_diagram(np.ones((2, 2)), beta=[1, 2], t=[1, 2])
     assert ap.save(ax.figure, tmp_path / "phase.png", close=True) == ["phase.png"]
     assert (tmp_path / "phase.png").stat().st_size > 1000
+
+
+def test_saving_keeps_a_constrained_layout_whole_and_crops_a_free_one(tmp_path):
+    from PIL import Image
+
+    fig, ax = ap.new_axes(figsize=(4.0, 3.0))
+    for k in range(6):  # six entries: the legend sits outside the axes, on the right
+        ax.plot([0, 1], [k, k], label=f"line {k}")
+    ap.legend(ax)
+    ax.set_xlabel("time t")
+    ax.set_ylabel("inverse temperature beta")
+    fig.suptitle("a title above everything")
+    ap.save(fig, tmp_path / "constrained.png", dpi=100)
+    with Image.open(tmp_path / "constrained.png") as im:
+        assert im.size == (400, 300)  # the layout already fits: the canvas is saved as drawn
+    renderer = fig.canvas.get_renderer()
+    for artist in (ax.get_legend(), fig._suptitle, ax.xaxis.label, ax.yaxis.label):
+        box = artist.get_window_extent(renderer)
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    free = plt.figure(figsize=(4.0, 3.0))  # no layout engine: a label beyond the canvas is kept by cropping
+    free.add_subplot().set_ylabel("a long label " * 3)
+    free.text(1.1, 0.5, "beyond the right edge")
+    ap.save(free, tmp_path / "free.png", dpi=100, close=True)
+    with Image.open(tmp_path / "free.png") as im:
+        assert im.size[0] > 400
+    plt.close(fig)

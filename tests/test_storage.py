@@ -50,6 +50,28 @@ def _stored(tmp_path) -> Path:
     return path
 
 
+def test_compressed_files_deflate_what_shrinks_and_read_back_exactly(tmp_path):
+    import zipfile
+
+    rng = np.random.default_rng(7)
+    arrays = {"clusters": rng.integers(1, 5, size=(300, 200)).astype(np.float64),  # counts: deflate pays
+              "energy": rng.normal(size=(300, 200)),  # float64 measurements: stored as they are
+              "finite": np.ones(300, bool), "empty": np.zeros((0, 3))}
+    path = tmp_path / "g000.npz"
+    runio.save_verified_npz(path, arrays, ID, compress=True)
+    members = {i.filename: i for i in zipfile.ZipFile(path).infolist()}
+    assert members["clusters.npy"].compress_type == zipfile.ZIP_DEFLATED
+    assert members["clusters.npy"].compress_size < 0.2 * members["clusters.npy"].file_size
+    assert members["energy.npy"].compress_type == zipfile.ZIP_STORED
+    back = runio.load_verified_npz(path, ID, then="recomputing it")
+    assert set(back) == set(arrays)
+    for k, a in arrays.items():
+        assert back[k].dtype == a.dtype and np.array_equal(back[k], a)
+    runio.save_verified_npz(path, arrays, ID)  # without compress: every member stored
+    assert {i.compress_type for i in zipfile.ZipFile(path).infolist()} == {zipfile.ZIP_STORED}
+    assert [p.name for p in tmp_path.iterdir()] == ["g000.npz"]  # no temporary file left
+
+
 def _plain_npz(path: Path, **arrays) -> None:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -144,6 +166,26 @@ def test_process_0_verifies_the_other_processes_chunks_when_it_reads_them_all(tm
     assert np.concatenate([p["row"] for p in parts]).tolist() == list(range(30))
     assert computed == 3  # its own two, and the damaged one of process 1
     assert "g000-000000010.npz: content is chunk g000-000000020, not chunk g000-000000010" in capfd.readouterr().err
+
+
+def test_process_0_reads_back_only_the_chunks_it_did_not_compute_or_verify(tmp_path, monkeypatch):
+    def compute(c: Chunk) -> dict:
+        return {"row": np.arange(c.start, c.stop), "half": np.arange(c.start, c.stop) / 2}
+
+    reads = []
+    load = runio.load_verified_npz
+    monkeypatch.setattr(runio, "load_verified_npz", lambda path, *a, **k: reads.append(Path(path).name) or load(path, *a, **k))
+    chunks = plan_chunks([30], 10)
+    parts, computed = run_chunks(tmp_path, chunks, compute, progress=False)
+    assert computed == 3 and np.concatenate([p["row"] for p in parts]).tolist() == list(range(30))
+    assert reads == [c.file for c in chunks]  # each looked for once, before computing: none read back
+    assert parts[1]["half"].dtype == np.float64 and np.array_equal(parts[1]["half"], np.arange(10, 20) / 2)
+    (tmp_path / "chunks" / chunks[1].file).unlink()  # resumed: two verified, one computed again
+    reads.clear()
+    again, computed = run_chunks(tmp_path, chunks, compute, progress=False)
+    assert computed == 1 and reads == [c.file for c in chunks]
+    for a, b in zip(parts, again):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
 
 
 KILLED_WRITE = textwrap.dedent("""

@@ -43,7 +43,8 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     Every chunk file carries its identity (group, start, stop, the run's config fingerprint) and
     a checksum (:func:`attnflow.runio.save_verified_npz`). A stored chunk that is unreadable,
     misplaced or changed is set aside with a line on stderr and computed again, both when this
-    process resumes its share and when process 0 reads all chunks at the end. The temporary
+    process resumes its share and when process 0 reads the other processes' chunks at the end
+    (process 0 keeps the columns of its own share as it computed or verified them). The temporary
     files of this share's chunks that a kill left behind are removed first (the caller holds the
     lock of this share: :func:`attnflow.sweep._runner.open_run`). ``on_start(stored, share)`` is
     called once the stored chunks of this share are known (before any is computed)."""
@@ -60,12 +61,25 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     def stored(c: Chunk) -> dict | None:
         return runio.load_verified_npz(folder / c.file, identity(c), then="recomputing it")
 
+    # this process's chunks as computed or verified here: not read back at the end (a 2-GiB phase diagram
+    # spent 5 s re-reading and re-hashing what it had just written)
+    held: dict[str, dict] = {}
+
     def make(c: Chunk) -> None:
-        runio.save_verified_npz(folder / c.file, compute(c), identity(c))
+        cols = {k: np.asarray(v) for k, v in compute(c).items()}
+        runio.save_verified_npz(folder / c.file, cols, identity(c))
+        if process_index == 0:
+            held[c.name] = cols
 
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
     runio.remove_stale_temporaries(folder, {c.file for c in mine})
-    todo = [c for c in mine if stored(c) is None]
+    todo = []
+    for c in mine:
+        cols = stored(c)
+        if cols is None:
+            todo.append(c)
+        elif process_index == 0:
+            held[c.name] = cols
     if on_start is not None:
         on_start(len(mine) - len(todo), len(mine))
     total = sum(c.stop - c.start for c in mine)
@@ -91,6 +105,10 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
         time.sleep(poll_s)
     parts = []
     for c in chunks:
+        cols = held.pop(c.name, None)
+        if cols is not None:
+            parts.append(cols)
+            continue
         cols = stored(c)
         if cols is None:  # damaged after it was written: computed again here
             make(c)
