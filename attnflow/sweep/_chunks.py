@@ -65,11 +65,10 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     # spent 5 s re-reading and re-hashing what it had just written)
     held: dict[str, dict] = {}
 
-    def make(c: Chunk) -> None:
+    def make(c: Chunk, writes: _WriteBehind) -> dict:
         cols = {k: np.asarray(v) for k, v in compute(c).items()}
-        runio.save_verified_npz(folder / c.file, cols, identity(c))
-        if process_index == 0:
-            held[c.name] = cols
+        writes.submit(runio.save_verified_npz, folder / c.file, cols, identity(c))
+        return cols
 
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
     runio.remove_stale_temporaries(folder, {c.file for c in mine})
@@ -86,9 +85,11 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
                dynamic_ncols=True)
-    with bar:
+    with bar, _WriteBehind() as writes:
         for c in todo:
-            make(c)
+            cols = make(c, writes)
+            if process_index == 0:
+                held[c.name] = cols
             bar.update(c.stop - c.start)
     computed = len(todo)
     if process_index != 0:
@@ -111,11 +112,51 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
             continue
         cols = stored(c)
         if cols is None:  # damaged after it was written: computed again here
-            make(c)
+            with _WriteBehind() as writes:
+                cols = make(c, writes)
             computed += 1
-            cols = stored(c)
         parts.append(cols)
     return parts, computed
+
+
+class _WriteBehind:
+    """Writes chunk files on one background thread, so that the next chunk computes meanwhile; at most one
+    write is pending (submitting waits for the previous one and raises its error), and leaving the block
+    waits for the last, also when the block ends in an error (an interrupted run keeps its finished chunks).
+
+    Example:
+        >>> from attnflow.sweep._chunks import _WriteBehind
+        >>> done = []
+        >>> with _WriteBehind() as writes:
+        ...     writes.submit(done.append, "chunk 0")
+        ...     writes.submit(done.append, "chunk 1")
+        >>> done
+        ['chunk 0', 'chunk 1']
+    """
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-chunk-writer")
+        self._pending = None
+
+    def submit(self, fn: Callable, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self) -> "_WriteBehind":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def concat(parts: list[dict]) -> dict:
