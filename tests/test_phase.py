@@ -253,6 +253,30 @@ def test_equiangular_time_matches_a_simulated_equiangular_cloud():
     assert 1.5 < errors[0] / errors[1] < 2.6  # ... and the error halves with dt: first order
 
 
+@pytest.mark.parametrize("normalisation", ["softmax", "mean"])
+def test_equiangular_time_closed_form_agrees_with_quadrature(normalisation):
+    """The Ei closed form against adaptive quadrature of 1 / rho' (relative 1e-12: the quadrature's own
+    tolerance is 1e-13, and the closed form is a difference of O(e^beta) terms, rounding 1e-16 each)."""
+    from scipy.integrate import quad
+
+    from attnflow.phase import equiangular_rate
+    from attnflow.phase._theory import _closed_form_time
+
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(2, 200))
+        beta, threshold = float(rng.uniform(0.01, 30.0)), float(rng.uniform(0.5, 0.9999))
+        rho0 = float(rng.uniform(-1.0 / (n - 1) + 1e-3, threshold - 1e-3))
+        want, _ = quad(lambda r: 1.0 / equiangular_rate(r, beta, n, normalisation), rho0, threshold, limit=200,
+                       epsabs=0.0, epsrel=1e-13)
+        assert equiangular_time(rho0, threshold, beta, n, normalisation) == pytest.approx(want, rel=1e-12)
+        assert _closed_form_time(rho0, threshold, beta, n, normalisation) == pytest.approx(want, rel=1e-12)
+    # beta = 0 (Ei(0) is infinite: the quadrature's answer): at n = 2 both normalisations give b = 1/2, so
+    # rho' = 1 - rho^2 and T = artanh(0.5)
+    want = np.arctanh(0.5)
+    assert equiangular_time(0.0, 0.5, 0.0, 2, normalisation) == pytest.approx(want, rel=1e-10)
+
+
 # ---------------------------------------------------------------- the job: tables, resume, dynamics
 
 def _read(path):

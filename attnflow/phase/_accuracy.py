@@ -21,7 +21,7 @@ from scipy import special as _special
 from .._x64 import in_float64
 from ..dynamics import normalise, sphere_flow
 from ..errors import InputError
-from ..integrate import EulerStepper, solve_ode, sphere_shift
+from ..integrate import EulerStepper, sphere_shift
 
 
 def convergence_order(dts, errors, confidence: float = 0.95) -> dict:
@@ -99,6 +99,7 @@ def sphere_convergence(x0: Float[Array, "S n d"], beta, t: float, dts, *, Q=None
         if L < 1 or abs(L * h - t) > 1e-9 * max(t, 1.0):
             raise InputError(f"t / dt must be a whole number of layers, got t = {t!r} and dt = {h!r}.")
         layers.append(L)
+    from ..integrate import solve_ode  # diffrax: loaded by this study only, not by every phase job
 
     @jax.jit
     @jax.vmap

@@ -11,12 +11,24 @@ where :math:`b(\rho)` is the attention weight of another token: :math:`e^{\beta\
 this scalar ODE needs from :math:`\rho_0` to the threshold :math:`\theta`,
 :math:`T = \int_{\rho_0}^{\theta} d\rho / \dot\rho`: the phase diagram's line where a cloud with the initial
 mean inner product :math:`\rho_0` would count as clustered.
+
+The integral has a closed form in the exponential integral Ei (partial fractions of
+:math:`1/((1-\rho)(1+(n-1)\rho)) = \frac1n\,[1/(1-\rho) + (n-1)/(1+(n-1)\rho)]`); with
+:math:`w = 1 + (n-1)\rho` and :math:`[F]` the difference of F between :math:`\theta` and :math:`\rho_0`,
+
+.. math:: T_{\text{softmax}} = \tfrac{1}{2n}\big[-\mathrm{Ei}(\beta(1-\rho)) + e^{\beta n/(n-1)}\,
+   \mathrm{Ei}(-\beta w/(n-1))\big] + \tfrac{n-1}{2n}\big[\log w - \log(1-\rho)\big],
+
+.. math:: T_{\text{mean}} = \tfrac12\big[-e^{-\beta}\,\mathrm{Ei}(\beta(1-\rho)) + e^{\beta/(n-1)}\,
+   \mathrm{Ei}(-\beta w/(n-1))\big].
+
+Where that is not finite (beta = 0, or e^beta beyond floating point) the integral is taken by quadrature.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.integrate import quad
+from scipy import special as _special
 
 
 def equiangular_rate(rho: float, beta: float, n: int, normalisation: str = "softmax") -> float:
@@ -51,5 +63,25 @@ def equiangular_time(rho0: float, threshold: float, beta: float, n: int, normali
         return 0.0
     if not np.isfinite(rho0) or rho0 <= -1.0 / (n - 1):
         return float("nan")
-    value, _ = quad(lambda r: 1.0 / equiangular_rate(r, beta, n, normalisation), rho0, threshold, limit=200)
+    value = _closed_form_time(float(rho0), float(threshold), float(beta), int(n), normalisation)
+    if not np.isfinite(value):
+        from scipy.integrate import quad
+
+        value, _ = quad(lambda r: 1.0 / equiangular_rate(r, beta, n, normalisation), rho0, threshold, limit=200)
     return float(value)
+
+
+def _closed_form_time(rho0: float, threshold: float, beta: float, n: int, normalisation: str) -> float:
+    """:func:`equiangular_time` from the module's Ei formulas (not finite where they overflow or beta = 0)."""
+    m = n - 1
+
+    def antiderivative(rho: float) -> float:
+        w = 1.0 + m * rho
+        with np.errstate(all="ignore"):
+            if normalisation == "softmax":
+                return float((-_special.expi(beta * (1.0 - rho)) + np.exp(beta * n / m) * _special.expi(-beta * w / m))
+                             / (2 * n) + m / (2 * n) * (np.log(w) - np.log1p(-rho)))
+            return float(0.5 * (-np.exp(-beta) * _special.expi(beta * (1.0 - rho))
+                                + np.exp(beta / m) * _special.expi(-beta * w / m)))
+
+    return antiderivative(threshold) - antiderivative(rho0)
