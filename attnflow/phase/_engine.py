@@ -24,7 +24,9 @@ Common random numbers: system s of a group starts from the same cloud (and, with
 
 from __future__ import annotations
 
+import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +34,7 @@ import numpy as np
 
 from .._attention import attend
 from .._batching import group_size, vmap_systems
-from .._x64 import float64_scope
+from .._x64 import float64_enabled, float64_scope
 from ..dynamics import normalise
 from ..dynamics._normalised import tangent_projection
 from ..ensembles import draw_systems, system_seeds, token_key
@@ -94,9 +96,16 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
         (2, 4, 2)
     """
     seeds = system_seeds(config.seed, group.label, 0, config.systems)[np.asarray(systems)]
-    draw = jax.vmap(lambda s: _initial_cloud(s, group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere"))
+    draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere")
     with float64_scope():  # a float64 config draws float64 clouds, whatever the caller's mode
-        return np.asarray(jax.jit(draw)(jnp.asarray(seeds, jnp.uint32)))
+        return np.asarray(draw(jnp.asarray(seeds, jnp.uint32)))
+
+
+@functools.lru_cache(maxsize=16)
+def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool):
+    """The compiled draw of the start clouds (B, n, d) of B seeds (:func:`_initial_cloud`), shared by the job
+    and :func:`start_clouds`."""
+    return jax.jit(jax.vmap(lambda s: _initial_cloud(s, n, d, dtype, on_sphere)))
 
 
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,9 +210,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     identity = _identity_sphere(config, group)
     stepper = EulerStepper(dt, layers, shift=entry.shift, checkpoint=None)
 
-    def one(beta, seed, *weights):
+    def one(beta, seed, x0, *weights):
         beta, step = beta.astype(dtype), jnp.asarray(dt, dtype)
-        x0 = _initial_cloud(seed, n, d, dtype, spec.name == "sphere")
         if identity:
             def drift(t, y):
                 return tangent_projection(y, attend(beta * y, y, y, normalisation=config.normalisation))
@@ -236,12 +244,29 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     # pool, so there each device loops over its pairs (attnflow.sweep.needs_per_system_loop)
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
     betas = np.asarray(config.beta, np.float64)
+    # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
+    # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
+    draw = _cloud_drawer(n, d, dtype, spec.name == "sphere")
+    compiled: set[int] = set()
 
     def compute(start: int, stop: int) -> dict:
         b_idx, systems = pair_index(config, start, stop)
         weights = () if identity else _weights(config, group, systems)  # Q = K = V = I are not read
-        seeds = system_seeds(config.seed, group.label, 0, config.systems)[systems]
-        out = fn(betas[b_idx].astype(dtype), jnp.asarray(seeds, jnp.uint32), *weights)
+        seeds = np.asarray(system_seeds(config.seed, group.label, 0, config.systems)[systems], np.uint32)
+        beta_of = betas[b_idx].astype(dtype)
+        x64 = float64_enabled()
+
+        def clouds():
+            with jax.enable_x64(x64):  # the caller's float64 mode (a scope is per thread)
+                return np.asarray(draw(seeds))
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-start-clouds") as pool:
+            x0 = pool.submit(clouds)
+            if len(seeds) not in compiled:
+                fn.precompile(beta_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights)
+                compiled.add(len(seeds))
+            x0 = x0.result()
+        out = fn(beta_of, seeds, x0, *weights)
         cols = {k: np.asarray(v) for k, v in out.items()}
         cols.update(beta_index=b_idx, system=systems)
         return cols

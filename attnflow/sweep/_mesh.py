@@ -94,4 +94,12 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
         out = inner(*arrays)
         return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
 
+    def precompile(*arrays) -> None:
+        """Compile the program ``call`` would run on arrays of these shapes and dtypes (arrays or
+        ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled."""
+        b = np.shape(arrays[0])[0]
+        pad = (-b) % ndev
+        inner.lower(*(jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays)).compile()
+
+    call.precompile = precompile
     return call
