@@ -16,7 +16,7 @@ report/sweep jobs run in a scoped float64 mode (``jax.enable_x64(True)``); elsew
 function keeps the dtype it is given.
 """
 
-import importlib as _importlib
+from ._lazy import lazy_names as _lazy_names
 
 #: public name -> the module that defines it; imported on first use (PEP 562), so that
 #: ``import attnflow`` and ``attnflow --help`` do not load JAX until a name is asked for
@@ -35,18 +35,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __version__ = "0.1.0"
 

@@ -474,8 +474,7 @@ def _bytes_of(a) -> memoryview:
     """The bytes of an array without a copy (a copy only when it is not C-contiguous)."""
     import numpy as np
 
-    a = a if a.flags.c_contiguous else a.copy(order="C")
-    return memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
 
 
 def _deflates(a) -> bool:
@@ -536,7 +535,6 @@ def save_verified_npz(path: str | os.PathLike, arrays: dict, identity: dict, *, 
                     if not (compress and _deflates(a)):
                         member = zipfile.ZipInfo(member, date_time=time.localtime()[:6])
                         member.compress_type = zipfile.ZIP_STORED
-                        member.external_attr = 0o600 << 16
                     with archive.open(member, "w", force_zip64=True) as out:
                         np.lib.format.write_array(out, a, allow_pickle=False)
             fh.flush()

@@ -4,9 +4,9 @@ Both are :class:`AbstractIntegrator`: ``bind(field)`` then ``solve(field, y0, *,
 returning a :class:`Trajectory`. :func:`solve_ode` and :func:`solve_euler` are their one-call forms.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names as _lazy_names
 from ._base import AbstractIntegrator
 from ._euler import EulerStepper, plain_shift, solve_euler, sphere_shift
 from ._solution import (
@@ -25,18 +25,7 @@ _ODE_NAMES = ("DEFAULT_TOLERANCES", "SOLVERS", "ODESolver", "make_solver", "solv
 if TYPE_CHECKING:  # for type checkers and the API reference, which read the names statically
     from ._ode import DEFAULT_TOLERANCES, SOLVERS, ODESolver, make_solver, solve_ode
 
-
-def __getattr__(name: str):
-    if name not in _ODE_NAMES:
-        raise AttributeError(f"module 'attnflow.integrate' has no attribute {name!r}")
-    value = getattr(_importlib.import_module("._ode", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ODE_NAMES))
-
+__getattr__, __dir__ = _lazy_names(__name__, dict.fromkeys(_ODE_NAMES, "._ode"), globals())
 
 __all__ = [
     "AbstractIntegrator",

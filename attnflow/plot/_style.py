@@ -209,8 +209,9 @@ def save(fig, path: str | os.PathLike, *, formats: Sequence[str] | None = None, 
     names = []
     # a constrained layout already fits every label, colour bar and legend inside the figure; a tight
     # bounding box there would only draw the figure a second time (about a third of the cost)
-    engine = fig.get_layout_engine()
-    bbox = None if type(engine).__name__ == "ConstrainedLayoutEngine" else "tight"
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    bbox = None if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine) else "tight"
     for fmt in chosen:
         target = path.with_suffix("." + fmt)
         buf = io.BytesIO()

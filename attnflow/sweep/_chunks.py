@@ -64,10 +64,11 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     # this process's chunks as computed or verified here: not read back at the end (a 2-GiB phase diagram
     # spent 5 s re-reading and re-hashing what it had just written)
     held: dict[str, dict] = {}
+    keep = process_index == 0  # the other processes' results are read from their files
 
-    def make(c: Chunk, writes: _WriteBehind) -> dict:
+    def make(c: Chunk, write: Callable = runio.save_verified_npz) -> dict:
         cols = {k: np.asarray(v) for k, v in compute(c).items()}
-        writes.submit(runio.save_verified_npz, folder / c.file, cols, identity(c))
+        write(folder / c.file, cols, identity(c))
         return cols
 
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
@@ -77,7 +78,7 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
         cols = stored(c)
         if cols is None:
             todo.append(c)
-        elif process_index == 0:
+        elif keep:
             held[c.name] = cols
     if on_start is not None:
         on_start(len(mine) - len(todo), len(mine))
@@ -85,10 +86,10 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
                dynamic_ncols=True)
-    with bar, _WriteBehind() as writes:
+    with bar, _WriteBehind(runio.save_verified_npz) as write:
         for c in todo:
-            cols = make(c, writes)
-            if process_index == 0:
+            cols = make(c, write)
+            if keep:
                 held[c.name] = cols
             bar.update(c.stop - c.start)
     computed = len(todo)
@@ -112,37 +113,37 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
             continue
         cols = stored(c)
         if cols is None:  # damaged after it was written: computed again here
-            with _WriteBehind() as writes:
-                cols = make(c, writes)
+            cols = make(c)
             computed += 1
         parts.append(cols)
     return parts, computed
 
 
 class _WriteBehind:
-    """Writes chunk files on one background thread, so that the next chunk computes meanwhile; at most one
-    write is pending (submitting waits for the previous one and raises its error), and leaving the block
-    waits for the last, also when the block ends in an error (an interrupted run keeps its finished chunks).
+    """``write(*args)`` on one background thread, so that the next chunk computes meanwhile: calling it waits
+    for the previous write (raising its error) and hands this one over; leaving the block waits for the
+    last, also when the block ends in an error (an interrupted run keeps its finished chunks).
 
     Example:
         >>> from attnflow.sweep._chunks import _WriteBehind
         >>> done = []
-        >>> with _WriteBehind() as writes:
-        ...     writes.submit(done.append, "chunk 0")
-        ...     writes.submit(done.append, "chunk 1")
+        >>> with _WriteBehind(done.append) as write:
+        ...     write("chunk 0")
+        ...     write("chunk 1")
         >>> done
         ['chunk 0', 'chunk 1']
     """
 
-    def __init__(self):
+    def __init__(self, write: Callable):
         from concurrent.futures import ThreadPoolExecutor
 
+        self._write = write
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-chunk-writer")
         self._pending = None
 
-    def submit(self, fn: Callable, *args) -> None:
+    def __call__(self, *args) -> None:
         self.wait()
-        self._pending = self._pool.submit(fn, *args)
+        self._pending = self._pool.submit(self._write, *args)
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None

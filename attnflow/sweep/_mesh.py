@@ -86,9 +86,12 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
     body = loop_over_systems(fn) if per_system_loop else fn
     inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
 
+    def padding(arrays) -> int:  # systems added so that every device gets as many
+        return -np.shape(arrays[0])[0] % ndev
+
     def call(*arrays):
         b = np.shape(arrays[0])[0]
-        pad = (-b) % ndev
+        pad = padding(arrays)
         if pad:
             arrays = tuple(np.concatenate([np.asarray(a), np.repeat(np.asarray(a)[-1:], pad, axis=0)]) for a in arrays)
         out = inner(*arrays)
@@ -97,8 +100,7 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
     def precompile(*arrays) -> None:
         """Compile the program ``call`` would run on arrays of these shapes and dtypes (arrays or
         ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled."""
-        b = np.shape(arrays[0])[0]
-        pad = (-b) % ndev
+        pad = padding(arrays)
         inner.lower(*(jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays)).compile()
 
     call.precompile = precompile
