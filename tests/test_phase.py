@@ -349,8 +349,9 @@ def test_every_kind_of_dynamics_and_grid_runs(tmp_path, changes):
 
 
 def test_cli_runs_one_cpu_device_per_core_with_the_same_cells(tmp_path):
-    """``attnflow phase`` on a CPU shards over one XLA device per available core (run.devices = 0), and its
-    cells.csv equals a one-device run of the same config (each system's numbers do not depend on its device)."""
+    """``attnflow phase`` on a CPU shards over one XLA device per available core (run.devices = 0) and draws its
+    figures in worker processes; its cells.csv, figures and report equal a one-device run of the same config that
+    draws in its own process (each system's numbers do not depend on its device)."""
     import json
     import os
     import subprocess
@@ -365,8 +366,12 @@ def test_cli_runs_one_cpu_device_per_core_with_the_same_cells(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["devices"] == cores
-    run_phase(load_phase_config(cfg), tmp_path / "one", num_devices=1)
+    run_phase(load_phase_config(cfg), tmp_path / "one", num_devices=1, figure_workers=0)
     assert (tmp_path / "cli" / "cells.csv").read_text() == (tmp_path / "one" / "cells.csv").read_text()
+    # the CLI's figure worker processes draw the files this process draws
+    for name in ("phase_g000.png", "curves_g000.png", "staircase_g000.png", "lifetime_g000.png"):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert (tmp_path / "cli" / "report.md").read_text() == (tmp_path / "one" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("m", [3, 5, 32])

@@ -27,16 +27,26 @@ def add_parser(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..plot._workers import FigureWorkers, worker_count
+
+    options = run_options(args)
+    # the figure workers start first, and import matplotlib on the cores this process leaves idle while it
+    # imports JAX and compiles (a process other than the first of a multi-process run draws nothing)
+    drawing = (options["processes"] or {}).get("process_id", 0) == 0
+    with FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",)) as pool:
+        return _phase(args, options, pool)
+
+
+def _phase(args: argparse.Namespace, options: dict, pool) -> int:
     from ..phase import check_phase_config, load_phase_config, run_phase
 
     config = check_phase_config(load_phase_config(args.config))
-    options = run_options(args)
     # the sphere's program has no LAPACK call inside it (the span's reduction is pure jnp): it can run on one
     # XLA:CPU device per core; the rescaled pictures' solves and exponentials (batched LAPACK) would risk the
     # thread-pool deadlock of several CPU devices (attnflow.sweep.needs_per_system_loop), so they keep one
     if config.dynamics.name == "sphere" and options["processes"] is None and not config.run.distributed:
         cpu_device_per_core(config.run.devices if options["num_devices"] is None else options["num_devices"])
-    s = run_phase(config, args.out, **options)
+    s = run_phase(config, args.out, figure_workers=pool, **options)
     if s.get("process_index", 0) != 0:
         print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} chunks")
         return 0

@@ -12,33 +12,55 @@ the plateau detection (:func:`plateaus`, :func:`first_plateaus`, :func:`energy_p
 the layer map's convergence to the flow (:func:`sphere_convergence`).
 """
 
-from ._accuracy import convergence_order, sphere_convergence
-from ._compare import COMPARED, compare_runs, crossing_times
-from ._config import (
-    DEFAULT_CONFIG,
-    GRID_KEYS,
-    PhaseConfig,
-    PhaseGroup,
-    check_phase_config,
-    checkpoint_layers,
-    load_phase_config,
-)
-from ._engine import OBSERVABLES, make_chunk_fn, pair_index, start_clouds, statistics
-from ._metastability import (
-    EnergyPlateau,
-    Plateau,
-    energy_plateaus,
-    first_plateaus,
-    gathered,
-    kaplan_meier,
-    lifetime_slope,
-    lifetime_summary,
-    merges,
-    plateaus,
-)
-from ._run import check_phase_sizes, run_phase
-from ._tables import CELL_COLUMNS, mean_interval, read_cells
-from ._theory import equiangular_rate, equiangular_time
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names as _lazy_names
+
+#: every public name and its module, imported on first use (PEP 562): ``import attnflow.phase`` is light,
+#: and the job's figure workers import :mod:`attnflow.phase._figures` without JAX
+_NAMES = {
+    "._accuracy": ("convergence_order", "sphere_convergence"),
+    "._compare": ("COMPARED", "compare_runs", "crossing_times"),
+    "._config": ("DEFAULT_CONFIG", "GRID_KEYS", "PhaseConfig", "PhaseGroup", "check_phase_config", "checkpoint_layers",
+                 "load_phase_config"),
+    "._engine": ("OBSERVABLES", "make_chunk_fn", "pair_index", "start_clouds", "statistics"),
+    "._metastability": ("EnergyPlateau", "Plateau", "energy_plateaus", "first_plateaus", "gathered", "kaplan_meier",
+                        "lifetime_slope", "lifetime_summary", "merges", "plateaus"),
+    "._run": ("check_phase_sizes", "run_phase"),
+    "._tables": ("CELL_COLUMNS", "mean_interval", "read_cells"),
+    "._theory": ("equiangular_rate", "equiangular_time"),
+}
+if TYPE_CHECKING:  # for type checkers and the API reference, which read the names statically
+    from ._accuracy import convergence_order, sphere_convergence
+    from ._compare import COMPARED, compare_runs, crossing_times
+    from ._config import (
+        DEFAULT_CONFIG,
+        GRID_KEYS,
+        PhaseConfig,
+        PhaseGroup,
+        check_phase_config,
+        checkpoint_layers,
+        load_phase_config,
+    )
+    from ._engine import OBSERVABLES, make_chunk_fn, pair_index, start_clouds, statistics
+    from ._metastability import (
+        EnergyPlateau,
+        Plateau,
+        energy_plateaus,
+        first_plateaus,
+        gathered,
+        kaplan_meier,
+        lifetime_slope,
+        lifetime_summary,
+        merges,
+        plateaus,
+    )
+    from ._run import check_phase_sizes, run_phase
+    from ._tables import CELL_COLUMNS, mean_interval, read_cells
+    from ._theory import equiangular_rate, equiangular_time
+
+__getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in _NAMES.items() for name in names},
+                                   globals())
 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",

@@ -19,6 +19,7 @@ skips the finished chunks and writes the same tables. The run folder holds:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -27,11 +28,13 @@ import numpy as np
 from .. import runio
 from .._resources import check_fits
 from .._x64 import in_float64
+from ..plot._workers import FigureWorkers, worker_count
 from ..sweep._chunks import concat, plan_chunks
 from ..sweep._runner import check_table_memory, start_sweep
 from ..sweep._tables import write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config
 from ._engine import OBSERVABLES, group_pairs, make_chunk_fn
+from ._figures import MAPS
 from ._metastability import (
     ENERGY_REL_TOL,
     HOLD_RATIO,
@@ -42,6 +45,8 @@ from ._metastability import (
 from ._tables import CELL_COLUMNS, cell_rows, grid_of
 from ._theory import equiangular_time
 
+#: the module of the job's figure functions (drawn in figure worker processes)
+FIGURE_MODULE = "attnflow.phase._figures"
 #: the columns of metastability.csv
 META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "systems", "with_plateau", "pending", "events",
                 "censored_fraction", "median", "q25", "q75", "median_censored", "plateau_count", "plateau_start",
@@ -92,9 +97,17 @@ def _gib(b: float) -> str:
 @in_float64
 @runio.releases_output_dirs
 def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int | None = None,
-              progress: bool | None = None, processes: dict | None = None) -> dict:
+              progress: bool | None = None, processes: dict | None = None,
+              figure_workers: int | FigureWorkers | None = None) -> dict:
     """Run (or resume) the phase diagram of ``config`` (a table, parsed here, or parsed) into ``out``;
     returns the summary.
+
+    The figures are drawn by ``figure_workers`` worker processes (default: one per figure, at most 4
+    and at most the cores, none on one core; :class:`attnflow.plot._workers.FigureWorkers`), started
+    before the chunks compile so that they have imported matplotlib when the results come; 0 draws
+    them in this process; a :class:`~attnflow.plot._workers.FigureWorkers` of the caller's (started
+    earlier still, as ``attnflow phase`` does before it imports JAX) is used and left open. The files
+    are the same either way.
 
     Example:
         >>> import tempfile, pathlib
@@ -128,33 +141,47 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             fns[c.group] = make_chunk_fn(config, groups[c.group], sw.mesh)
         return fns[c.group](c.start, c.stop)
 
-    parts, processes_info = sw.run_chunks(chunks, compute, "phase diagram")
-    if sw.process_index != 0:
-        return processes_info
-    by_group = {g.index: concat([p for c, p in zip(chunks, parts) if c.group == g.index]) for g in groups}
-    cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
-    write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
-    cell_cols = concat(cells)
-    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
-    meta, fits, theory = [], [], {}
-    (sw.out / "systems").mkdir(exist_ok=True)
-    for g in groups:
-        cols = by_group[g.index]
-        runio.save_verified_npz(sw.out / "systems" / f"g{g.index:03d}.npz",
-                                {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
-                                                                  *OBSERVABLES)},
-                                {"kind": "phase-systems", "group": g.label}, compress=True)
-        rows, fit = _metastability(config, g, cols, t)
-        meta.append(rows)
-        fits.append(fit)
-        theory[g.index] = _theory_line(config, g, cell_cols)
-    write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
-    summary = _summary(config, groups, cell_cols, fits, sizes)
-    summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
-        groups[k].label: v for k, v in theory.items()})
-    runio.atomic_write_json(sw.out / "summary.json", summary)
-    figures = _figures(config, groups, cell_cols, by_group, meta, fits, theory, sw.out)
-    _report(config, summary, figures, sw.out)
+    if isinstance(figure_workers, FigureWorkers):
+        pool = contextlib.nullcontext(figure_workers)
+    else:
+        if sw.process_index != 0:
+            figure_workers = 0  # process 0 writes the results
+        elif figure_workers is None:
+            figure_workers = worker_count(4 * len(groups))
+        pool = FigureWorkers(figure_workers, preload=(FIGURE_MODULE,))
+    with pool as drawing:  # they import matplotlib while the chunks compile
+        parts, processes_info = sw.run_chunks(chunks, compute, "phase diagram")
+        if sw.process_index != 0:
+            return processes_info
+        by_group = {g.index: concat([p for c, p in zip(chunks, parts) if c.group == g.index]) for g in groups}
+        cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
+        cell_cols = concat(cells)
+        theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
+        figures = {g.index: _cell_figures(drawing, config, g, cell_cols, theory[g.index], sw.out) for g in groups}
+        write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
+        t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
+        meta, fits = [], []
+        (sw.out / "systems").mkdir(exist_ok=True)
+        for g in groups:
+            cols = by_group[g.index]
+            figures[g.index].append(_staircase_figure(drawing, config, g, cols, sw.out))
+            runio.save_verified_npz(sw.out / "systems" / f"g{g.index:03d}.npz",
+                                    {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
+                                                                      *OBSERVABLES)},
+                                    {"kind": "phase-systems", "group": g.label}, compress=True)
+            rows, fit = _metastability(config, g, cols, t)
+            meta.append(rows)
+            fits.append(fit)
+            figures[g.index].append(drawing.submit(
+                f"{FIGURE_MODULE}:lifetimes", sw.out / f"lifetime_g{g.index:03d}.png", rows, fit,
+                f"n = {g.n}, d = {g.d}: first metastable plateau"))
+        write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
+        summary = _summary(config, groups, cell_cols, fits, sizes)
+        summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
+            groups[k].label: v for k, v in theory.items()})
+        runio.atomic_write_json(sw.out / "summary.json", summary)
+        names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
+    _report(config, summary, names, sw.out)
     return dict(summary, **processes_info)
 
 
@@ -257,58 +284,37 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
             "groups": heads, "lifetime_fits": fits}
 
 
-_MAPS = (("pairs_clustered", "fraction of pairs clustered", False),
-         ("clusters", "clusters (mean)", True),
-         ("energy", "E_beta / e^beta / (2 beta) (mean; 1: one cluster)", False),
-         ("span", "dimension of the span (mean)", False))
-
-
-def _figures(config, groups, cells, by_group, meta, fits, theory, out: Path) -> dict:
-    from .. import plot as ap
-
+def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, cells: dict, line: dict | None,
+                  out: Path) -> list:
+    """Hand one group's heat maps and fixed-t curves (from the cell table) to the figure workers; their futures."""
     t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
     log_t = config.spacing == "log"
     tt = np.where(t > 0, t, t[1] / 2 if len(t) > 1 else 1.0) if log_t else t  # t = 0 on a log axis
-    figures = {}
-    for g in groups:
-        tag = f"g{g.index:03d}"
-        names = []
-        fig, axes = ap.new_figure(2, 2, panel=(5.2, 4.0))
-        for ax, (name, label, log) in zip(axes.ravel(), _MAPS):
-            overlay = None
-            line = theory.get(g.index)
-            if name == "pairs_clustered" and line is not None:
-                ok = np.isfinite(line["t"]) & (np.asarray(line["t"]) <= t[-1])
-                overlay = (np.asarray(line["t"])[ok], np.asarray(line["beta"])[ok],
-                           f"equiangular model reaches {config.threshold:g}")
-            values = grid_of(cells, g, config, name)
-            if name == "energy":  # relative to its largest value, e^beta / (2 beta): comparable across beta
-                beta = np.asarray(config.beta)[:, None]
-                values = values * 2 * beta * np.exp(-beta)
-            ap.phase_diagram(values, beta=config.beta, t=tt, ax=ax, log_color=log,
-                             log_t=log_t, label=label, overlay=overlay, title=label)
-        fig.suptitle(f"{config.dynamics.name}, n = {g.n}, d = {g.d}: {config.systems} systems per cell")
-        names += ap.save(fig, out / f"phase_{tag}.png", close=True)
-        frac = grid_of(cells, g, config, "pairs_clustered")
-        at = [t[len(t) // 8], t[len(t) // 2], t[-1]]
-        ax = ap.curves_at_fixed_t(frac, beta=config.beta, t=t, at=at, lo=grid_of(cells, g, config, "pairs_clustered_lo"),
-                                  hi=grid_of(cells, g, config, "pairs_clustered_hi"),
-                                  title=f"n = {g.n}, d = {g.d}: mean and {config.confidence:.0%} interval")
-        names += ap.save(ax.figure, out / f"curves_{tag}.png", close=True)
-        cols = by_group[g.index]
-        b = len(config.beta) // 2
-        sel = np.flatnonzero((cols["beta_index"] == b) & cols["finite"])[:4]
-        ax = ap.staircase(t, cols["energy"][sel], clusters=cols["clusters"][sel],
-                          title=f"beta = {config.beta[b]:g}, n = {g.n}, d = {g.d}")
-        names += ap.save(ax.figure, out / f"staircase_{tag}.png", close=True)
-        m = meta[g.index]
-        ax = ap.lifetime_vs_beta(m["beta"], m["median"], q25=m["q25"], q75=m["q75"],
-                                 censored=m["median_censored"].astype(bool), fit=fits[g.index],
-                                 by_count=fits[g.index]["by_count"],
-                                 title=f"n = {g.n}, d = {g.d}: first metastable plateau")
-        names += ap.save(ax.figure, out / f"lifetime_{tag}.png", close=True)
-        figures[g.index] = [x for x in names if x.endswith(".png")]
-    return figures
+    overlay = None
+    if line is not None:
+        ok = np.isfinite(line["t"]) & (np.asarray(line["t"]) <= t[-1])
+        overlay = (np.asarray(line["t"])[ok], np.asarray(line["beta"])[ok],
+                   f"equiangular model reaches {config.threshold:g}")
+    tag = f"g{g.index:03d}"
+    grids = {name: grid_of(cells, g, config, name) for name, _, _ in MAPS}
+    maps = drawing.submit(f"{FIGURE_MODULE}:heat_maps", out / f"phase_{tag}.png", grids, list(config.beta), tt,
+                          log_t=log_t, overlay=overlay,
+                          title=f"{config.dynamics.name}, n = {g.n}, d = {g.d}: {config.systems} systems per cell")
+    lo, hi = (grid_of(cells, g, config, f"pairs_clustered_{end}") for end in ("lo", "hi"))
+    curves = drawing.submit(f"{FIGURE_MODULE}:curves", out / f"curves_{tag}.png", grids["pairs_clustered"], lo, hi,
+                            list(config.beta), t, [t[len(t) // 8], t[len(t) // 2], t[-1]],
+                            f"n = {g.n}, d = {g.d}: mean and {config.confidence:.0%} interval")
+    return [maps, curves]
+
+
+def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, cols: dict, out: Path):
+    """Hand the energy staircase of the first four finite systems at the middle beta to the figure workers."""
+    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
+    b = len(config.beta) // 2
+    sel = np.flatnonzero((cols["beta_index"] == b) & cols["finite"])[:4]
+    return drawing.submit(f"{FIGURE_MODULE}:staircase", out / f"staircase_g{g.index:03d}.png", t,
+                          np.asarray(cols["energy"][sel]), np.asarray(cols["clusters"][sel]),
+                          f"beta = {config.beta[b]:g}, n = {g.n}, d = {g.d}")
 
 
 def _lifetime_sentence(fit: dict, confidence: float) -> str:

@@ -1,0 +1,70 @@
+"""Figure worker processes (attnflow.plot._workers): the files they write equal those drawn in the caller's
+process, the caller's figure formats reach them, a failure comes back with its traceback, a worker that dies
+fails its calls instead of hanging, and an interrupted block leaves no process behind."""
+
+import os
+import signal
+
+import pytest
+
+import attnflow.plot as ap
+from attnflow.plot._worker import example_figure
+from attnflow.plot._workers import FigureWorkerError, FigureWorkers
+
+EXAMPLE = "attnflow.plot._worker:example_figure"
+
+
+def test_worker_figures_are_the_files_the_caller_would_draw(tmp_path):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    with ap.figure_formats("png", "svg"):
+        expected = example_figure(tmp_path / "here" / "line.png")
+        with FigureWorkers(2) as pool:
+            assert pool.size == 2
+            futures = [pool.submit(EXAMPLE, tmp_path / "there" / f"line{k}.png") for k in range(3)]
+        names = [f.result() for f in futures]
+    assert expected == ["line.png", "line.svg"]
+    assert names == [[f"line{k}.png", f"line{k}.svg"] for k in range(3)]
+    for k in range(3):
+        assert (tmp_path / "there" / f"line{k}.png").read_bytes() == (tmp_path / "here" / "line.png").read_bytes()
+
+
+def test_no_workers_draws_in_this_process_as_each_call_is_submitted(tmp_path):
+    with FigureWorkers(0) as pool:
+        assert pool.size == 0
+        future = pool.submit(EXAMPLE, tmp_path / "line.png")
+        assert future.done() and (tmp_path / "line.png").is_file()
+        with pytest.raises(TypeError):  # an inline failure is raised where it happens
+            pool.submit(EXAMPLE, 5)
+    assert future.result() == ["line.png"]
+
+
+def test_a_failure_in_a_worker_comes_back_with_its_traceback_and_the_worker_goes_on(tmp_path):
+    with FigureWorkers(1) as pool:
+        bad = pool.submit(EXAMPLE, 5)
+        good = pool.submit(EXAMPLE, tmp_path / "line.png")
+        with pytest.raises(FigureWorkerError, match="(?s)Traceback.*TypeError"):
+            bad.result()
+        assert good.result() == ["line.png"]
+        missing = pool.submit("attnflow.plot._worker:no_such_figure", tmp_path / "x.png")
+        with pytest.raises(FigureWorkerError, match="no_such_figure"):
+            missing.result()
+
+
+def test_a_worker_that_dies_fails_its_pending_calls_and_later_calls_run_here(tmp_path):
+    with FigureWorkers(1) as pool:
+        worker = pool._workers[0]
+        pending = pool.submit("time:sleep", 60)  # any "module:function" call: this one waits
+        os.kill(worker.process.pid, signal.SIGKILL)
+        with pytest.raises(FigureWorkerError, match="exited"):
+            pending.result(timeout=30)
+        later = pool.submit(EXAMPLE, tmp_path / "line.png")
+        assert later.done() and later.result() == ["line.png"]
+
+
+def test_an_exception_in_the_block_kills_the_workers(tmp_path):
+    with pytest.raises(RuntimeError, match="stop"):
+        with FigureWorkers(2) as pool:
+            processes = [w.process for w in pool._workers]
+            raise RuntimeError("stop")
+    assert all(p.poll() is not None for p in processes)
