@@ -82,3 +82,27 @@ def test_help_constants_match_the_jobs():
 
     assert DEFAULT_OUTS == {"reproduce": REPRO_OUT, "extensions": EXT_OUT}
     assert EXTENSION_STUDIES == tuple(STUDIES)
+
+
+def test_the_command_process_flushes_its_output_runs_atexit_and_keeps_the_exit_status(tmp_path):
+    """``attnflow`` ends its process with ``os._exit`` once the command returned: everything it printed (buffered
+    into a pipe) arrives, its atexit handlers have run, and the command's status is the process's."""
+    marker = tmp_path / "atexit-ran"
+    code = f"""
+import atexit, importlib, sys
+cli = importlib.import_module("attnflow.cli.main")  # the module (attnflow.cli.main is also its function)
+def command():
+    atexit.register(lambda: open({str(marker)!r}, "w").write("yes"))
+    for k in range(20000):
+        print(f"line {{k}}")
+    print("to stderr", file=sys.stderr)
+    return 3
+cli.main = command
+cli.run()
+print("never printed")
+"""
+    r = _run(code)
+    assert r.returncode == 3, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 20000 and lines[-1] == "line 19999"
+    assert "to stderr" in r.stderr and marker.read_text() == "yes"

@@ -1,4 +1,4 @@
 """Command-line interface: ``attnflow <command> --help``. A thin layer over the library."""
-from .main import main
+from .main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

@@ -165,16 +165,16 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         for g in groups:
             cols = by_group[g.index]
             figures[g.index].append(_staircase_figure(drawing, config, g, cols, sw.out))
-            runio.save_verified_npz(sw.out / "systems" / f"g{g.index:03d}.npz",
-                                    {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
-                                                                      *OBSERVABLES)},
-                                    {"kind": "phase-systems", "group": g.label}, compress=True)
             rows, fit = _metastability(config, g, cols, t)
             meta.append(rows)
             fits.append(fit)
             figures[g.index].append(drawing.submit(
                 f"{FIGURE_MODULE}:lifetimes", sw.out / f"lifetime_g{g.index:03d}.png", rows, fit,
                 f"n = {g.n}, d = {g.d}: first metastable plateau"))
+            runio.save_verified_npz(sw.out / "systems" / f"g{g.index:03d}.npz",  # while the workers draw
+                                    {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
+                                                                      *OBSERVABLES)},
+                                    {"kind": "phase-systems", "group": g.label}, compress=True)
         write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
         summary = _summary(config, groups, cell_cols, fits, sizes)
         summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
