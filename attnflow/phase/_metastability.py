@@ -347,8 +347,9 @@ def _newton_minimum(f, theta: np.ndarray, max_iter: int = 100) -> np.ndarray:
             break
         for _ in range(60):
             candidate = theta + step
-            new_value, new_grad = f(candidate)
-            if np.isfinite(new_value) and new_value <= value:
+            with np.errstate(over="ignore", invalid="ignore"):  # a step too far overflows: rejected below
+                new_value, new_grad = f(candidate)
+            if np.isfinite(new_value) and np.all(np.isfinite(new_grad)) and new_value <= value:
                 break
             step = step / 2
         else:
