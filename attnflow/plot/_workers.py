@@ -142,8 +142,8 @@ class FigureWorkers:
     ``workers``: processes to start (0: every call runs in this process when submitted); ``preload``:
     modules each worker imports when it starts (the drawing functions' modules, matplotlib's pyplot is
     always imported), so that the first call does not pay for them. Calls go to the worker with the
-    fewest in flight. Leaving the ``with`` block waits for every call; an exception in the block kills
-    the workers instead.
+    fewest in flight; where none is left alive (or none could start), the call runs here. Leaving the ``with``
+    block waits for every call; an exception in the block kills the workers instead.
 
     Example:
         >>> import tempfile, pathlib
@@ -174,7 +174,10 @@ class FigureWorkers:
         live = [w for w in self._workers if w.process.poll() is None]
         if live:
             worker = min(live, key=lambda w: len(w.pending))
-            return worker.send((target, formats, args, kwargs))
+            try:
+                return worker.send((target, formats, args, kwargs))
+            except FigureWorkerError:  # it died since: this call is drawn here
+                pass
         future: Future = Future()
         with figure_formats(*formats):
             future.set_result(_call(target, args, kwargs))  # an error is raised here, where it happens
