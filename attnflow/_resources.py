@@ -27,6 +27,17 @@ INT32_MAX = 2**31 - 1
 USABLE_FRACTION = 0.8
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the platform has one).
+
+    Example:
+        >>> from attnflow._resources import available_cores
+        >>> available_cores() >= 1
+        True
+    """
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def format_bytes(nbytes: float) -> str:
     """``1.5e9`` -> ``'1.4 GiB'``.
 

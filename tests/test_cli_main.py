@@ -101,7 +101,10 @@ cli.main = command
 cli.run()
 print("never printed")
 """
-    r = _run(code)
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # block-buffered, as a pipe is
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert r.returncode == 3, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 20000 and lines[-1] == "line 19999"

@@ -87,8 +87,9 @@ def cpu_device_per_core(num_devices: int | None) -> int | None:
         return None
     if jax.config.jax_num_cpu_devices != -1:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    count = int(num_devices) if num_devices else cores
+    from .._resources import available_cores
+
+    count = int(num_devices) if num_devices else available_cores()
     if count <= 1:
         return None
     try:

@@ -391,7 +391,7 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
     theta = _newton_minimum(lambda th: _censored_normal_nll(th, x, y, obs), np.array([start[1], start[0],
                                                                                      np.log(spread)]))
     H = _hessian(lambda th: _censored_normal_nll(th, x, y, obs)[1], theta)  # the observed information
-    cov = np.linalg.pinv(0.5 * (H + H.T))
+    cov = np.linalg.pinv(H)
     half = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(cov[1, 1], 0.0))
     return {"slope": float(theta[1]), "slope_lo": float(theta[1] - half), "slope_hi": float(theta[1] + half),
             "intercept": float(theta[0]), "sigma": float(np.exp(theta[2])), **base}

@@ -156,15 +156,15 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         by_group = {g.index: concat([p for c, p in zip(chunks, parts) if c.group == g.index]) for g in groups}
         cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
         cell_cols = concat(cells)
-        theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
-        figures = {g.index: _cell_figures(drawing, config, g, cell_cols, theory[g.index], sw.out) for g in groups}
-        write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
         t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
+        theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
+        figures = {g.index: _cell_figures(drawing, config, g, t, cell_cols, theory[g.index], sw.out) for g in groups}
+        write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
         meta, fits = [], []
         (sw.out / "systems").mkdir(exist_ok=True)
         for g in groups:
             cols = by_group[g.index]
-            figures[g.index].append(_staircase_figure(drawing, config, g, cols, sw.out))
+            figures[g.index].append(_staircase_figure(drawing, config, g, t, cols, sw.out))
             rows, fit = _metastability(config, g, cols, t)
             meta.append(rows)
             fits.append(fit)
@@ -284,10 +284,10 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
             "groups": heads, "lifetime_fits": fits}
 
 
-def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, cells: dict, line: dict | None,
-                  out: Path) -> list:
-    """Hand one group's heat maps and fixed-t curves (from the cell table) to the figure workers; their futures."""
-    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
+def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, t: np.ndarray, cells: dict,
+                  line: dict | None, out: Path) -> list:
+    """Hand one group's heat maps and fixed-t curves (from the cell table; ``t``: the checkpoint times) to the
+    figure workers; their futures."""
     log_t = config.spacing == "log"
     tt = np.where(t > 0, t, t[1] / 2 if len(t) > 1 else 1.0) if log_t else t  # t = 0 on a log axis
     overlay = None
@@ -307,9 +307,9 @@ def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, ce
     return [maps, curves]
 
 
-def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, cols: dict, out: Path):
+def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, t: np.ndarray, cols: dict,
+                      out: Path):
     """Hand the energy staircase of the first four finite systems at the middle beta to the figure workers."""
-    t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
     b = len(config.beta) // 2
     sel = np.flatnonzero((cols["beta_index"] == b) & cols["finite"])[:4]
     return drawing.submit(f"{FIGURE_MODULE}:staircase", out / f"staircase_g{g.index:03d}.png", t,

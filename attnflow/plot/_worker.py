@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints go to stderr, the answers to the original stdout
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from . import figure_formats  # noqa: F401  (attnflow.plot)
+    from . import figure_formats  # attnflow.plot: imported before the first call
     from ._workers import _call
 
     for module in argv:

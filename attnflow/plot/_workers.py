@@ -50,7 +50,9 @@ def worker_count(figures: int, cores: int | None = None) -> int:
         (2, 4, 1, 0)
     """
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from .._resources import available_cores
+
+        cores = available_cores()
     return 0 if cores < 2 else max(0, min(figures, cores, 4))
 
 
