@@ -19,8 +19,8 @@ from ..observables import clustered as clustered_jnp
 from ..spectral import predict_geometry
 from ._base import CaseResult, Context, Run, fmt
 
-__all__ = ["NESTING_TOL", "initial_diameter", "geometry_hyp", "geometry_check", "entrance_time", "remark33_check",
-           "cluster_limits", "polytope_checks", "anorm_rate_check", "hyperplane_checks"]
+__all__ = ["NESTING_TOL", "MOST_TOKENS", "initial_diameter", "geometry_hyp", "geometry_check", "token_entrance_times",
+           "entrance_time", "remark33_check", "cluster_limits", "polytope_checks", "anorm_rate_check", "hyperplane_checks"]
 
 NESTING_TOL = 1e-6  # relative hull / extreme-value violations allowed (solver rtol 1e-9 in float64)
 
@@ -54,35 +54,58 @@ def geometry_check(res: CaseResult, ctx: Context, run: Run, Q, K, V, *, y=None) 
 # ----------------------------------------------------------------------------- shared checks
 
 
-def entrance_time(ts, dist, tol) -> np.ndarray:
-    """Per member: the first save time from which on ``dist`` (B, T, n) stays <= tol for every token
-    (inf when the last save is still outside)."""
-    out = []
-    for db in dist:
-        inside = np.all(db <= tol, axis=1)
-        bad = np.nonzero(~inside)[0]
-        k = 0 if bad.size == 0 else bad[-1] + 1
-        out.append(ts[k] if k < len(ts) else np.inf)
-    return np.asarray(out)
+#: Remark 3.3 says "most tokens": the graded time is the one by which this fraction of them are in
+MOST_TOKENS = 0.75
+
+
+def token_entrance_times(ts, dist, tol) -> np.ndarray:
+    """Per member and token: the first save time from which on ``dist`` (B, T, n) stays <= tol
+    (inf when the last save is still outside), (B, n)."""
+    inside = np.asarray(dist) <= tol  # (B, T, n)
+    T = inside.shape[1]
+    # index of the last save outside, + 1 (0 when always inside)
+    last_out = np.where(~inside, np.arange(T)[None, :, None], -1).max(axis=1) + 1
+    padded = np.append(np.asarray(ts, np.float64), np.inf)
+    return padded[last_out]
+
+
+def entrance_time(ts, dist, tol, fraction: float = 1.0) -> np.ndarray:
+    """Per member: the first save time from which on at least ``fraction`` of the tokens keep
+    ``dist`` (B, T, n) <= tol (inf when the last save does not get there), (B,).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.report._checks import entrance_time
+        >>> dist = np.array([[[2, 2, 2, 2], [0, 2, 2, 2], [0, 0, 0, 2], [0, 0, 0, 0]]], float)  # (1, T=4, n=4)
+        >>> entrance_time(np.arange(4.0), dist, 1.0).tolist(), entrance_time(np.arange(4.0), dist, 1.0, 0.75).tolist()
+        ([3.0], [2.0])
+    """
+    per_token = np.sort(token_entrance_times(ts, dist, tol), axis=1)
+    k = max(1, int(np.ceil(fraction * per_token.shape[1] - 1e-9)))
+    return per_token[:, k - 1]
 
 
 def remark33_check(res: CaseResult, ts, dist, tol_text: str, *, unit: str, what: str, rate: float,
                    rel: float) -> None:
-    """Remark 3.3: the time the configuration enters (and stays in) the stated neighbourhood of
-    the limit set, against the time the theorem's mechanism needs: tokens move towards their
-    leaders at rate ``rate`` (distance ~ e^{-rate t}), so reaching ``rel`` of the initial size
-    takes ln(1/rel)/rate once P has saturated (doubly exponentially fast, O(1) time); pass when
-    the entrance comes by twice that."""
-    t_in = entrance_time(ts, dist, 1.0)
+    """Remark 3.3: the time most tokens (:data:`MOST_TOKENS`) have entered, and stay in, the stated
+    neighbourhood of the limit set, against the time the theorem's mechanism needs: tokens move
+    towards their leaders at rate ``rate`` (distance ~ e^{-rate t}), so reaching ``rel`` of the
+    initial size takes ln(1/rel)/rate once P has saturated (doubly exponentially fast, O(1) time);
+    pass when that time is at most twice ln(1/rel)/rate. The time every token is in is reported
+    beside it, not graded: a token near a tie between two leaders saturates late (the remark
+    speaks of most tokens)."""
+    t_most = entrance_time(ts, dist, 1.0, MOST_TOKENS)
+    t_all = entrance_time(ts, dist, 1.0)
     limit = 2 * np.log(1 / rel) / rate
     graded = limit < float(ts[-1])
-    res.check("Remark 3.3: clustered early", f"every token enters and stays within {tol_text} of {what} by "
-              f"{unit} <= 2 ln(1/{rel:g}) / {rate:.3g} = {fmt(limit)}", f"{unit} entered per run {fmt(t_in)}"
+    res.check("Remark 3.3: clustered early", f"{MOST_TOKENS:.0%} of the tokens enter and stay within {tol_text} of "
+              f"{what} by {unit} <= 2 ln(1/{rel:g}) / {rate:.3g} = {fmt(limit)}",
+              f"{unit} {MOST_TOKENS:.0%} entered per run {fmt(t_most)}; all entered {fmt(t_all)}"
               + ("" if graded else f" (horizon {fmt(ts[-1])} too short to grade)"),
-              bool(np.all(t_in <= limit)) if graded else None,
-              float(limit - np.max(t_in)) if np.all(np.isfinite(t_in)) else -np.inf,
+              bool(np.all(t_most <= limit)) if graded else None,
+              float(limit - np.max(t_most)) if np.all(np.isfinite(t_most)) else -np.inf,
               note="rate: the contraction rate towards the leaders (lambda; Euler: ln(1 + lambda dt) per layer); "
-                   "the paper: clusters appear 'after a few layers'")
+                   "the paper: 'after a few layers, most tokens are clustered'")
 
 
 def cluster_limits(y_final, tol):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..observables import classify_geometry
 from ..spectral import predict_geometry
-from ._base import CaseResult, Context, Run, case, defect_check, fmt, run_case_sim
+from ._base import CaseResult, Context, case, defect_check, fmt, run_case_sim
 from ._checks import polytope_checks
 from ._draws import hyperplane_V, random_spd_factor, similar, stream
 from ._mutations import mutated_field_factory
@@ -95,13 +95,5 @@ def negative_controls(ctx: Context, res: CaseResult) -> None:
                             overlay="hull"), "A wrong field collapses every token to one point."))
     res.notes.append("Every row is an expected failure: a noise cloud, a system that should not cluster, "
                      "or a wrong vector field. PASS means the classifier or the checks rejected it.")
-    res.systems.extend(_rows(res, run) + _rows(res, bad, "collapsed"))
-
-
-def _rows(res: CaseResult, run: Run, tag: str = "complex") -> list[dict]:
-    B, T, n, d = run.z.shape
-    return [{"case": f"{res.name}:{tag}", "run": b, "n": n, "d": d, "t1": float(run.ts[-1]), "saves": T,
-             "clusters_t0": int(run.clusters[b, 0]), "clusters_t1": int(run.clusters[b, -1]),
-             "rank_P_t1": int(run.rank[b, -1]), "dist_P_boolean_t1": float(run.boolean[b, -1]),
-             "max_norm_z_t1": float(np.max(np.linalg.norm(run.z[b, -1], axis=-1))),
-             "max_norm_x_t1": float(np.max(np.linalg.norm(run.x[b, -1], axis=-1)))} for b in range(B)]
+    res.record(run, "complex")
+    res.record(bad, "collapsed")

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PaperField", "paper_field", "trajectory_defect", "growth_rate"]
+__all__ = ["PaperField", "paper_field", "trajectory_defect"]
 
 
 def _softmax_rows(s):
@@ -64,23 +64,6 @@ def paper_field(Q, K, V, picture: str) -> PaperField:
     return PaperField(jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V), picture)
 
 
-def growth_rate(V, picture: str) -> float:
-    """Exponential rate at which the state may grow (the scale of the defect tolerance):
-    raw tokens grow like :math:`e^{\\mathrm{Re}\\lambda_1 t}` (SPEC 1.1); rescaled tokens like
-    :math:`e^{-\\min_k \\mathrm{Re}\\,\\mu_k\\, t}` (the repulsive part :math:`-Vz_i`), at least 0.
-
-    Example:
-        >>> import numpy as np
-        >>> from attnflow.report._reference import growth_rate
-        >>> growth_rate(np.diag([1.0, -0.5]), "raw"), growth_rate(np.diag([1.0, -0.5]), "rescaled")
-        (1.0, 0.5)
-    """
-    w = np.linalg.eigvals(np.asarray(V, np.float64))
-    if picture == "raw":
-        return float(max(0.0, w.real.max()))
-    return float(max(0.0, -w.real.min()))
-
-
 def _euler_defect(ts, y, Q, K, V, picture, dt):
     """Exact per-layer residual of the layer recursion (NumPy float64), (B, L)."""
     d = V.shape[0]
@@ -110,19 +93,20 @@ def trajectory_defect(ts, y, Q, K, V, *, picture: str, method: str, dt: float | 
     r"""How far the saved trajectory ``y`` (B, T, n, d) at times ``ts`` (T,) is from solving the
     paper's equation: per member and examined step, :math:`\max_i |y_i(t_{k+1}) -
     \Phi_{t_k \to t_{k+1}}(y(t_k))_i|` with :math:`\Phi` the flow of :func:`paper_field` (or the
-    exact layer map). Returns (defects (B, S), the times :math:`t_{k+1}` (S,)).
+    exact layer map). Returns (defects (B, S), the indices k of the examined steps (S,)).
 
     Example:
         >>> import numpy as np
         >>> from attnflow.report._reference import trajectory_defect
         >>> I = np.eye(2); ts = np.arange(4.0); y = np.ones((1, 4, 3, 2))
-        >>> float(trajectory_defect(ts, y, I, I, I, picture="rescaled", method="euler", dt=1.0)[0].max())
-        0.0
+        >>> defect, steps = trajectory_defect(ts, y, I, I, I, picture="rescaled", method="euler", dt=1.0)
+        >>> float(defect.max()), steps.tolist()
+        (0.0, [0, 1, 2])
     """
     ts, y = np.asarray(ts, np.float64), np.asarray(y, np.float64)
     Q, K, V = (np.asarray(a, np.float64) for a in (Q, K, V))
     if method == "euler":
-        return _euler_defect(ts, y, Q, K, V, picture, float(dt)), ts[1:]
+        return _euler_defect(ts, y, Q, K, V, picture, float(dt)), np.arange(len(ts) - 1)
     T = len(ts)
     ks = np.unique(np.linspace(0, T - 2, min(intervals, T - 1)).round().astype(int))
     with jax.enable_x64(True):
@@ -131,7 +115,7 @@ def trajectory_defect(ts, y, Q, K, V, *, picture: str, method: str, dt: float | 
                            jnp.asarray(y[:, ks]))
         end = np.asarray(out)
     defect = np.max(np.linalg.norm(y[:, ks + 1] - end, axis=-1), axis=-1)
-    return defect, ts[ks + 1]
+    return defect, ks
 
 
 @eqx.filter_jit
