@@ -35,7 +35,7 @@ def _row(summary, case):
 
 
 def main() -> None:
-    from attnflow.report import case_names, reproduce
+    from attnflow.report import case_names
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", nargs="+", choices=("n", "dtype", "seeds"), default=["n", "dtype"],
@@ -51,7 +51,7 @@ def main() -> None:
     if "dtype" in args.parts:
         _dtype_part(tmp, out, case_names())
     if "seeds" in args.parts:
-        _seeds_part(args, tmp, out, reproduce)
+        _seeds_part(args, tmp, out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, default=str))
 
@@ -71,7 +71,9 @@ def _remark33_ratios(summary) -> tuple[float, float]:
     return most, every
 
 
-def _seeds_part(args, tmp, out, reproduce) -> None:
+def _seeds_part(args, tmp, out) -> None:
+    from attnflow.report import reproduce
+
     print("\n| seed | passed | failed checks | most solver steps (case) | Remark 3.3 75% / every token "
           "(x ln(1/rel)/kappa) | seconds |\n|---|---|---|---|---|---|")
     for seed in args.seeds:
@@ -98,14 +100,12 @@ def _n_part(args, tmp, out) -> None:
     for n in args.ns:
         over = {"batch": 1, "gif_frames": 0, "num_saves": 41, "thm3_1": {"n": n}, "thm4_2_2d": {"n": n},
                 "negative_controls": {"n": min(n, 128)}}
-        t = time.time()
         s = reproduce(tmp / f"n{n}", cases=cases + ["negative_controls"], progress=False, figures=False,
                       overrides=over)
         out["n"][n] = s
         for case in cases + ["negative_controls"]:
             ok, failed = _row(s, case)
             print(f"| {n} | {case} | {ok} | {failed or '-'} | {s['cases'][case]['seconds']:.0f} |", flush=True)
-        del t
 
 
 def _dtype_part(tmp, out, all_cases) -> None:
