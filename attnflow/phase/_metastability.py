@@ -306,9 +306,20 @@ def lifetime_summary(first: dict) -> dict:
             "censored_fraction": float(cen.mean()), "median_censored": med is None, "pending": pending}
 
 
-def _censored_normal_nll(theta, x, y, observed):
-    """Negative log-likelihood and gradient of y = a + b x + sigma eps (eps ~ N(0, 1)), y right-censored
-    where not ``observed``; theta = (a, b, log sigma)."""
+def _censored_normal_nll(theta, x, y, observed, *, hessian: bool = False):
+    r"""Negative log-likelihood and gradient (and, with ``hessian``, Hessian) of
+    :math:`y = a + b x + \sigma\varepsilon` (:math:`\varepsilon \sim N(0, 1)`), y right-censored where not
+    ``observed``; theta = (a, b, log sigma).
+
+    With :math:`z = (y - a - bx)/\sigma` and the inverse Mills ratio :math:`\lambda = \varphi(z)/\Phi(-z)`
+    (:math:`\lambda' = \lambda(\lambda - z)`), one term's log-likelihood and its derivatives in
+    :math:`\mu = a + bx` and :math:`\tau = \log\sigma` are: observed,
+    :math:`\ell_\mu = z/\sigma`, :math:`\ell_\tau = z^2 - 1`, :math:`\ell_{\mu\mu} = -1/\sigma^2`,
+    :math:`\ell_{\mu\tau} = -2z/\sigma`, :math:`\ell_{\tau\tau} = -2z^2`; censored,
+    :math:`\ell_\mu = \lambda/\sigma`, :math:`\ell_\tau = \lambda z`,
+    :math:`\ell_{\mu\mu} = -\lambda'/\sigma^2`, :math:`\ell_{\mu\tau} = -(\lambda' z + \lambda)/\sigma`,
+    :math:`\ell_{\tau\tau} = -z(\lambda' z + \lambda)`; a and b enter through :math:`\mu` (weights 1, x).
+    """
     a, b, log_s = theta
     s = np.exp(log_s)
     z = (y - a - b * x) / s
@@ -317,44 +328,45 @@ def _censored_normal_nll(theta, x, y, observed):
     mills = np.exp(-0.5 * z**2 - 0.5 * np.log(2 * np.pi) - log_tail)  # phi(z) / Phi(-z)
     d_mu = np.where(observed, z, mills) / s  # d loglik / d mu
     d_log_s = np.where(observed, z**2 - 1.0, mills * z)
-    return nll, -np.array([d_mu.sum(), (d_mu * x).sum(), d_log_s.sum()])
-
-
-def _hessian(gradient, theta: np.ndarray) -> np.ndarray:
-    """Central differences of an analytic gradient (steps 1e-5 relative), symmetrised."""
-    H = np.zeros((theta.size, theta.size))
-    for k in range(theta.size):
-        e = np.zeros(theta.size)
-        e[k] = 1e-5 * max(1.0, abs(theta[k]))
-        H[:, k] = (gradient(theta + e) - gradient(theta - e)) / (2 * e[k])
-    return 0.5 * (H + H.T)
+    gradient = -np.array([d_mu.sum(), (d_mu * x).sum(), d_log_s.sum()])
+    if not hessian:
+        return nll, gradient
+    slope = mills * (mills - z)  # lambda'(z)
+    mu_mu = np.where(observed, -1.0, -slope) / s**2
+    mu_tau = np.where(observed, -2.0 * z, -(slope * z + mills)) / s
+    tau_tau = np.where(observed, -2.0 * z**2, -z * (slope * z + mills))
+    H = -np.array([[mu_mu.sum(), (mu_mu * x).sum(), mu_tau.sum()],
+                   [(mu_mu * x).sum(), (mu_mu * x * x).sum(), (mu_tau * x).sum()],
+                   [mu_tau.sum(), (mu_tau * x).sum(), tau_tau.sum()]])
+    return nll, gradient, H
 
 
 def _newton_minimum(f, theta: np.ndarray, max_iter: int = 100) -> np.ndarray:
-    """The minimum of a smooth function of a few parameters, ``f(theta) -> (value, gradient)``: Newton steps on
-    the finite-difference Hessian of the gradient (a gradient step where the Hessian is not positive definite),
-    halved until the value decreases; stops when the Newton decrement falls below 1e-20 or no step decreases the
-    value. The censored log-normal likelihood (three parameters) converges in 5-10 steps."""
-    value, grad = f(theta)
+    """The minimum of a smooth function of a few parameters, ``f(theta, hessian=...) -> (value, gradient[,
+    Hessian])``: Newton steps on the Hessian with its eigenvalues taken in absolute value (a descent direction
+    also where it is not positive definite, as far from the optimum), halved until the value decreases; stops
+    when the Newton decrement :math:`g^T H^{-1} g`, twice the predicted decrease, falls to 1e-14 of the value
+    (a likelihood's rounding) or no halved step decreases the value. The censored log-normal likelihood
+    (three parameters) converges in 5-10 steps."""
+    value, grad, H = f(theta, hessian=True)
     for _ in range(max_iter):
-        H = _hessian(lambda th: f(th)[1], theta)
-        try:
-            np.linalg.cholesky(H)
-            step = -np.linalg.solve(H, grad)
-        except np.linalg.LinAlgError:  # not positive definite: steepest descent
-            step = -grad
-        if -(grad @ step) < 1e-20:
+        w, U = np.linalg.eigh(H)
+        w = np.maximum(np.abs(w), 1e-12 * max(np.abs(w).max(), 1e-300))
+        step = -U @ ((U.T @ grad) / w)
+        if not -(grad @ step) > 1e-14 * max(1.0, abs(value)):
             break
         for _ in range(60):
             candidate = theta + step
-            with np.errstate(over="ignore", invalid="ignore"):  # a step too far overflows: rejected below
+            # a step too far overflows or underflows sigma: rejected below
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 new_value, new_grad = f(candidate)
             if np.isfinite(new_value) and np.all(np.isfinite(new_grad)) and new_value <= value:
                 break
             step = step / 2
         else:
             break
-        theta, value, grad = candidate, new_value, new_grad
+        theta, value = candidate, new_value
+        _, grad, H = f(theta, hessian=True)
     return theta
 
 
@@ -388,9 +400,11 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
         return {"slope": None, "slope_lo": None, "slope_hi": None, "intercept": None, "sigma": None, **base}
     start = np.polyfit(x[obs], y[obs], 1)
     spread = np.std(y[obs] - np.polyval(start, x[obs])) + 1e-3
-    theta = _newton_minimum(lambda th: _censored_normal_nll(th, x, y, obs), np.array([start[1], start[0],
-                                                                                     np.log(spread)]))
-    H = _hessian(lambda th: _censored_normal_nll(th, x, y, obs)[1], theta)  # the observed information
+    def nll(th, hessian=False):
+        return _censored_normal_nll(th, x, y, obs, hessian=hessian)
+
+    theta = _newton_minimum(nll, np.array([start[1], start[0], np.log(spread)]))
+    H = nll(theta, hessian=True)[2]  # the observed information
     cov = np.linalg.pinv(H)
     half = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(cov[1, 1], 0.0))
     return {"slope": float(theta[1]), "slope_lo": float(theta[1] - half), "slope_hi": float(theta[1] + half),
