@@ -336,11 +336,11 @@ def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypat
     def failing(*args, **kwargs):
         compute = real(*args, **kwargs)
 
-        def once(start, stop):
+        def once(start, stop, **kwargs):
             calls["n"] += 1
             if calls["n"] == 3:
                 raise KeyboardInterrupt
-            return compute(start, stop)
+            return compute(start, stop, **kwargs)
 
         return once
 

@@ -80,18 +80,24 @@ def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
 BITSET_MAX_NODES = 32
 
 
-def _closure_labels(adjacent: Bool[Array, "n n"]) -> Int[Array, " n"]:
-    r"""Component labels of a symmetric graph of n <= 32 nodes by repeated squaring of its reachability.
+def _neighbour_bits(adjacent: Bool[Array, "n n"]) -> Array:
+    """Row i of a symmetric graph of n <= 32 nodes as a bit set (one uint32: bit j set when j ~ i)."""
+    index = jnp.arange(adjacent.shape[0], dtype=jnp.uint32)
+    bits = jnp.left_shift(jnp.uint32(1), index)
+    return jnp.sum(jnp.where(adjacent, bits[:, None], jnp.uint32(0)), axis=0, dtype=jnp.uint32)  # distinct bits
+
+
+def _closure_labels(reach: Array) -> Int[Array, " n"]:
+    r"""Component labels of a symmetric graph of n <= 32 nodes (given as :func:`_neighbour_bits`, the diagonal
+    set) by repeated squaring of its reachability.
 
     Node i's reach is a bit set (one uint32); :math:`\lceil\log_2(n-1)\rceil` rounds of
     :math:`R_i \leftarrow \bigcup_{j \in R_i} R_j` double the path length covered, so the last holds i's
     whole component, and its lowest set bit is the label. A fixed number of rounds, no data-dependent
     loop: under ``vmap`` every member does the same work, which XLA runs without a batched ``while``.
     """
-    n = adjacent.shape[0]
+    n = reach.shape[0]
     index = jnp.arange(n, dtype=jnp.uint32)
-    bits = jnp.left_shift(jnp.uint32(1), index)
-    reach = jnp.sum(jnp.where(adjacent, bits[:, None], jnp.uint32(0)), axis=0, dtype=jnp.uint32)  # distinct bits
     for _ in range(math.ceil(math.log2(n - 1)) if n > 2 else 0):
         member = (jnp.right_shift(reach[None, :], index[:, None]) & 1).astype(bool)  # [j, i]: j in R_i
         reach = jax.lax.reduce(jnp.where(member, reach[:, None], jnp.uint32(0)), jnp.uint32(0), jax.lax.bitwise_or,
@@ -121,7 +127,7 @@ def connected_components(adjacent: Bool[Array, "n n"]) -> Int[Array, " n"]:
     n = adjacent.shape[0]
     adjacent = adjacent | jnp.eye(n, dtype=bool)
     if n <= BITSET_MAX_NODES:
-        return _closure_labels(adjacent)
+        return _closure_labels(_neighbour_bits(adjacent))
     big = jnp.int32(n)
 
     def sweep(state):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
-from ._clusters import connected_components, pairwise_distances
+from ._clusters import BITSET_MAX_NODES, _closure_labels, _neighbour_bits, connected_components, pairwise_distances
 
 #: The peers' statistic: inner products of at least 0.999 count as one cluster.
 DEFAULT_THRESHOLD = 0.999
@@ -90,13 +90,22 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
         >>> round(float(s["pairs_clustered"]), 6), int(s["clusters"]), round(float(s["ip_mean"]), 6)
         (0.333333, 2, 0.333333)
     """
+    n = gram.shape[0]
     adjacent = _graph(gram, threshold)
+    if 1 < n <= BITSET_MAX_NODES:
+        # the graph's rows as bit sets serve both counts: the pairs are their set bits (a popcount per row
+        # instead of a second pass over the n x n graph), the clusters their closure
+        rows = _neighbour_bits(adjacent)
+        pairs = (jnp.sum(jax.lax.population_count(rows).astype(jnp.int32)) - n) / (n * (n - 1))
+        labels = _closure_labels(rows)
+        clusters = jnp.sum(labels == jnp.arange(n))
+    else:
+        pairs, clusters = pair_fraction(adjacent), count_components(adjacent)
     lo, mean, hi = _off_diagonal(gram)
     # the shift of the energy's log-sum-exp: the largest diagonal entry bounds every entry of a Gram matrix
     # (|G_ij| <= |x_i| |x_j|, Cauchy-Schwarz), and it needs no pass over the off-diagonal entries first
     top = jnp.max(jnp.diagonal(gram))
-    return {"pairs_clustered": pair_fraction(adjacent).astype(gram.dtype),
-            "clusters": count_components(adjacent).astype(gram.dtype),
+    return {"pairs_clustered": jnp.asarray(pairs, gram.dtype), "clusters": clusters.astype(gram.dtype),
             "energy": _energy(gram, beta, top), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
 
 

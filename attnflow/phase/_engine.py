@@ -196,11 +196,31 @@ def _checkpoint_run(layer, stats, y0, checkpoints, dt):
     return saved, t_bad
 
 
-def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
-    """``compute(start, stop) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
+def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """The columns of a chunk (:func:`make_chunk_fn`): name -> (dtype, shape of one pair's entry).
 
-    Columns: ``beta_index``, ``system`` (B,), ``finite`` (B,), ``t_nonfinite`` (B,) and every
-    observable of :data:`OBSERVABLES` as (B, K) at the K checkpoint layers.
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import column_layout
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(checkpoints=5, t1=1.0)
+        >>> layout = column_layout(check_phase_config(cfg))
+        >>> layout["energy"], layout["finite"]
+        ((dtype('float64'), (5,)), (dtype('bool'), ()))
+    """
+    dtype = np.dtype(config.dtype)
+    K = len(config.checkpoint_layers)
+    return {**{name: (dtype, (K,)) for name in OBSERVABLES}, "finite": (np.dtype(bool), ()),
+            "t_nonfinite": (dtype, ()), "beta_index": (np.dtype(np.int64), ()), "system": (np.dtype(np.int64), ())}
+
+
+def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
+    """``compute(start, stop, into=None) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
+
+    Columns (:func:`column_layout`): ``beta_index``, ``system`` (B,), ``finite`` (B,), ``t_nonfinite`` (B,)
+    and every observable of :data:`OBSERVABLES` as (B, K) at the K checkpoint layers. ``into``: NumPy arrays
+    (B, ...) of the caller's for every column, filled and returned (the results copied once, from each
+    device's buffer).
     """
     spec, dtype, layers = group.dynamics, config.jax_dtype, config.num_layers
     entry = field_entry(spec.field)
@@ -249,7 +269,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     draw = _cloud_drawer(n, d, dtype, spec.name == "sphere")
     compiled: set[int] = set()
 
-    def compute(start: int, stop: int) -> dict:
+    def compute(start: int, stop: int, into: dict | None = None) -> dict:
         b_idx, systems = pair_index(config, start, stop)
         weights = () if identity else _weights(config, group, systems)  # Q = K = V = I are not read
         seeds = np.asarray(system_seeds(config.seed, group.label, 0, config.systems)[systems], np.uint32)
@@ -266,9 +286,12 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
                 fn.precompile(beta_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights)
                 compiled.add(len(seeds))
             x0 = x0.result()
-        out = fn(beta_of, seeds, x0, *weights)
-        cols = {k: np.asarray(v) for k, v in out.items()}
-        cols.update(beta_index=b_idx, system=systems)
-        return cols
+        if into is None:
+            cols = {k: np.asarray(v) for k, v in fn(beta_of, seeds, x0, *weights).items()}
+            cols.update(beta_index=b_idx, system=systems)
+            return cols
+        cols = fn(beta_of, seeds, x0, *weights, into={k: v for k, v in into.items() if k not in ("beta_index", "system")})
+        into["beta_index"][:], into["system"][:] = b_idx, systems
+        return {**cols, "beta_index": into["beta_index"], "system": into["system"]}
 
     return compute

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from ..sweep._chunks import concat, plan_chunks
 from ..sweep._runner import check_table_memory, start_sweep
 from ..sweep._tables import write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config
-from ._engine import OBSERVABLES, group_pairs, make_chunk_fn
+from ._engine import OBSERVABLES, column_layout, group_pairs, make_chunk_fn
 from ._figures import MAPS
 from ._metastability import (
     ENERGY_REL_TOL,
@@ -42,7 +43,7 @@ from ._metastability import (
     lifetime_slope,
     lifetime_summary,
 )
-from ._tables import CELL_COLUMNS, cell_rows, grid_of
+from ._tables import CELL_COLUMNS, cell_rows, finite_rows, grid_of
 from ._theory import equiangular_time
 
 #: the module of the job's figure functions (drawn in figure worker processes)
@@ -78,8 +79,11 @@ def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
     chunk_bytes = per_device * one
     check_fits(f"a chunk of the phase diagram ({per_device} (beta, system) pairs per device)", chunk_bytes,
                [("run.chunk_size", config.run.chunk_size, default["run"]["chunk_size"], 1)])
-    group_bytes = float(group_pairs(config)) * K * len(OBSERVABLES) * 8 * 3  # chunks, concatenation, npz buffer
-    check_fits(f"the per-system arrays of one group ({group_pairs(config)} pairs x {K} checkpoints)", group_bytes,
+    # process 0 holds every group's per-system columns at once, with as much again for the chunk transfers, the
+    # tables and the metastability rule's scratch arrays
+    columns_bytes = 2.0 * len(config.groups) * group_pairs(config) * K * len(OBSERVABLES) * item
+    check_fits(f"the per-system arrays ({len(config.groups)} group(s) x {group_pairs(config)} pairs x {K} "
+               "checkpoints)", columns_bytes,
                [("systems", config.systems, default["systems"], 1), ("checkpoints", config.checkpoints,
                                                                     default["checkpoints"], 1)])
     rows = len(config.groups) * len(config.beta) * K
@@ -135,11 +139,17 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
               f"checkpoints; {_gib(sizes['chunk_bytes'])} per chunk and device", file=sys.stderr, flush=True)
     chunks = plan_chunks([group_pairs(config)] * len(groups), config.run.chunk_size)
     fns: dict[int, object] = {}
+    # process 0 gathers every group's columns: the chunks it computes are copied into them straight from the
+    # devices' buffers (no second copy when the chunks are joined), the others once read from their files
+    layout = column_layout(config)
+    by_group = {g.index: {k: np.empty((group_pairs(config), *shape), dtype) for k, (dtype, shape) in layout.items()}
+                for g in groups} if sw.process_index == 0 else {}
 
     def compute(c):
         if c.group not in fns:
             fns[c.group] = make_chunk_fn(config, groups[c.group], sw.mesh)
-        return fns[c.group](c.start, c.stop)
+        into = {k: v[c.start:c.stop] for k, v in by_group[c.group].items()} if by_group else None
+        return fns[c.group](c.start, c.stop, into=into)
 
     if isinstance(figure_workers, FigureWorkers):
         pool = contextlib.nullcontext(figure_workers)
@@ -153,28 +163,39 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         parts, processes_info = sw.run_chunks(chunks, compute, "phase diagram")
         if sw.process_index != 0:
             return processes_info
-        by_group = {g.index: concat([p for c, p in zip(chunks, parts) if c.group == g.index]) for g in groups}
-        cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
-        cell_cols = concat(cells)
-        t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
-        theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
-        figures = {g.index: _cell_figures(drawing, config, g, t, cell_cols, theory[g.index], sw.out) for g in groups}
-        write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
-        meta, fits = [], []
+        for c, part in zip(chunks, parts):  # chunks resumed from their files, or recomputed after a damage
+            for k, dest in by_group[c.group].items():
+                if not np.may_share_memory(part[k], dest):
+                    dest[c.start:c.stop] = part[k]
+        del parts
         (sw.out / "systems").mkdir(exist_ok=True)
-        for g in groups:
-            cols = by_group[g.index]
-            figures[g.index].append(_staircase_figure(drawing, config, g, t, cols, sw.out))
-            rows, fit = _metastability(config, g, cols, t)
-            meta.append(rows)
-            fits.append(fit)
-            figures[g.index].append(drawing.submit(
-                f"{FIGURE_MODULE}:lifetimes", sw.out / f"lifetime_g{g.index:03d}.png", rows, fit,
-                f"n = {g.n}, d = {g.d}: first metastable plateau"))
-            runio.save_verified_npz(sw.out / "systems" / f"g{g.index:03d}.npz",  # while the workers draw
-                                    {k: np.asarray(cols[k]) for k in ("beta_index", "system", "finite", "t_nonfinite",
-                                                                      *OBSERVABLES)},
-                                    {"kind": "phase-systems", "group": g.label}, compress=True)
+        # the per-system files (hashing, deflating and writing a GiB takes seconds) are written on a thread of
+        # their own while this one makes the tables and fits: zlib, hashlib, file writes and NumPy's large
+        # loops release the GIL
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-systems-writer") as writer:
+            saved = [writer.submit(runio.save_verified_npz, sw.out / "systems" / f"g{g.index:03d}.npz",
+                                   {k: np.asarray(by_group[g.index][k]) for k in ("beta_index", "system", "finite",
+                                                                                  "t_nonfinite", *OBSERVABLES)},
+                                   {"kind": "phase-systems", "group": g.label}, compress=True) for g in groups]
+            cells = [cell_rows(config, g, by_group[g.index]) for g in groups]
+            cell_cols = concat(cells)
+            t = np.round(np.asarray(config.checkpoint_layers) * config.dt, 12)
+            theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
+            figures = {g.index: _cell_figures(drawing, config, g, t, cell_cols, theory[g.index], sw.out)
+                       for g in groups}
+            write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
+            meta, fits = [], []
+            for g in groups:
+                cols = by_group[g.index]
+                figures[g.index].append(_staircase_figure(drawing, config, g, t, cols, sw.out))
+                rows, fit = _metastability(config, g, cols, t)
+                meta.append(rows)
+                fits.append(fit)
+                figures[g.index].append(drawing.submit(
+                    f"{FIGURE_MODULE}:lifetimes", sw.out / f"lifetime_g{g.index:03d}.png", rows, fit,
+                    f"n = {g.n}, d = {g.d}: first metastable plateau"))
+            for done in saved:
+                done.result()
         write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
         summary = _summary(config, groups, cell_cols, fits, sizes)
         summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
@@ -190,12 +211,10 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     censored fit of log T against beta over the cells with a metastable plateau in most systems."""
     rows = {c: [] for c in META_COLUMNS}
     fit_beta, fit_life, fit_cen, all_first = [], [], [], []
-    for b, beta in enumerate(config.beta):
-        sel = (cols["beta_index"] == b) & cols["finite"]
+    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
         first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel])
         s = lifetime_summary(first)
         all_first.append((beta, first))
-        m = int(sel.sum())
         has = np.isfinite(first["lifetime"])
         in_fit = m > 0 and s["with_plateau"] >= FIT_MIN_PLATEAU_FRACTION * m
         if in_fit:

@@ -43,15 +43,39 @@ def mean_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np
     return mean, mean - half, mean + half
 
 
+def finite_rows(cols: dict, num_beta: int) -> list[tuple[slice | np.ndarray, int, int]]:
+    """Per beta index: the rows of the group's columns ``cols`` that hold its finite runs (a slice where they
+    are contiguous, as the job's beta-major pairs are when every run stayed finite: a view, no copy), and the
+    counts of its finite and non-finite runs.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.phase._tables import finite_rows
+        >>> cols = {"beta_index": np.array([0, 0, 1, 1, 1]), "finite": np.array([True, True, True, False, True])}
+        >>> [(r if isinstance(r, slice) else r.tolist(), m, bad) for r, m, bad in finite_rows(cols, 2)]
+        [(slice(0, 2, None), 2, 0), ([2, 4], 2, 1)]
+    """
+    b_idx, finite = np.asarray(cols["beta_index"]), np.asarray(cols["finite"], bool)
+    order = np.argsort(b_idx, kind="stable")
+    bounds = np.searchsorted(b_idx[order], np.arange(num_beta + 1))
+    out = []
+    for b in range(num_beta):
+        rows = order[bounds[b]:bounds[b + 1]]
+        ok = finite[rows]
+        rows = rows[ok]
+        if rows.size and rows[-1] - rows[0] == rows.size - 1:  # consecutive (sorted by the stable argsort)
+            rows = slice(int(rows[0]), int(rows[-1]) + 1)
+        out.append((rows, int(ok.sum()), int((~ok).sum())))
+    return out
+
+
 def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
     """The cell table's columns for one group (``cols``: the group's pairs, all chunks concatenated)."""
     layers = np.asarray(config.checkpoint_layers)
     t = np.round(layers * config.dt, 12)  # 68 * 0.1 is written 6.8
     K = len(layers)
     out = {c: [] for c in CELL_COLUMNS}
-    for b, beta in enumerate(config.beta):
-        sel = cols["beta_index"] == b
-        finite = cols["finite"][sel]
+    for (rows, good, bad), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
         out["beta"].append(np.full(K, beta))
         out["n"].append(np.full(K, group.n))
         out["d"].append(np.full(K, group.d))
@@ -59,10 +83,10 @@ def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
         out["epsilon"].append(np.full(K, group.epsilon))
         out["t"].append(t)
         out["layer"].append(layers)
-        out["systems"].append(np.full(K, int(finite.sum())))
-        out["nonfinite"].append(np.full(K, int((~finite).sum())))
+        out["systems"].append(np.full(K, good))
+        out["nonfinite"].append(np.full(K, bad))
         for name in OBSERVABLES:
-            mean, lo, hi = mean_interval(cols[name][sel][finite], config.confidence)
+            mean, lo, hi = mean_interval(cols[name][rows], config.confidence)
             out[name].append(mean)
             if name in WITH_INTERVALS:
                 out[f"{name}_lo"].append(lo)
