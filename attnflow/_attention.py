@@ -263,6 +263,29 @@ def _dense_forward(q, k, v, where, normalisation, with_P: bool = False):
     return (norm(e @ v), norm(e)) if with_P else norm(e @ v)
 
 
+def attend_with_row_sums(q: Float[Array, "n r"], k: Float[Array, "n2 r"], v: Float[Array, "n2 e"],
+                         normalisation: str = "softmax") -> tuple[Float[Array, "n e"], Float[Array, " n"]]:
+    r"""The dense :func:`attend` (no mask) and the row sums :math:`r_i = \sum_j e^{s_{ij} - m_i}` of its
+    max-shifted exponentials (:math:`s = q k^T`, :math:`m_i = \max_j s_{ij}`), computed together.
+
+    With the row maxima known in advance (tokens of unit norm with :math:`q = \beta x`, :math:`k = x`:
+    :math:`m_i = \beta` to rounding), :math:`\sum_j e^{s_{ij}} = e^{m_i} r_i` comes with the step for free;
+    the maxima themselves are not returned, as asking XLA:CPU for them splits the softmax's fused loop
+    (benchmarks/NOTES.md). For the phase job's energies; reverse-mode users call :func:`attend`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow._attention import attend_with_row_sums
+        >>> out, sums = attend_with_row_sums(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]))
+        >>> out.tolist(), sums.tolist()
+        ([[1.0], [1.0]], [2.0, 2.0])
+    """
+    _check_normalisation(normalisation)
+    _check_qkv(q, k, v)
+    e, total, s_max = _exponentials(q @ k.T)
+    return _normalise(e @ v, total, s_max, k.shape[0], normalisation), total[..., 0]
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _dense_softmax_attend(q, k, v, normalisation):
     return _dense_forward(q, k, v, None, normalisation)
