@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
-from ._clusters import BITSET_MAX_NODES, _closure_labels, _neighbour_bits, connected_components, pairwise_distances
+from ._clusters import components_and_pairs, connected_components, pairwise_distances
 
 #: The peers' statistic: inner products of at least 0.999 count as one cluster.
 DEFAULT_THRESHOLD = 0.999
@@ -118,21 +118,13 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
         (0.333333, 2, 0.333333)
     """
     n = gram.shape[0]
-    adjacent = _graph(gram, threshold)
-    if 1 < n <= BITSET_MAX_NODES:
-        # the graph's rows as bit sets serve both counts: the pairs are their set bits (a popcount per row
-        # instead of a second pass over the n x n graph), the clusters their closure
-        rows = _neighbour_bits(adjacent)
-        pairs = (jnp.sum(jax.lax.population_count(rows).astype(jnp.int32)) - n) / (n * (n - 1))
-        labels = _closure_labels(rows)
-        clusters = jnp.sum(labels == jnp.arange(n))
-    else:
-        pairs, clusters = pair_fraction(adjacent), count_components(adjacent)
+    labels, pairs = components_and_pairs(_graph(gram, threshold))  # both counts from one reading of the graph
     lo, mean, hi = _off_diagonal(gram)
     if energy is None:  # the log-sum-exp's shift: the largest diagonal entry bounds every entry of a Gram
         # matrix (|G_ij| <= |x_i| |x_j|, Cauchy-Schwarz), and it needs no pass over the off-diagonal entries
         energy = _energy(gram, beta, jnp.max(jnp.diagonal(gram)))
-    return {"pairs_clustered": jnp.asarray(pairs, gram.dtype), "clusters": clusters.astype(gram.dtype),
+    return {"pairs_clustered": (pairs / max(n * (n - 1), 1)).astype(gram.dtype),
+            "clusters": _label_count(labels).astype(gram.dtype),
             "energy": jnp.asarray(energy, gram.dtype), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
 
 
@@ -186,8 +178,12 @@ def count_components(adjacent: Bool[Array, "n n"]) -> Int[Array, ""]:
         >>> int(count_components(jnp.eye(3, dtype=bool)))
         3
     """
-    labels = connected_components(adjacent)
-    return jnp.sum(labels == jnp.arange(adjacent.shape[0])).astype(jnp.int32)
+    return _label_count(connected_components(adjacent))
+
+
+def _label_count(labels: Int[Array, " n"]) -> Int[Array, ""]:
+    """Number of components of :func:`connected_components`' labels (the nodes that are their own label)."""
+    return jnp.sum(labels == jnp.arange(labels.shape[0])).astype(jnp.int32)
 
 
 def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Float[Array, ""]:
