@@ -2,10 +2,28 @@
 
 The report, the sweeps and ``simulate(dtype="float64")`` need float64 arrays; they run inside
 ``jax.enable_x64(True)`` (a context manager), so a user's process keeps its own setting.
+
+The float64 rule of every public function: **float64 in, float64 out**. A function that takes
+arrays is decorated with :func:`keeps_float64`; when any array among its arguments (searched
+through lists, tuples, dicts and other pytrees, equinox modules included) is float64 or
+complex128 and JAX's float64 mode is off, the call runs inside :func:`float64_scope`, so every
+``jnp`` operation, ``jax.jit`` / ``eqx.filter_jit`` trace and result stays float64; float32
+input runs as before, untouched::
+
+    from .._x64 import keeps_float64
+
+    @keeps_float64            # outermost: the scope must be open when a jit below traces
+    def cluster_count(x, tol=1e-3):
+        ...
+
+For a block inside a function (a job's loop), ``with float64_scope_for(x, mu):`` does the same
+for the arrays it is given.  Decorate the public entry point, above any ``jax.jit``: a
+function jitted *outside* the scope would trace once in float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable, TypeVar
 
@@ -51,6 +69,64 @@ def check_float64_kept(name: str, a: Any) -> None:
             "float32; run the call inside `with jax.enable_x64(True):` (simulate(..., dtype='float64') does "
             "this itself) or pass a float32 array."
         )
+
+
+def _is_float64(leaf: Any) -> bool:
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and not callable(dtype) and np.dtype(dtype) in (np.float64, np.complex128)
+
+
+def wants_float64(*trees: Any) -> bool:
+    """True when any array leaf of the pytrees ``trees`` is float64 or complex128.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow._x64 import wants_float64
+        >>> wants_float64(np.ones(2), [np.ones(2, np.float32)]), wants_float64(np.ones(2, np.float32), 1.0)
+        (True, False)
+    """
+    return any(_is_float64(leaf) for leaf in jax.tree_util.tree_leaves(trees))
+
+
+def float64_scope_for(*trees: Any):
+    """:func:`float64_scope` when any array leaf of ``trees`` is float64 and float64 is off, else a
+    context that changes nothing.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> from attnflow._x64 import float64_scope_for
+        >>> x = np.linspace(0.0, 1.0, 3)
+        >>> with float64_scope_for(x):
+        ...     str(jnp.asarray(x).dtype)
+        'float64'
+    """
+    if not float64_enabled() and wants_float64(*trees):
+        return float64_scope()
+    return contextlib.nullcontext()
+
+
+def keeps_float64(fn: F) -> F:
+    """Decorator: run ``fn`` inside :func:`float64_scope` when one of its arguments holds a float64
+    (or complex128) array, so that float64 input gives float64 results with JAX's float64 mode
+    off; any other call runs unchanged.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> from attnflow._x64 import keeps_float64
+        >>> @keeps_float64
+        ... def mean(x):
+        ...     return jnp.mean(jnp.asarray(x))
+        >>> str(mean(np.arange(3.0)).dtype), str(mean(np.arange(3.0, dtype=np.float32)).dtype)
+        ('float64', 'float32')
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with float64_scope_for(args, kwargs):
+            return fn(*args, **kwargs)
+
+    wrapper.__keeps_float64__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
 
 
 def in_float64(fn: F) -> F:
