@@ -296,3 +296,63 @@ def jit_entry(fn: Callable) -> Callable:
         return jitted(*args, **kwargs)
 
     return entry
+
+
+#: the fewest tokens a simulation or a job runs: the interaction needs a second token
+MIN_TOKENS = 2
+
+
+def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature") -> None:
+    r"""The one rule for an inverse temperature :math:`\beta` (a scalar, or one per head, layer or
+    system): real, finite and > 0, checked on concrete values only, so that a traced beta
+    (``jax.jit``, ``jax.vmap``, ``jax.grad`` over it) passes with its dtype checked.
+
+    :math:`\beta \le 0` is refused on purpose: :math:`\beta = 0` makes P uniform whatever the
+    tokens, and a negative :math:`\beta` is the model with :math:`Q \to -Q`, which is better
+    written that way.
+
+    Example:
+        >>> from attnflow._validate import check_beta
+        >>> check_beta("beta", 0.5)
+        >>> try:
+        ...     check_beta("beta", -1.0)
+        ... except ValueError as err:
+        ...     print(err)
+        beta must be finite and > 0 (the inverse temperature; for beta < 0 pass -Q instead), got -1.0.
+    """
+    if isinstance(beta, (str, bytes, bool, np.bool_)) or beta is None or dtype_of(beta).kind not in "iuf":
+        raise InputError(f"{name} must be a real number ({meaning}), got {beta!r:.60}.")
+    if not is_concrete(beta):
+        return
+    arr = np.asarray(beta, np.float64)
+    bad = ~(np.isfinite(arr) & (arr > 0))
+    if np.any(bad):
+        shown = arr.item() if arr.ndim == 0 else arr[bad].ravel()[0].item()
+        where = "" if arr.ndim == 0 else f" (entry {tuple(int(i) for i in np.argwhere(bad)[0])} of shape {arr.shape})"
+        raise InputError(f"{name} must be finite and > 0 ({meaning}; for beta < 0 pass -Q instead), "
+                         f"got {shown!r}{where}.")
+
+
+def check_num_tokens(name: str, n: Any) -> int:
+    """The one rule for the number of tokens n of a simulation or a job: an int >= 2; return it.
+
+    With one token the attention matrix is P = [1] and the flow is the linear ODE dx/dt = V x
+    (solved by :math:`x(t) = e^{tV} x_0`): there is no interaction to simulate, and every statistic of
+    the clusters (pairs, inner products, counts) needs a second token.
+
+    Example:
+        >>> from attnflow._validate import check_num_tokens
+        >>> check_num_tokens("n", 8)
+        8
+        >>> try:
+        ...     check_num_tokens("x0", 1)
+        ... except ValueError as err:
+        ...     print(err)
+        x0 must hold at least 2 tokens, got n = 1 (one token does not interact: P = [1] and x(t) = e^{tV} x0).
+    """
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise InputError(f"{name} must be an int number of tokens >= {MIN_TOKENS}, got {n!r:.60}.")
+    if n < MIN_TOKENS:
+        raise InputError(f"{name} must hold at least {MIN_TOKENS} tokens, got n = {int(n)} (one token does not "
+                         "interact: P = [1] and x(t) = e^{tV} x0).")
+    return int(n)
