@@ -1,9 +1,11 @@
 r"""Metastability: the first metastable plateau of the cluster count, its lifetime, and its growth with beta.
 
-Tokens on the sphere first gather into a few clusters, which then sit still for a time that grows
-exponentially in beta before two of them merge, while the interaction energy climbs a staircase
-(Geshkovski, Koubbi, Polyanskiy, Rigollet, arXiv 2410.06833; Bruno, Pasqualotto, Agazzi,
-arXiv 2410.23228).
+Tokens on the sphere first gather into a few clusters, which then sit still before two of them merge,
+while the interaction energy climbs a staircase; for a fixed configuration of well-separated clusters
+the time they sit still grows exponentially in beta (Geshkovski, Koubbi, Polyanskiy, Rigollet,
+arXiv 2410.06833; Bruno, Pasqualotto, Agazzi, arXiv 2410.23228). Across random clouds the configuration
+itself changes with beta (more clusters, closer together, at larger beta), so a lifetime pooled over
+configurations need not grow.
 
 **Detection rule.** On one system's cluster counts :math:`c_k = c(t_k)` at the checkpoints:
 
@@ -18,9 +20,8 @@ arXiv 2410.23228).
 * a run is a **metastable plateau** when it lasts long compared with the time the cloud took to
   reach it, :math:`t_b - t_a \ge r\, t_a` (``hold_ratio`` r, default 1: at least a doubling of t,
   :math:`\log_2(t_b/t_a) \ge 1` on log time), and at least ``min_duration``. The short runs of the
-  fast clustering (time scale :math:`\lesssim t_a`) fail the test; a metastable state, whose
-  lifetime grows like :math:`e^{c\beta}`, passes it;
-* the **first metastable plateau** is the earliest; its **lifetime** is :math:`t_b - t_a`, from its
+  fast clustering (time scale :math:`\lesssim t_a`) fail the test; a metastable state passes it;
+* the **first metastable plateau** is the earliest; its **lifetime** is :math:`T = t_b - t_a`, from its
   first checkpoint to the first merge, right-censored when no merge happens before the last
   checkpoint. A system with no plateau ends as one cluster without a metastable state (``none``), or
   is still on a run too young to qualify at the end (``pending``: its first metastable state, if
@@ -30,16 +31,27 @@ The rule's tolerances are r and ``min_duration`` (the counts are exact integers;
 tolerance is the phase config's ``threshold``). The times are those of the checkpoints: a lifetime
 is resolved to the spacing of the checkpoints around its two ends.
 
+**Left truncation.** A run counts as a plateau only when :math:`T \ge L = \max(\text{min\_duration},
+r\,t_a)` (``truncation`` in :func:`first_plateaus`): the lifetimes the rule returns are those of the
+states that lasted at least L, a sample of :math:`T \mid T \ge L`. Where L is comparable to the typical
+lifetime (small beta, late gathering) the short-lived states are missing and the recorded lifetimes are
+too long.
+
 **Energy staircase.** :func:`energy_plateaus` finds the flat steps of :math:`E_\beta(t)` on log t:
 runs over which the energy stays within a relative ``rel_tol`` of its value at the run's start and
 which pass the same hold test.
 
-**Censoring-aware summaries.** Per cell, :func:`lifetime_summary` gives the Kaplan-Meier quartiles of
-the lifetimes (censored ones enter as lower bounds) and the censored fraction. Across cells,
-:func:`lifetime_slope` fits the log-normal accelerated-failure-time model
-:math:`\log T = a + b\beta + \sigma\varepsilon`, :math:`\varepsilon \sim N(0, 1)`, by maximum
-likelihood with censored lifetimes entering through their survival probability, and gives the
-Wald interval of the slope b (:math:`e^{b}` is the factor per unit of beta of the median lifetime).
+**Summaries.** Per cell, :func:`lifetime_summary` gives the Kaplan-Meier quartiles of the recorded
+lifetimes (censored ones enter as lower bounds; like the lifetimes, these describe the states that
+qualified, :math:`T \ge L`) and the censored fraction. Across cells, :func:`lifetime_slope` fits the
+log-normal accelerated-failure-time model :math:`\log T = a + b\beta + \sigma\varepsilon`,
+:math:`\varepsilon \sim N(0, 1)`, by maximum likelihood, right-censored lifetimes entering through their
+survival :math:`S(T)` and every term divided by :math:`S(L)` (the left truncation); :math:`e^{b}` is the
+factor per unit of beta of the median lifetime. The slope's interval is cluster-robust: the phase job
+reuses system s's cloud at every beta, so the lifetimes of one cloud are not independent, and the
+interval comes from the sandwich :math:`H^{-1} (\sum_g s_g s_g^T) H^{-1}` with the score sums
+:math:`s_g` of each cloud g. No fit is made on fewer than :data:`MIN_FIT_CELLS` betas or
+:data:`MIN_FIT_CLUSTERS` clouds.
 """
 
 from __future__ import annotations
@@ -49,11 +61,20 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special as _special
 
+from ..errors import InputError
+
 #: default hold ratio r: a metastable plateau lasts at least r times the time at which it started
 HOLD_RATIO = 1.0
 #: default relative tolerance of an energy plateau (a merge of two of c <= 10 equal clusters raises
 #: E_beta by >= 1/(c-1) > 10%; a plateau's own contraction past the threshold 0.999 by <= e^{0.001 beta} - 1)
 ENERGY_REL_TOL = 0.02
+#: the fewest distinct betas a fit of log T against beta is made on: two give a line through two cell means with
+#: nothing left to check it (the fit's three parameters are a, b and the spread); four leave two cells to test
+#: the line against
+MIN_FIT_CELLS = 4
+#: the fewest clouds (clusters of the cluster-robust interval) a fit is made on: the sandwich's middle term is a
+#: sum over clouds, and with fewer than ten its t_{G-1} interval is too wide and too unstable to read
+MIN_FIT_CLUSTERS = 10
 
 
 class _Interval:
@@ -213,9 +234,11 @@ def energy_plateaus(t: np.ndarray, energy: np.ndarray, rel_tol: float = ENERGY_R
 def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, *,
                    hold_ratio: float = HOLD_RATIO, energy: np.ndarray | None = None,
                    rel_tol: float = ENERGY_REL_TOL) -> dict:
-    """Per system (rows of ``counts``, (S, K)): the first metastable plateau (module's rule) and the rest.
+    r"""Per system (rows of ``counts``, (S, K)): the first metastable plateau (module's rule) and the rest.
 
     Returns arrays of length S: ``count``, ``start``, ``lifetime`` (NaN / -1 without a plateau),
+    ``truncation`` (the least lifetime the rule lets a plateau starting there have,
+    :math:`\max(\text{min\_duration}, r\,t_a)`: the lifetimes are left-truncated there; NaN without a plateau),
     ``censored``, ``pending`` (no plateau yet, still >= 2 clusters on a run too young to qualify),
     ``plateaus`` (metastable plateaus) and ``merges`` (from the first plateau's start on: the merges of the
     metastable stage, not those of the fast clustering; 0 without a plateau); with ``energy`` (S, K), also
@@ -229,6 +252,8 @@ def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0,
         ...                                 [8, 8, 8, 8, 8, 4, 4, 4]]))  # the last: 4 clusters from t = 6 only
         >>> r["lifetime"].tolist(), r["censored"].tolist(), r["pending"].tolist(), r["merges"].tolist()
         ([4.0, 5.0, nan], [False, True, False], [False, False, True], [1, 0, 0])
+        >>> r["truncation"].tolist()        # a plateau from t_a must last r t_a (r = 1) to count
+        [2.0, 3.0, nan]
     """
     t = np.asarray(t, float)
     counts = np.atleast_2d(np.asarray(counts))
@@ -242,6 +267,7 @@ def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0,
     out = {"count": np.where(has, r["settled"][rows, k], -1).astype(int),
            "start": np.where(has, t[k], np.nan),
            "lifetime": np.where(has, np.round(r["end"][rows, k] - t[k], 10), np.nan),  # 50.2 - 7.8 is 42.4
+           "truncation": np.where(has, np.maximum(min_duration, hold_ratio * t[k]), np.nan),
            "censored": has & r["censored"][rows, k], "pending": ~has & (last >= 2),
            "plateaus": r["plateau"].sum(axis=1).astype(int), "merges": np.where(has, later.sum(axis=1), 0).astype(int)}
     if energy is not None:
@@ -306,35 +332,55 @@ def lifetime_summary(first: dict) -> dict:
             "censored_fraction": float(cen.mean()), "median_censored": med is None, "pending": pending}
 
 
-def _censored_normal_nll(theta, x, y, observed, *, hessian: bool = False):
-    r"""Negative log-likelihood and gradient (and, with ``hessian``, Hessian) of
-    :math:`y = a + b x + \sigma\varepsilon` (:math:`\varepsilon \sim N(0, 1)`), y right-censored where not
-    ``observed``; theta = (a, b, log sigma).
+def _log_tail_terms(z, s):
+    r"""Per entry: :math:`\log\Phi(-z)` (the log-survival of :math:`y` at :math:`z = (y - \mu)/\sigma`) and its
+    derivatives in :math:`\mu` and :math:`\tau = \log\sigma`, with the inverse Mills ratio
+    :math:`\lambda = \varphi(z)/\Phi(-z)`, :math:`\lambda' = \lambda(\lambda - z)`: :math:`\ell_\mu = \lambda/\sigma`,
+    :math:`\ell_\tau = \lambda z`, :math:`\ell_{\mu\mu} = -\lambda'/\sigma^2`,
+    :math:`\ell_{\mu\tau} = -(\lambda' z + \lambda)/\sigma`, :math:`\ell_{\tau\tau} = -z(\lambda' z + \lambda)`."""
+    log_tail = _special.log_ndtr(-z)
+    mills = np.exp(-0.5 * z**2 - 0.5 * np.log(2 * np.pi) - log_tail)  # phi(z) / Phi(-z)
+    slope = mills * (mills - z)  # lambda'(z)
+    return (log_tail, mills / s, mills * z, -slope / s**2, -(slope * z + mills) / s, -z * (slope * z + mills))
 
-    With :math:`z = (y - a - bx)/\sigma` and the inverse Mills ratio :math:`\lambda = \varphi(z)/\Phi(-z)`
-    (:math:`\lambda' = \lambda(\lambda - z)`), one term's log-likelihood and its derivatives in
-    :math:`\mu = a + bx` and :math:`\tau = \log\sigma` are: observed,
-    :math:`\ell_\mu = z/\sigma`, :math:`\ell_\tau = z^2 - 1`, :math:`\ell_{\mu\mu} = -1/\sigma^2`,
-    :math:`\ell_{\mu\tau} = -2z/\sigma`, :math:`\ell_{\tau\tau} = -2z^2`; censored,
-    :math:`\ell_\mu = \lambda/\sigma`, :math:`\ell_\tau = \lambda z`,
-    :math:`\ell_{\mu\mu} = -\lambda'/\sigma^2`, :math:`\ell_{\mu\tau} = -(\lambda' z + \lambda)/\sigma`,
-    :math:`\ell_{\tau\tau} = -z(\lambda' z + \lambda)`; a and b enter through :math:`\mu` (weights 1, x).
+
+def _likelihood_terms(theta, x, y, observed, lower=None):
+    r"""Per system: the log-likelihood of :math:`y = a + bx + \sigma\varepsilon` and its derivatives in
+    :math:`\mu = a + bx` and :math:`\tau = \log\sigma`: ``(ell, ell_mu, ell_tau, ell_mumu, ell_mutau, ell_tautau)``.
+
+    Observed y: :math:`\log\varphi(z) - \tau` (:math:`\ell_\mu = z/\sigma`, :math:`\ell_\tau = z^2 - 1`,
+    :math:`\ell_{\mu\mu} = -1/\sigma^2`, :math:`\ell_{\mu\tau} = -2z/\sigma`, :math:`\ell_{\tau\tau} = -2z^2`);
+    right-censored y (a lower bound): :math:`\log\Phi(-z)` (:func:`_log_tail_terms`). With a finite ``lower``
+    bound l (left truncation: y is seen only when it is at least l) every term has :math:`\log\Phi(-z_l)`,
+    :math:`z_l = (l - \mu)/\sigma`, subtracted, derivatives and all; ``-inf`` or NaN: no truncation.
     """
     a, b, log_s = theta
     s = np.exp(log_s)
     z = (y - a - b * x) / s
-    log_tail = _special.log_ndtr(-z)
-    nll = -np.sum(np.where(observed, -log_s - 0.5 * z**2 - 0.5 * np.log(2 * np.pi), log_tail))
-    mills = np.exp(-0.5 * z**2 - 0.5 * np.log(2 * np.pi) - log_tail)  # phi(z) / Phi(-z)
-    d_mu = np.where(observed, z, mills) / s  # d loglik / d mu
-    d_log_s = np.where(observed, z**2 - 1.0, mills * z)
-    gradient = -np.array([d_mu.sum(), (d_mu * x).sum(), d_log_s.sum()])
+    tail = _log_tail_terms(z, s)
+    obs = (-log_s - 0.5 * z**2 - 0.5 * np.log(2 * np.pi), z / s, z**2 - 1.0, np.full(z.shape, -1.0 / s**2),
+           -2.0 * z / s, -2.0 * z**2)
+    terms = [np.where(observed, o, c) for o, c in zip(obs, tail)]
+    if lower is not None:
+        lower = np.asarray(lower, float)
+        cut = np.isfinite(lower)
+        if cut.any():
+            z_l = np.where(cut, (np.where(cut, lower, 0.0) - a - b * x) / s, 0.0)
+            terms = [term - np.where(cut, t_l, 0.0) for term, t_l in zip(terms, _log_tail_terms(z_l, s))]
+    return terms
+
+
+def _censored_normal_nll(theta, x, y, observed, lower=None, *, hessian: bool = False):
+    r"""Negative log-likelihood and gradient (and, with ``hessian``, Hessian) of
+    :math:`y = a + b x + \sigma\varepsilon` (:math:`\varepsilon \sim N(0, 1)`), y right-censored where not
+    ``observed`` and, where ``lower`` is finite, left-truncated at it (:func:`_likelihood_terms`); theta =
+    (a, b, log sigma). a and b enter through :math:`\mu = a + bx` (weights 1 and x).
+    """
+    ell, d_mu, d_tau, mu_mu, mu_tau, tau_tau = _likelihood_terms(theta, x, y, observed, lower)
+    nll = -np.sum(ell)
+    gradient = -np.array([d_mu.sum(), (d_mu * x).sum(), d_tau.sum()])
     if not hessian:
         return nll, gradient
-    slope = mills * (mills - z)  # lambda'(z)
-    mu_mu = np.where(observed, -1.0, -slope) / s**2
-    mu_tau = np.where(observed, -2.0 * z, -(slope * z + mills)) / s
-    tau_tau = np.where(observed, -2.0 * z**2, -z * (slope * z + mills))
     H = -np.array([[mu_mu.sum(), (mu_mu * x).sum(), mu_tau.sum()],
                    [(mu_mu * x).sum(), (mu_mu * x * x).sum(), (mu_tau * x).sum()],
                    [mu_tau.sum(), (mu_tau * x).sum(), tau_tau.sum()]])
@@ -370,14 +416,26 @@ def _newton_minimum(f, theta: np.ndarray, max_iter: int = 100) -> np.ndarray:
     return theta
 
 
-def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray, confidence: float = 0.95) -> dict:
-    r"""Censored maximum-likelihood fit of :math:`\log T = a + b\beta + \sigma\varepsilon` (module's model).
+def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray, confidence: float = 0.95, *,
+                   truncation: np.ndarray | None = None, clusters: np.ndarray | None = None) -> dict:
+    r"""Maximum-likelihood fit of :math:`\log T = a + b\beta + \sigma\varepsilon` (module's model), lifetimes
+    right-censored and left-truncated.
 
     ``beta``, ``lifetime``, ``censored``: one entry per system (lifetimes of censored systems are lower
-    bounds; NaN lifetimes are left out). Returns the slope b with its Wald interval at ``confidence``
-    (from the observed information), the intercept a (:math:`e^{a+b\beta}` is the median lifetime), sigma,
-    the systems, events and distinct betas used (``cells``, ``betas``); ``None`` values when fewer than
-    three events or events at fewer than two betas.
+    bounds; NaN lifetimes are left out). ``truncation``: per system the least lifetime it could have been
+    recorded with (:func:`first_plateaus`' ``truncation``; the likelihood of each system is then divided by
+    :math:`S(L)`; NaN or <= 0: none). ``clusters``: per system a label of what it shares with others (the
+    phase job's cloud index, the same at every beta): the slope's interval is then the cluster-robust
+    sandwich :math:`H^{-1} \frac{G}{G-1}\sum_g s_g s_g^T H^{-1}` (H the observed information, :math:`s_g` the
+    score summed over cluster g, G clusters) with Student-t quantiles on G - 1 degrees of freedom; without,
+    every system is its own cluster. ``wald_lo``, ``wald_hi``: the model-based Wald interval (from H alone,
+    right only for independent systems), for comparison.
+
+    Returns the slope b with its interval at ``confidence`` (``slope_lo``, ``slope_hi``), the intercept a
+    (:math:`e^{a+b\beta}` is the median lifetime), sigma, the systems, events, clouds (``clusters``),
+    truncated systems and distinct betas used (``cells``, ``betas``). ``not_fitted`` says why there is no fit
+    (``None`` values): fewer than :data:`MIN_FIT_CELLS` betas, fewer than :data:`MIN_FIT_CLUSTERS` clusters,
+    fewer than three events or events at fewer than two betas.
 
     Example:
         >>> import numpy as np
@@ -388,24 +446,62 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
         >>> fit = lifetime_slope(beta, np.minimum(T, 40.0), T > 40.0)    # censored at 40
         >>> round(fit["slope"], 2), fit["slope_lo"] < 0.8 < fit["slope_hi"], fit["cells"], fit["events"] < 800
         (0.8, True, 4, True)
+        >>> keep = T >= 3.0                  # only lifetimes of at least 3 are recorded: left-truncated at 3
+        >>> kept = (beta[keep], np.minimum(T, 40.0)[keep], (T > 40.0)[keep])
+        >>> fit = lifetime_slope(*kept, truncation=np.full(keep.sum(), 3.0))
+        >>> round(fit["slope"], 2), round(lifetime_slope(*kept)["slope"], 2)   # the second ignores the truncation
+        (0.8, 0.76)
+        >>> lifetime_slope(beta[beta < 3], T[beta < 3], np.zeros(400, bool))["not_fitted"]
+        '2 cells < MIN_FIT_CELLS = 4'
     """
     beta = np.asarray(beta, float)
     life = np.asarray(lifetime, float)
     cen = np.asarray(censored, bool)
+    size = beta.shape
+    for name, value in (("lifetime", life), ("censored", cen), ("truncation", truncation), ("clusters", clusters)):
+        if value is not None and np.shape(value) != size:
+            raise InputError(f"lifetime_slope: {name} has shape {np.shape(value)}, one entry per system is expected "
+                             f"(the shape {size} of beta).")
     ok = np.isfinite(life) & (life > 0) & np.isfinite(beta)
+    bound = np.full(size, -np.inf) if truncation is None else np.asarray(truncation, float)
+    cut = ok & np.isfinite(bound) & (bound > 0)
+    if np.any(life[cut] < bound[cut] * (1 - 1e-9)):
+        k = int(np.flatnonzero(cut & (life < bound * (1 - 1e-9)))[0])
+        raise InputError(f"lifetime_slope: system {k} has lifetime {life[k]!r} below its truncation {bound[k]!r}; a "
+                         "left-truncated lifetime is at least its bound (pass first_plateaus' own truncation).")
     x, y, obs = beta[ok], np.log(np.where(ok, life, 1.0)[ok]), ~cen[ok]
+    lower = np.where(cut, np.log(np.where(cut, bound, 1.0)), -np.inf)[ok]
+    codes = (np.arange(x.size) if clusters is None else
+             np.unique(np.asarray(clusters)[ok], return_inverse=True)[1].reshape(-1))
+    G = int(codes.max()) + 1 if codes.size else 0
     used = sorted({float(b) for b in x})
-    base = {"systems": int(ok.sum()), "events": int(obs.sum()), "cells": len(used), "betas": used}
+    base = {"systems": int(ok.sum()), "events": int(obs.sum()), "cells": len(used), "betas": used,
+            "clusters": G, "truncated": int(cut.sum()),
+            "interval": "model" if clusters is None else "cluster-robust"}
+    none = {"slope": None, "slope_lo": None, "slope_hi": None, "wald_lo": None, "wald_hi": None,
+            "intercept": None, "sigma": None}
+    if len(used) < MIN_FIT_CELLS:
+        return {**none, **base, "not_fitted": f"{len(used)} cells < MIN_FIT_CELLS = {MIN_FIT_CELLS}"}
     if obs.sum() < 3 or len(np.unique(x[obs])) < 2:
-        return {"slope": None, "slope_lo": None, "slope_hi": None, "intercept": None, "sigma": None, **base}
+        return {**none, **base, "not_fitted": f"{int(obs.sum())} merges at {len(np.unique(x[obs]))} betas (at "
+                                              "least 3 merges at 2 betas are needed)"}
+    if clusters is not None and G < MIN_FIT_CLUSTERS:
+        return {**none, **base, "not_fitted": f"{G} clouds < MIN_FIT_CLUSTERS = {MIN_FIT_CLUSTERS}"}
     start = np.polyfit(x[obs], y[obs], 1)
     spread = np.std(y[obs] - np.polyval(start, x[obs])) + 1e-3
+
     def nll(th, hessian=False):
-        return _censored_normal_nll(th, x, y, obs, hessian=hessian)
+        return _censored_normal_nll(th, x, y, obs, lower, hessian=hessian)
 
     theta = _newton_minimum(nll, np.array([start[1], start[0], np.log(spread)]))
     H = nll(theta, hessian=True)[2]  # the observed information
-    cov = np.linalg.pinv(H)
-    half = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(cov[1, 1], 0.0))
-    return {"slope": float(theta[1]), "slope_lo": float(theta[1] - half), "slope_hi": float(theta[1] + half),
-            "intercept": float(theta[0]), "sigma": float(np.exp(theta[2])), **base}
+    H_inv = np.linalg.pinv(H)
+    _, d_mu, d_tau, *_ = _likelihood_terms(theta, x, y, obs, lower)
+    scores = np.stack([np.bincount(codes, weights=w, minlength=G) for w in (d_mu, d_mu * x, d_tau)], axis=1)
+    robust = H_inv @ (scores.T @ scores) @ H_inv * (G / max(G - 1, 1))
+    wald = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(H_inv[1, 1], 0.0))
+    half = _special.stdtrit(max(G - 1, 1), 0.5 + confidence / 2) * np.sqrt(max(robust[1, 1], 0.0))
+    b = float(theta[1])
+    return {"slope": b, "slope_lo": b - float(half), "slope_hi": b + float(half), "wald_lo": b - float(wald),
+            "wald_hi": b + float(wald), "intercept": float(theta[0]), "sigma": float(np.exp(theta[2])), **base,
+            "not_fitted": None}
