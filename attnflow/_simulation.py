@@ -173,9 +173,11 @@ def _validate_inputs(x0, weights: AttentionWeights | None, Q, K, V, beta, batch:
         raise InputError(
             f"batched inputs must share one batch size B, got {', '.join(f'{k}: {s}' for k, s in sizes.items())}."
         )
+    v.check_beta("beta", beta if weights is None else weights.beta)
     xs = np.shape(x0)[-2:]
-    if xs[0] < 1 or xs[1] < 1:
-        raise InputError(f"x0 must hold at least one token of dimension >= 1, got shape {np.shape(x0)}.")
+    v.check_num_tokens("x0", xs[0])
+    if xs[1] < 1:
+        raise InputError(f"x0 must hold tokens of dimension d >= 1, got shape {np.shape(x0)}.")
     if weights is None:
         strip = lambda a, n: np.shape(a)[1:] if n in batch else np.shape(a)
         vs = strip(V, "V")
@@ -412,6 +414,7 @@ def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention
     if len(shape) != 2 + ("x0" in names):
         raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if names else ''}, "
                          f"got shape {shape}.")
+    v.check_num_tokens("x0", shape[-2])
     return names, (shape[0] if names else None)
 
 

@@ -6,9 +6,9 @@ The report, the sweeps and ``simulate(dtype="float64")`` need float64 arrays; th
 The float64 rule of every public function: **float64 in, float64 out**. A function that takes
 arrays is decorated with :func:`keeps_float64`; when any array among its arguments (searched
 through lists, tuples, dicts and other pytrees, equinox modules included) is float64 or
-complex128 and JAX's float64 mode is off, the call runs inside :func:`float64_scope`, so every
-``jnp`` operation, ``jax.jit`` / ``eqx.filter_jit`` trace and result stays float64; float32
-input runs as before, untouched::
+complex128, or a ``dtype=`` asks for float64, and JAX's float64 mode is off, the call runs
+inside :func:`float64_scope`, so every ``jnp`` operation, ``jax.jit`` / ``eqx.filter_jit`` trace and result stays float64; float32
+input runs as before, untouched (scalars, float64 or not, are parameters and decide nothing)::
 
     from .._x64 import keeps_float64
 
@@ -71,26 +71,44 @@ def check_float64_kept(name: str, a: Any) -> None:
         )
 
 
+_WIDE = (np.dtype(np.float64), np.dtype(np.complex128))
+
+
 def _is_float64(leaf: Any) -> bool:
+    """An array of at least one axis in float64 / complex128, or a request for that dtype (``dtype=``)."""
+    if isinstance(leaf, str):
+        return leaf in ("float64", "complex128")
+    if isinstance(leaf, np.dtype):
+        return leaf in _WIDE
+    if isinstance(leaf, type):  # np.float64, jnp.float64 (whose dtype is an attribute), float (no request)
+        if issubclass(leaf, np.generic):
+            return np.dtype(leaf) in _WIDE
+        return isinstance(getattr(leaf, "dtype", None), np.dtype) and leaf.dtype in _WIDE
     dtype = getattr(leaf, "dtype", None)
-    return dtype is not None and not callable(dtype) and np.dtype(dtype) in (np.float64, np.complex128)
+    if dtype is None or np.ndim(leaf) == 0:
+        return False
+    return np.dtype(dtype) in _WIDE
 
 
-def wants_float64(*trees: Any) -> bool:
-    """True when any array leaf of the pytrees ``trees`` is float64 or complex128.
+def wants_float64(*trees: Any, **kwargs: Any) -> bool:
+    """True when a leaf of the pytrees ``trees`` is a float64 or complex128 array of at least one axis, or
+    names one of those dtypes (a ``dtype=`` argument). Scalars (Python numbers, 0-d arrays, NumPy scalars)
+    are parameters and do not decide the precision, as in JAX's own type promotion.
 
     Example:
         >>> import numpy as np
         >>> from attnflow._x64 import wants_float64
-        >>> wants_float64(np.ones(2), [np.ones(2, np.float32)]), wants_float64(np.ones(2, np.float32), 1.0)
+        >>> wants_float64(np.ones(2), [np.ones(2, np.float32)]), wants_float64(np.ones(2, np.float32), np.float64(1))
+        (True, False)
+        >>> wants_float64(3.0, dtype="float64"), wants_float64(np.float32(3.0), np.dtype("float32"))
         (True, False)
     """
-    return any(_is_float64(leaf) for leaf in jax.tree_util.tree_leaves(trees))
+    return any(_is_float64(leaf) for leaf in jax.tree_util.tree_leaves((trees, kwargs)))
 
 
-def float64_scope_for(*trees: Any):
-    """:func:`float64_scope` when any array leaf of ``trees`` is float64 and float64 is off, else a
-    context that changes nothing.
+def float64_scope_for(*trees: Any, **kwargs: Any):
+    """:func:`float64_scope` when float64 is off and :func:`wants_float64` of ``trees`` (and ``kwargs``),
+    else a context that changes nothing.
 
     Example:
         >>> import numpy as np, jax.numpy as jnp
@@ -100,15 +118,15 @@ def float64_scope_for(*trees: Any):
         ...     str(jnp.asarray(x).dtype)
         'float64'
     """
-    if not float64_enabled() and wants_float64(*trees):
+    if not float64_enabled() and wants_float64(*trees, **kwargs):
         return float64_scope()
     return contextlib.nullcontext()
 
 
 def keeps_float64(fn: F) -> F:
-    """Decorator: run ``fn`` inside :func:`float64_scope` when one of its arguments holds a float64
-    (or complex128) array, so that float64 input gives float64 results with JAX's float64 mode
-    off; any other call runs unchanged.
+    """Decorator: run ``fn`` inside :func:`float64_scope` when one of its arguments is a float64
+    (or complex128) array or asks for that dtype (:func:`wants_float64`), so that float64 input
+    gives float64 results with JAX's float64 mode off; any other call runs unchanged.
 
     Example:
         >>> import numpy as np, jax.numpy as jnp

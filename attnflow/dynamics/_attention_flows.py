@@ -70,6 +70,7 @@ class _AttentionField(AbstractAttentionDynamics):
     def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax", fourier_max_score=None,
                unit_tokens=False):
         w = as_weights(Q, K, V, beta)
+        v.check_beta("beta", w.beta)
         if "layer" in w.axes:
             raise InputError(
                 f"{type(self).__name__} uses one set of weights for every layer, but these weights have a "

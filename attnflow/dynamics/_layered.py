@@ -142,6 +142,7 @@ class LayeredFlow(_PerTimeAttention):
         if not isinstance(weights, AttentionWeights) or "layer" not in weights.axes:
             raise InputError("LayeredFlow needs AttentionWeights with a 'layer' axis (one weight set per layer); "
                              "stack them with AttentionWeights.stack(..., axis='layer').")
+        v.check_beta("beta", weights.beta)
         self._options(attention_impl, mask, normalisation)
         self.weights, self.dt, self.t0 = weights, None, None
 
@@ -190,6 +191,7 @@ class LayerInterpolation(eqx.Module):
     def __init__(self, weights: AttentionWeights, dt: float = 1.0, t0: float = 0.0):
         if not isinstance(weights, AttentionWeights) or "layer" not in weights.axes:
             raise InputError("LayerInterpolation needs AttentionWeights with a 'layer' axis.")
+        v.check_beta("beta", weights.beta)
         v.check_positive("dt", dt, "the spacing of the layer nodes, a finite positive scalar")
         v.check_real("t0", t0, "the time of the first node, a finite real scalar")
         self.weights, self.dt, self.t0 = weights, float(dt), float(t0)

@@ -6,7 +6,7 @@ Every soft quantity names the hard one it relaxes, has a temperature :math:`\tau
 collapsing cannot game it), and converges to the hard quantity as :math:`\tau\to 0`.
 
 * :mod:`.smooth` -- soft min / max (log-sum-exp and Boltzmann-weighted).
-* :mod:`.counts` -- effective number of clusters, effective rank of P.
+* :mod:`.counts` -- effective number of clusters, effective rank of P, soft fraction of clustered pairs.
 * :mod:`.distances` -- distance of the tokens to <= 3 parallel hyperplanes {a, 0, b}, to a
   polytope's vertex set, to a codimension-k subspace family; of P to Boolean and to uniform.
 * :mod:`.margins` -- Def 4.1 / Def 5.1 margins and :math:`\lambda_{\min}` of sym(Q^T K), with
@@ -28,7 +28,7 @@ Example:
     (2, 2)
 """
 
-from ._counts import soft_cluster_count, soft_rank
+from ._counts import soft_cluster_count, soft_pair_fraction, soft_rank
 from ._distances import (
     boolean_distance_soft,
     hyperplane_distances,
@@ -51,7 +51,7 @@ from ._smooth import boltzmann_max, boltzmann_min, soft_max, soft_min
 
 __all__ = [
     "soft_max", "soft_min", "boltzmann_min", "boltzmann_max",
-    "soft_cluster_count", "soft_rank",
+    "soft_cluster_count", "soft_rank", "soft_pair_fraction",
     "hyperplane_levels", "hyperplane_distances", "vertex_distances", "subspace_distances",
     "boolean_distance_soft", "uniform_distance_soft",
     "eig_sorted", "leading_eigenpair_jax", "spectral_projector", "GoodTripleMargins",

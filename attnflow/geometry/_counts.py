@@ -10,19 +10,27 @@ With a fixed scale, a collapsing cloud counts as one cluster.
   components at distance :math:`\tau s`).
 * :func:`soft_rank` relaxes :func:`attnflow.observables.numerical_rank` (singular values above
   a threshold).
+* :func:`soft_pair_fraction` relaxes :func:`attnflow.observables.pairs_clustered` (the fraction
+  of ordered pairs whose inner product is at least a threshold).
+
+The hard counts are piecewise constant in the tokens, so ``jax.grad`` of them is 0 wherever it
+exists; differentiate these instead.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 
-__all__ = ["soft_cluster_count", "soft_rank"]
+__all__ = ["soft_cluster_count", "soft_rank", "soft_pair_fraction"]
 
 
+@keeps_float64
 def soft_cluster_count(
     y: Float[Array, "n d"], scale, temperature: float = 0.05
 ) -> Float[Array, ""]:
@@ -58,6 +66,7 @@ def soft_cluster_count(
     return jnp.sum(1.0 / jnp.sum(kernel, axis=1))
 
 
+@keeps_float64
 def soft_rank(
     P: Float[Array, "n n"], temperature: float = 1e-3, scale=1.0
 ) -> Float[Array, ""]:
@@ -91,3 +100,40 @@ def soft_rank(
     G = P @ P.T
     n = G.shape[0]
     return jnp.trace(jnp.linalg.solve(G + c * jnp.eye(n, dtype=P.dtype), G))
+
+
+@keeps_float64
+def soft_pair_fraction(x: Float[Array, "n d"], threshold=0.999, temperature: float = 1e-3) -> Float[Array, ""]:
+    r"""Soft fraction of clustered pairs
+    :math:`\frac{1}{n(n-1)}\sum_{i\ne j}\sigma\big((\langle x_i, x_j\rangle - \theta)/\tau\big)`, with the
+    logistic :math:`\sigma(u) = 1/(1 + e^{-u})`, threshold :math:`\theta` and width (``temperature``)
+    :math:`\tau`, in the units of the inner products (1 for tokens on the unit sphere).
+
+    Hard quantity: :func:`attnflow.observables.pairs_clustered`, the fraction of ordered pairs
+    :math:`i \ne j` with :math:`\langle x_i, x_j\rangle \ge \theta`. Each pair is off by
+    :math:`1/(1 + e^{|\langle x_i, x_j\rangle - \theta|/\tau}) \le e^{-\delta/\tau}`, so the error is at
+    most :math:`e^{-\delta/\tau}` with :math:`\delta = \min_{i\ne j}|\langle x_i, x_j\rangle - \theta|`
+    (a pair exactly at the threshold counts 1/2). Smooth in x: its gradient is
+    :math:`\partial/\partial x_i = \frac{2}{n(n-1)}\sum_{j\ne i} \sigma'(\cdot)\, x_j/\tau`; 0 for n = 1.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.geometry import soft_pair_fraction
+        >>> from attnflow.observables import pairs_clustered
+        >>> x = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+        >>> round(float(soft_pair_fraction(x, 0.9, temperature=1e-3)), 6), round(float(pairs_clustered(x, 0.9)), 6)
+        (0.166667, 0.166667)
+        >>> jax.grad(lambda x: soft_pair_fraction(x, 0.5, temperature=0.1))(x).shape
+        (4, 2)
+    """
+    v.check_array("x", x, "tokens (n, d); vmap for a batch", ranks=(2,), nonempty=True)
+    v.check_real("threshold", threshold, "the inner product from which two tokens are clustered")
+    v.check_positive("temperature", temperature, "the width of the step in units of the inner product, "
+                     "a finite positive scalar")
+    x = v.as_float(x)
+    n = x.shape[0]
+    if n == 1:
+        return jnp.zeros((), x.dtype)
+    gram = x @ x.T
+    step = jax.nn.sigmoid((gram - jnp.asarray(threshold, x.dtype)) / jnp.asarray(temperature, x.dtype))
+    return jnp.sum(jnp.where(jnp.eye(n, dtype=bool), 0, step)) / (n * (n - 1))

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 from ._smooth import boltzmann_max, boltzmann_min, safe_sqrt, soft_max, soft_min
 
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 
+@keeps_float64
 def hyperplane_levels(
     s: Float[Array, " n"], scale, temperature: float = 0.01
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
@@ -81,6 +83,7 @@ def hyperplane_levels(
     return soft_min(s, T), soft_max(s, T)
 
 
+@keeps_float64
 def hyperplane_distances(
     z: Float[Array, "n d"], phi_dual: Float[Array, " d"], scale, temperature: float = 0.01
 ) -> Float[Array, " n"]:
@@ -112,6 +115,7 @@ def hyperplane_distances(
     return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
+@keeps_float64
 def vertex_distances(
     z: Float[Array, "n d"], vertices: Float[Array, "m d"], scale, temperature: float = 0.01
 ) -> Float[Array, " n"]:
@@ -139,6 +143,7 @@ def vertex_distances(
     return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
+@keeps_float64
 def subspace_distances(
     z: Float[Array, "n d"], W: Float[Array, "k d"], centers: Float[Array, "L k"], scale,
     temperature: float = 0.01,
@@ -177,6 +182,7 @@ def subspace_distances(
     return safe_sqrt(boltzmann_min(sq, T * T)) / jnp.asarray(scale, z.dtype)
 
 
+@keeps_float64
 def boolean_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> Float[Array, ""]:
     r"""Soft :math:`\max_i (1 - \max_j P_{ij})`: a log-sum-exp max over rows of
     :math:`1 - \mathrm{bmax}_\tau(P_{i\cdot})`.
@@ -196,6 +202,7 @@ def boolean_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> 
     return soft_max(1.0 - boltzmann_max(P, T, axis=-1), T)
 
 
+@keeps_float64
 def uniform_distance_soft(P: Float[Array, "n n"], temperature: float = 1e-3) -> Float[Array, ""]:
     r"""Soft :math:`\max_{ij}|P_{ij} - 1/n|` (log-sum-exp over the :math:`2n^2` values
     :math:`\pm(P_{ij} - 1/n)`).

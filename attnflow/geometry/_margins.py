@@ -39,10 +39,11 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 from ..spectral._eig import eigvals_sorted
 from ..spectral._eig import modulus_order
-from ..spectral._eigenpair import leading_eigenpair_jax
+from ..spectral._eigenpair import leading_eigenpair_jax as _leading_eigenpair_jax
 from ._smooth import safe_norm
 
 
@@ -127,6 +128,12 @@ def _eig_sorted_jvp(primals, tangents):
     return (w, X, Y), (dw, dX, dY)
 
 
+#: the public eig_sorted keeps float64 input in float64 (attnflow._x64); its custom JVP stays inside
+eig_sorted = keeps_float64(eig_sorted)
+#: attnflow.spectral.leading_eigenpair_jax, keeping float64 input in float64 (attnflow._x64)
+leading_eigenpair_jax = keeps_float64(_leading_eigenpair_jax)
+
+
 @jax.custom_jvp
 def _projector_cjvp(V, r_mask):
     w, X, Y = eig_sorted(V)
@@ -147,6 +154,7 @@ def _projector_jvp(primals, tangents):
     return Pi, X @ (H * M) @ Y
 
 
+@keeps_float64
 def spectral_projector(V: Float[Array, "d d"], r: int) -> Complex[Array, "d d"]:
     r"""Spectral projector :math:`\Pi` onto the invariant subspace of the r eigenvalues of largest
     modulus (:math:`\Pi^2 = \Pi`, :math:`V\Pi = \Pi V`), with the exact derivative of the group
@@ -176,6 +184,7 @@ class GoodTripleMargins(NamedTuple):
     condition1: Float[Array, ""]  # min(gap, Re lambda_1) - |Im lambda_1|
 
 
+@keeps_float64
 def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float[Array, "d d"]) -> GoodTripleMargins:
     r"""Def 4.1 as continuous margins. Condition (1) (:math:`\lambda_1` of largest modulus is
     real, positive and :math:`> |\lambda_2|`) holds iff ``condition1`` :math:`> 0`, where
@@ -208,6 +217,7 @@ def good_triple_margins(Q: Float[Array, "m d"], K: Float[Array, "m d"], V: Float
     return GoodTripleMargins(gap, lam1.imag, lam1.real, qk, cond1)
 
 
+@keeps_float64
 def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
     r"""How far V is from being paranormal (Def 5.1) with :math:`\dim F = r`:
 
@@ -246,6 +256,7 @@ def distance_to_paranormal(V: Float[Array, "d d"], r: int) -> Float[Array, ""]:
     return resid + jax.nn.relu(radius - lam) + jax.nn.relu(-lam)
 
 
+@keeps_float64
 def qk_lambda_min(Q: Float[Array, "m d"], K: Float[Array, "m d"]) -> Float[Array, ""]:
     r"""Smallest eigenvalue of the symmetric part :math:`\tfrac12(A + A^T)`, :math:`A = Q^TK`.
     :math:`Q^TK > 0` (in the sense of :func:`attnflow.spectral.is_positive_definite`, for a

@@ -18,6 +18,7 @@ import jax
 from jaxtyping import PyTree
 
 from ..errors import InputError
+from .._x64 import keeps_float64
 
 __all__ = ["hvp", "per_system_grad"]
 
@@ -34,6 +35,7 @@ def _check_same_structure(params: PyTree, vector: PyTree) -> None:
                          f"params {shapes(params)}.")
 
 
+@keeps_float64
 def hvp(f: Callable[[PyTree], jax.Array], params: PyTree, vector: PyTree) -> PyTree:
     r""":math:`\nabla^2 f(\theta)\, v` by forward-over-reverse differentiation
     (:math:`\frac{d}{d\epsilon}\nabla f(\theta + \epsilon v)|_{\epsilon=0}`).
@@ -50,6 +52,7 @@ def hvp(f: Callable[[PyTree], jax.Array], params: PyTree, vector: PyTree) -> PyT
     return jax.jvp(jax.grad(f), (params,), (vector,))[1]
 
 
+@keeps_float64
 def per_system_grad(f: Callable[..., jax.Array], batched: PyTree, *shared, argnums: int = 0) -> PyTree:
     r"""Gradients :math:`\nabla f(\theta_b, \ldots)` of every system b of ``batched`` (leading axis B)
     in one vmapped call; ``shared`` arguments are the same for all systems.

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 
 __all__ = ["soft_max", "soft_min", "boltzmann_min", "boltzmann_max", "safe_sqrt", "safe_norm"]
@@ -62,6 +63,7 @@ def _check_reduction(x, temperature, axis) -> None:
     v.check_positive("temperature", temperature, "an absolute temperature T, a finite positive scalar")
 
 
+@keeps_float64
 def soft_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
     r"""Log-sum-exp maximum :math:`T\log\sum_k e^{x_k/T}` along ``axis``
     (:math:`\max x \le \cdot \le \max x + T\log N`).
@@ -79,6 +81,7 @@ def soft_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Arra
     return T * jax.nn.logsumexp(x / T, axis=axis)
 
 
+@keeps_float64
 def soft_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
     r"""Log-sum-exp minimum :math:`-T\log\sum_k e^{-x_k/T}`
     (:math:`\min x - T\log N \le \cdot \le \min x`).
@@ -92,6 +95,7 @@ def soft_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Arra
     return -soft_max(-jnp.asarray(x), temperature, axis=axis)
 
 
+@keeps_float64
 def boltzmann_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
     r"""Boltzmann-weighted mean :math:`\sum_k \mathrm{softmax}(-x/T)_k\, x_k`, a soft minimum with
     :math:`\min x \le \cdot \le \min x + (N-1)T/e` (each weighted excess
@@ -111,6 +115,7 @@ def boltzmann_min(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float
     return jnp.sum(w * x, axis=axis)
 
 
+@keeps_float64
 def boltzmann_max(x: Float[Array, "*b N"], temperature, axis: int = -1) -> Float[Array, "*b"]:
     r"""Boltzmann-weighted mean with weights :math:`\mathrm{softmax}(x/T)`, a soft maximum with
     :math:`\max x - (N-1)T/e \le \cdot \le \max x`.

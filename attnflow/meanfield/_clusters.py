@@ -27,12 +27,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 from ._measures import _angles, _sphere_histogram, _tokens, check_points
 
 __all__ = ["circle_cluster_count", "sphere_cluster_count", "grid_components"]
 
 
+@keeps_float64
 def circle_cluster_count(points: Float[Array, "n *two"], max_gap) -> Int[Array, ""]:
     r"""Number of clusters on the circle: arcs separated by gaps larger than ``max_gap`` (radians, in (0, pi)).
 
@@ -61,6 +63,7 @@ def _circle_count(points, max_gap):
     return jnp.maximum(_circle_gaps(points, max_gap), 1)
 
 
+@keeps_float64
 def circle_gaps(points: Float[Array, "n *two"], max_gap) -> Int[Array, ""]:
     r"""Number of gaps larger than ``max_gap`` (radians) between circularly consecutive tokens: 0 for a cloud
     that covers the circle without such a gap (not yet clustered), else its number of clusters
@@ -137,6 +140,7 @@ def _shift(a, offset: int, axis: int, fill):
     return jax.lax.slice_in_dim(padded, begin, begin + n, axis=axis)
 
 
+@keeps_float64
 def sphere_cluster_count(x: Float[Array, "n 3"], min_mass=0.01, *, num_z: int = 32, num_phi: int = 64
                          ) -> Int[Array, ""]:
     r"""Number of clusters on :math:`S^2`: connected components of the z/phi cells holding at least ``min_mass``.

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from .._chunked import DEFAULT_CHUNK, _attend, _tile
 from ..errors import InputError
 from ._measures import _angles, _weights, check_points, check_weights
@@ -116,6 +117,7 @@ def _w1_from_events(pos, jump, slope_change, slope_at_zero):
     return jnp.sum(length * piece)
 
 
+@keeps_float64
 def circle_w1(a: Float[Array, "n *two"], b: Float[Array, "m *two"], weights_a: Float[Array, " n"] | None = None,
               weights_b: Float[Array, " m"] | None = None) -> Float[Array, ""]:
     r"""Exact W1 (geodesic cost) between two particle clouds on the circle (angles or unit tokens).
@@ -144,6 +146,7 @@ def _combine(*events):
     return [jnp.concatenate([e[i] for e in events]).astype(dtype) for i in range(3)]
 
 
+@keeps_float64
 def circle_w1_to_density(points: Float[Array, "n *two"], density: Float[Array, " G"],
                          weights: Float[Array, " n"] | None = None) -> Float[Array, ""]:
     r"""Exact W1 between a particle cloud and a density on the grid :math:`2\pi g/G` (piecewise
@@ -170,6 +173,7 @@ def _w1_to_density(points, density, weights):
     return _w1_from_events(*_combine(_particle_events(theta, weights, 1.0), (pb, jb, sb)), start)
 
 
+@keeps_float64
 def circle_w1_densities(density_a: Float[Array, " G"], density_b: Float[Array, " H"]) -> Float[Array, ""]:
     r"""Exact W1 between two densities on grids :math:`2\pi g/G` and :math:`2\pi h/H` (piecewise constant on their cells).
 
@@ -205,6 +209,7 @@ def _checked_tokens(name, x):
     return v.as_float(x)
 
 
+@keeps_float64
 def sphere_mmd(x: Float[Array, "n d"], y: Float[Array, "m d"], kappa=4.0, *,
                chunk_size: int = DEFAULT_CHUNK) -> Float[Array, ""]:
     r"""MMD between two clouds on :math:`S^{d-1}` with the kernel :math:`e^{\kappa(\langle x, y\rangle - 1)}` (module docstring).
@@ -251,6 +256,7 @@ def _line_w1(a, b):
     return jnp.sum(jnp.abs(jnp.cumsum(jump)[:-1]) * jnp.diff(pos))
 
 
+@keeps_float64
 def sliced_w1(x: Float[Array, "n d"], y: Float[Array, "m d"], directions: Float[Array, "P d"]) -> Float[Array, ""]:
     r"""Sliced W1: the mean over ``directions`` (normalised) of the W1 distance on the line between the projections.
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from .._fourier import kernel_coefficients
 from ..errors import InputError
 
@@ -41,6 +42,7 @@ def quadrature_nodes(num_modes: int) -> int:
     return 1 << (need - 1).bit_length()
 
 
+@keeps_float64
 def kernel_modes(beta, num_modes: int, dtype=None) -> Float[Array, " M"]:
     r"""Scaled modified Bessel functions :math:`\hat I_m(\beta) = I_m(\beta)\, e^{-\beta}`, m = 0..num_modes.
 

@@ -31,6 +31,7 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from .._chunked import DEFAULT_CHUNK, _attend, _tile
 from ..errors import InputError
 from ._blocks import DEFAULT_BLOCK, sum_over_blocks
@@ -51,6 +52,7 @@ __all__ = [
 TWO_PI = 2 * math.pi
 
 
+@keeps_float64
 def circle_angles(points: Float[Array, "n *two"]) -> Float[Array, " n"]:
     r"""Angles in :math:`[0, 2\pi)` of points on the circle: angles (n,) taken mod :math:`2\pi`, or
     tokens (n, 2) (any norm) through :math:`\mathrm{atan2}(x_2, x_1)`.
@@ -101,6 +103,7 @@ def _weights(weights, n: int, dtype) -> Float[Array, " n"]:
     return weights / jnp.sum(weights)
 
 
+@keeps_float64
 def fourier_coefficients(points: Float[Array, "n *two"], num_modes: int, weights: Float[Array, " n"] | None = None,
                          *, block: int = DEFAULT_BLOCK) -> Complex[Array, " K"]:
     r"""Fourier coefficients :math:`\hat\mu_m = \sum_j w_j e^{-i m\theta_j}`, m = 0..num_modes, of a cloud on the circle.
@@ -135,6 +138,7 @@ def _fourier(points, weights, num_modes: int, block: int):
     return sum_over_blocks(block_sum, (theta, w), block)
 
 
+@keeps_float64
 def density_fourier_coefficients(density: Float[Array, "*T G"], num_modes: int) -> Complex[Array, "*T K"]:
     r"""Fourier coefficients :math:`\hat\rho_m = \frac{2\pi}{G}\sum_g \rho_g e^{-i m\theta_g}`, m = 0..num_modes, of
     densities on the grid :math:`\theta_g = 2\pi g/G` (the convention of :func:`fourier_coefficients`; leading
@@ -167,6 +171,7 @@ def _tokens(x, what: str = "tokens on the sphere (n, d)") -> Float[Array, "n d"]
     return v.as_float(x)
 
 
+@keeps_float64
 def sphere_moments(x: Float[Array, "n d"], weights: Float[Array, " n"] | None = None
                    ) -> tuple[Float[Array, " d"], Float[Array, "d d"]]:
     r"""The mean :math:`m = \sum_j w_j x_j` and the second moment :math:`M = \sum_j w_j x_j x_j^\top` (O(n d^2)).
@@ -196,6 +201,7 @@ def _third_moment(x, w, block):
     return sum_over_blocks(lambda xb, wb: jnp.einsum("n,ni,nj,nk->ijk", wb, xb, xb, xb), (x, w), block)
 
 
+@keeps_float64
 def harmonic_energies(x: Float[Array, "n d"], max_degree: int = 2, weights: Float[Array, " n"] | None = None,
                       *, block: int = DEFAULT_BLOCK) -> Float[Array, " L"]:
     r"""Spherical-harmonic energies :math:`E_l = \sum_{Y} |\int Y\, d\mu|^2` of degrees l = 0..max_degree (<= 3).
@@ -248,6 +254,7 @@ def _harmonic(x, weights, max_degree: int, block: int):
     return jnp.stack(energies[: max_degree + 1])
 
 
+@keeps_float64
 def circle_histogram(points: Float[Array, "n *two"], num_bins: int, weights: Float[Array, " n"] | None = None
                      ) -> Float[Array, " G"]:
     r"""Masses of G bins of width :math:`h = 2\pi/G` centred at :math:`\theta_g = g h`: bin g is
@@ -272,6 +279,7 @@ def _circle_histogram(points, weights, num_bins: int):
     return jnp.zeros((num_bins,), theta.dtype).at[index].add(w)
 
 
+@keeps_float64
 def sphere_histogram(x: Float[Array, "n 3"], num_z: int, num_phi: int, weights: Float[Array, " n"] | None = None
                      ) -> Float[Array, "Z P"]:
     r"""Masses of the z/phi grid on :math:`S^2`: ``num_z`` equal bins of :math:`z = x_3 \in [-1, 1]`
@@ -311,6 +319,7 @@ def _check_beta(beta):
     v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
 
 
+@keeps_float64
 def interaction_energy_tiled(x: Float[Array, "n d"], beta, *, chunk_size: int = DEFAULT_CHUNK) -> Float[Array, ""]:
     r""":math:`E_\beta = \frac1{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` in O(n d + c^2) memory.
 
@@ -344,6 +353,7 @@ def _energy_tiled(x, beta, tile: int):
     return jnp.exp(jax.nn.logsumexp(lse) - jnp.log(2 * beta * n * n))
 
 
+@keeps_float64
 def interaction_energy_fourier(points: Float[Array, "n *two"], beta, num_modes: int = 64,
                                *, block: int = DEFAULT_BLOCK) -> Float[Array, ""]:
     r"""The interaction energy on the circle through Fourier modes, in O(n K) time and O(block K) memory.

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 
+@keeps_float64
 @v.jit_entry
 def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     r"""Numerical rank: :math:`\#\{k : \sigma_k > \text{tol}\cdot\sigma_1\}`.
@@ -45,6 +47,7 @@ def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     return jnp.sum(s > tol * s[0]).astype(jnp.int32)
 
 
+@keeps_float64
 @v.jit_entry
 def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance of P to the nearest Boolean row-stochastic matrix:
@@ -60,6 +63,7 @@ def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     return jnp.max(off_leader_mass(P))
 
 
+@keeps_float64
 @v.jit_entry
 def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
     r"""Mass of each row outside its leader column: :math:`1 - \max_j P_{ij}`
@@ -77,6 +81,7 @@ def off_leader_mass(P: Float[Array, "n n"]) -> Float[Array, " n"]:
     return jnp.sum(jnp.where(mask, P, 0), axis=-1)
 
 
+@keeps_float64
 @v.jit_entry
 def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]:
     r"""Leader columns: j is a leader when :math:`P_{ij} > \text{threshold}` for some row i
@@ -93,6 +98,7 @@ def leaders(P: Float[Array, "n n"], threshold: float = 0.5) -> Bool[Array, " n"]
     return jnp.any(P > threshold, axis=0)
 
 
+@keeps_float64
 @v.jit_entry
 def double_log_slope(
     ts: Float[Array, " T"], mass: Float[Array, " T"], lo: float = 1e-250, hi: float = 0.1

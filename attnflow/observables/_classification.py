@@ -41,6 +41,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ..errors import InputError
+from .._x64 import keeps_float64
 from ..spectral._batched import GEOMETRIES, left_eig, projector_from_left_eig
 from ._clusters import cluster_labels, pairwise_distances
 
@@ -50,6 +51,7 @@ __all__ = ["GEOMETRY_LABELS", "BatchObservation", "GeometryObservation", "cluste
 GEOMETRY_LABELS = GEOMETRIES
 
 
+@keeps_float64
 def clustered(y: Float[Array, "n f"], tol) -> tuple[Int[Array, ""], Bool[Array, ""]]:
     r"""(number of clusters, whether every cluster has diameter <= tol) for the components of
     :math:`|y_i - y_j| \le` tol.
@@ -70,6 +72,7 @@ def clustered(y: Float[Array, "n f"], tol) -> tuple[Int[Array, ""], Bool[Array, 
     return count.astype(jnp.int32), widest <= tol
 
 
+@keeps_float64
 def levels_clustered(s: Float[Array, " n"], tol) -> tuple[Int[Array, ""], Bool[Array, ""]]:
     r""":func:`clustered` for values on a line (sorted gaps, O(n log n)): (number of levels,
     whether every level has width <= tol).
@@ -104,6 +107,7 @@ class BatchObservation(eqx.Module):
     max_norm_x: Float[Array, "*B"]
 
 
+@keeps_float64
 def classify_configuration(z, x, scale, phi_dual, lam1, paranormal, dim_F, proj, k, *, basis_inv=None,
                            rel_tol: float = 2e-2, max_clusters: int | None = None) -> BatchObservation:
     r"""Classify ONE final configuration (vmap it for many): rescaled tokens z (n, d), raw tokens

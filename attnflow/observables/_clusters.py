@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 
 __all__ = [
     "pairwise_distances",
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 
+@keeps_float64
 @v.jit_entry
 def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     r"""Euclidean distances :math:`|y_i - y_j|` (exactly 0 on the diagonal).
@@ -48,6 +50,7 @@ def pairwise_distances(y: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.where(sq > 0, jnp.sqrt(safe), jnp.zeros_like(sq))
 
 
+@keeps_float64
 @v.jit_entry
 def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_{i,j} |y_i - y_j|`.
@@ -61,6 +64,7 @@ def diameter(y: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.max(pairwise_distances(y))
 
 
+@keeps_float64
 @v.jit_entry
 def directions(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
     r"""Directions :math:`x_i / |x_i|` (a zero token stays 0).
@@ -157,6 +161,7 @@ def components_and_pairs(adjacent: Bool[Array, "n n"]) -> tuple[Int[Array, " n"]
     return labels, jnp.sum(adjacent, dtype=jnp.int32) - n
 
 
+@keeps_float64
 @v.jit_entry
 def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Float[Array, ""]:
     r"""The absolute threshold :math:`\tau = \text{rel\_tol}\cdot s`, with
@@ -178,6 +183,7 @@ def cluster_tolerance(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None)
     return rel_tol * jnp.maximum(s, jnp.finfo(y.dtype).tiny)
 
 
+@keeps_float64
 @v.jit_entry
 def cluster_labels(
     y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None
@@ -197,6 +203,7 @@ def cluster_labels(
     return connected_components(pairwise_distances(y) <= tau)
 
 
+@keeps_float64
 @v.jit_entry
 def num_clusters(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Int[Array, ""]:
     r"""Number of clusters (connected components, see :func:`cluster_labels`).

@@ -8,10 +8,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 
 __all__ = ["max_norm", "uniform_distance", "collapse_bound"]
 
 
+@keeps_float64
 @v.jit_entry
 def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r""":math:`\max_i \|x_i\|`.
@@ -26,6 +28,7 @@ def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.max(jnp.linalg.norm(x, axis=-1))
 
 
+@keeps_float64
 @v.jit_entry
 def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance :math:`\max_{ij} |P_{ij} - 1/n|` to the uniform attention.
@@ -40,6 +43,7 @@ def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     return jnp.max(jnp.abs(P - 1.0 / P.shape[-1]))
 
 
+@keeps_float64
 @v.jit_entry
 def collapse_bound(x0: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""Thm 8.5's bound :math:`\max(\max_j \|x_j(0)\|, \sqrt{2n})`.

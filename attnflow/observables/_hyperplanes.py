@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 
 __all__ = [
@@ -48,6 +49,7 @@ def leading_vectors(V) -> tuple[np.ndarray, np.ndarray, complex]:
     return e.phi, e.phi_dual, e.lambda1
 
 
+@keeps_float64
 @v.jit_entry
 def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[Array, " n"]:
     r""":math:`s_i = \varphi_1^*(z_i)`.
@@ -64,6 +66,7 @@ def projections(z: Float[Array, "n d"], phi_dual: Float[Array, " d"]) -> Float[A
     return z @ jnp.asarray(phi_dual, z.dtype)
 
 
+@keeps_float64
 @v.jit_entry
 def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     r"""Label of the 1-d cluster ("level") of every value: values sorted, a new level
@@ -83,6 +86,7 @@ def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     return jnp.zeros_like(sorted_labels).at[order].set(sorted_labels)
 
 
+@keeps_float64
 @v.jit_entry
 def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     r"""Number of levels of :func:`level_labels`.
@@ -98,6 +102,7 @@ def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     return 1 + jnp.sum(jnp.diff(jnp.sort(s)) > tol).astype(jnp.int32)
 
 
+@keeps_float64
 @v.jit_entry
 def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Array, ""], Int[Array, ""]]:
     r"""Nearest of the three levels (0: a = min s, 1: zero, 2: b = max s) for each value,
@@ -124,6 +129,7 @@ def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Arra
     return which, jnp.max(near), used
 
 
+@keeps_float64
 @v.jit_entry
 def extreme_monotonicity(s_t: Float[Array, "T n"]) -> tuple[Float[Array, ""], Float[Array, ""]]:
     r"""(largest increase of :math:`\max_i s_i(t)`, largest decrease of :math:`\min_i s_i(t)`)

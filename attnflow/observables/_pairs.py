@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ._clusters import components_and_pairs, connected_components, pairwise_distances
 
 #: The peers' statistic: inner products of at least 0.999 count as one cluster.
@@ -100,6 +101,7 @@ def _off_diagonal(gram) -> tuple[Array, Array, Array]:
     return jnp.min(off), jnp.sum(off) / (n * (n - 1)), jnp.max(off)
 
 
+@keeps_float64
 def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD, *, energy=None) -> dict:
     r"""The pair statistics of one Gram matrix :math:`G_{ij} = \langle x_i, x_j\rangle`, formed once by the caller.
 
@@ -128,6 +130,7 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
             "energy": jnp.asarray(energy, gram.dtype), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
 
 
+@keeps_float64
 def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[Array, "n n"]:
     r"""The graph :math:`i \sim j \iff \langle x_i, x_j\rangle \ge \theta` (the diagonal included).
 
@@ -142,6 +145,7 @@ def similar_pairs(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Bool[A
     return _graph(x @ x.T, threshold)
 
 
+@keeps_float64
 def close_pairs(x: Float[Array, "n d"], radius) -> Bool[Array, "n n"]:
     r"""The graph :math:`i \sim j \iff |x_i - x_j| \le r` in :math:`\mathbb{R}^d` (``radius`` r: a fixed length).
 
@@ -186,6 +190,7 @@ def _label_count(labels: Int[Array, " n"]) -> Int[Array, ""]:
     return jnp.sum(labels == jnp.arange(labels.shape[0])).astype(jnp.int32)
 
 
+@keeps_float64
 def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Float[Array, ""]:
     r"""Fraction of ordered pairs :math:`i \ne j` with :math:`\langle x_i, x_j\rangle \ge \theta`.
 
@@ -199,6 +204,7 @@ def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Floa
     return pair_fraction(similar_pairs(x, threshold))
 
 
+@keeps_float64
 def clusters_above(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Int[Array, ""]:
     r"""Number of clusters: connected components of :math:`\langle x_i, x_j\rangle \ge \theta`.
 
@@ -211,6 +217,7 @@ def clusters_above(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Int[A
     return count_components(similar_pairs(x, threshold))
 
 
+@keeps_float64
 def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
     r""":math:`E_\beta(x) = \frac{1}{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}`, the energy the sphere flow climbs.
 
@@ -284,6 +291,7 @@ def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
     return jnp.sum(positive).astype(jnp.int32)
 
 
+@keeps_float64
 def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, ""]:
     r"""Dimension of the span of the tokens: eigenvalues of the Gram matrix above ``rel_tol`` times its trace.
 
@@ -307,6 +315,7 @@ def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, 
     return _eigenvalues_above(gram, rel_tol * trace) * (trace > 0)
 
 
+@keeps_float64
 def inner_product_range(x: Float[Array, "n d"]) -> Float[Array, " 2"]:
     r"""``[min, max]`` of :math:`\langle x_i, x_j\rangle` over pairs :math:`i \ne j` (``[nan, nan]`` when n = 1).
 

@@ -17,11 +17,13 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 
 __all__ = ["split_coordinates", "unstable_left_basis", "codim_projections"]
 
 
+@keeps_float64
 def split_coordinates(
     z: Float[Array, "*T n d"], F: np.ndarray, G: np.ndarray
 ) -> tuple[Float[Array, "*T n f"], Float[Array, "*T n g"]]:
@@ -64,6 +66,7 @@ def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
         return np.asarray(basis)[:, : int(k)].T
 
 
+@keeps_float64
 @v.jit_entry
 def codim_projections(z: Float[Array, "n d"], W) -> Float[Array, "n k"]:
     r""":math:`W z_i`: tokens on one affine subspace {Wz = c} share one value.
