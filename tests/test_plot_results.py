@@ -202,7 +202,7 @@ def test_phase_diagram_grid_edges_nan_and_colorbar():
     v[1, 2] = np.nan
     v[3, 0] = np.inf
     fig, ax = plt.subplots(layout="constrained")
-    out = ap.phase_diagram(v, beta=beta, t=t, ax=ax, log_t=True, overlay=(t, 0.1 * t, "boundary"))
+    out = ap.phase_diagram(v, beta=beta, t=t, ax=ax, log_t=True, overlay=(t, 0.1 * t, "boundary"), curves=False)
     assert out is ax
     _labelled(ax)
     _has_colorbar(fig)
@@ -217,7 +217,7 @@ def test_phase_diagram_grid_edges_nan_and_colorbar():
 
 def test_phase_diagram_log_colour_masks_non_positive():
     v = np.array([[0.0, 1.0], [10.0, 100.0]])
-    ax = ap.phase_diagram(v, beta=[1, 2], t=[0.5, 3], log_color=True, label="spread")
+    ax = ap.phase_diagram(v, beta=[1, 2], t=[0.5, 3], log_color=True, label="spread", curves=False)
     assert "non-positive" in ax.get_title()
     _has_colorbar(ax.figure)
 
@@ -230,7 +230,7 @@ def test_curves_at_fixed_t_bands_and_nan():
     fig, ax = plt.subplots()
     assert ap.curves_at_fixed_t(v, beta=beta, t=t, at=[1, 2.9, 10], lo=v - 0.1, hi=v + 0.1, ax=ax) is ax
     _labelled(ax)
-    assert [ln.get_label() for ln in ax.get_lines()] == ["t = 1", "t = 3", "t = 10"]
+    assert [ln.get_label() for ln in ax.get_lines()] == ["$t$ = 1", "$t$ = 3", "$t$ = 10"]
     assert len(ax.collections) == 3  # bands
     assert "1 non-finite point" in ax.get_title()
 

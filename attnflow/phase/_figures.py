@@ -9,17 +9,37 @@ from pathlib import Path
 
 import numpy as np
 
-#: the heat maps of the first figure: (observable, colour-bar label, log colour scale)
+#: the panels of the first figure: (observable, colour-bar label, log colour scale)
 MAPS = (("pairs_clustered", "fraction of pairs clustered", False),
         ("clusters", "clusters (mean)", True),
-        ("energy", "E_beta / e^beta / (2 beta) (mean; 1: one cluster)", False),
+        ("energy", r"$2\beta e^{-\beta} E_\beta$ (mean)", False),
         ("span", "dimension of the span (mean)", False))
+#: the panels' titles, where they say more than the colour-bar label
+TITLES = {"energy": r"energy $E_\beta$ over its one-cluster value $e^\beta / 2\beta$"}
 
 
-def heat_maps(path: Path, grids: dict, beta, t, *, log_t: bool, overlay, title: str) -> list[str]:
-    """The 2 x 2 heat maps of :data:`MAPS` over (beta, t): ``grids[name]`` (len(beta), len(t)) cell means;
-    the energy drawn relative to its largest value :math:`e^\\beta / (2\\beta)` (comparable across beta);
-    ``overlay``: ``(t, beta, label)`` of a line on the first map, or None.
+def theory_label(label: str, n: int, d: int) -> str:
+    """The legend ``label`` of the equiangular model's line, qualified: exact where an equiangular cloud of n
+    tokens exists on :math:`S^{d-1}` (n <= d: a regular simplex or less) and stays one under the flow, a
+    heuristic otherwise (the line then reads the cloud's mean inner product as if it were equiangular).
+
+    Example:
+        >>> from attnflow.phase._figures import theory_label
+        >>> theory_label("equiangular model reaches 0.999", 32, 2)
+        'equiangular model reaches 0.999: heuristic (n > d)'
+        >>> theory_label("equiangular model reaches 0.9", 3, 3)
+        'equiangular model reaches 0.9: exact (n <= d)'
+    """
+    return f"{label}: " + ("exact (n <= d)" if n <= d else "heuristic (n > d)")
+
+
+def heat_maps(path: Path, grids: dict, beta, t, *, log_t: bool, overlay, title: str, n: int | None = None,
+              d: int | None = None) -> list[str]:
+    """The 2 x 2 panels of :data:`MAPS` over (beta, t) (:func:`attnflow.plot.phase_diagram`: heat maps, or
+    curves per beta on a coarse beta grid): ``grids[name]`` (len(beta), len(t)) cell means; the energy drawn
+    relative to its largest value :math:`e^\beta / (2\beta)` (comparable across beta); ``overlay``:
+    ``(t, beta, threshold)`` of the equiangular model's line on the first panel, or None, labelled
+    exact or heuristic from the group's ``n`` and ``d`` (:func:`theory_label`), in a legend below the panels.
 
     Example:
         >>> import tempfile, pathlib
@@ -27,11 +47,18 @@ def heat_maps(path: Path, grids: dict, beta, t, *, log_t: bool, overlay, title: 
         >>> from attnflow.phase._figures import MAPS, heat_maps
         >>> grids = {name: np.random.default_rng(0).uniform(1, 2, (3, 4)) for name, _, _ in MAPS}
         >>> heat_maps(pathlib.Path(tempfile.mkdtemp()) / "p.png", grids, [1.0, 2.0, 3.0], [0, 1, 2, 3],
-        ...           log_t=False, overlay=None, title="a phase diagram")
+        ...           log_t=False, overlay=([1.5, 2.5], [1.0, 2.0], "theory"), title="a phase diagram", n=8, d=2)
         ['p.png']
     """
     from .. import plot as ap
+    from ..errors import InputError
 
+    line = None
+    if overlay is not None:
+        if n is None or d is None:
+            raise InputError("heat_maps: overlay was given without the group's n and d, expected both, which "
+                             "say whether the equiangular line is exact (n <= d) or a heuristic (n > d).")
+        line = (overlay[0], overlay[1], theory_label(str(overlay[2]), int(n), int(d)))
     fig, axes = ap.new_figure(2, 2, panel=(5.2, 4.0))
     for ax, (name, label, log) in zip(axes.ravel(), MAPS):
         values = np.asarray(grids[name], float)
@@ -39,7 +66,13 @@ def heat_maps(path: Path, grids: dict, beta, t, *, log_t: bool, overlay, title: 
             b = np.asarray(beta, float)[:, None]
             values = values * 2 * b * np.exp(-b)
         ap.phase_diagram(values, beta=beta, t=t, ax=ax, log_color=log, log_t=log_t, label=label,
-                         overlay=overlay if name == "pairs_clustered" else None, title=label)
+                         overlay=line if name == "pairs_clustered" else None, title=TITLES.get(name, label),
+                         show_legend=False)
+    # one legend for the figure, under all the panels: the betas of the curves (coarse grids), the overlay
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 5), fontsize="small",
+                   frameon=False)
     fig.suptitle(title)
     return ap.save(fig, path, close=True)
 

@@ -56,7 +56,7 @@ META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "systems", "with_plateau",
 #: metastable plateau (below it most clouds collapse to one cluster with no metastable state to time)
 FIT_MIN_PLATEAU_FRACTION = 0.5
 #: a fit restricted to the first plateaus of c clusters is reported with at least this many merges, over at
-#: least three betas (fewer give intervals too wide to read)
+#: least MIN_FIT_CELLS betas (fewer give intervals too wide to read)
 BY_COUNT_MIN_EVENTS = 10
 #: bytes of one cell-table row while it is written (columns, concatenation, CSV text), with room to spare
 CELL_ROW_BYTES = 1024
@@ -210,9 +210,10 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     """One group's metastability.csv rows (per beta: first metastable plateaus, Kaplan-Meier quartiles) and the
     censored fit of log T against beta over the cells with a metastable plateau in most systems."""
     rows = {c: [] for c in META_COLUMNS}
-    fit_beta, fit_life, fit_cen, all_first = [], [], [], []
+    fit_beta, fit_life, fit_cen, fit_cut, fit_cloud, all_first = [], [], [], [], [], []
     for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
         first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel])
+        first["cloud"] = np.asarray(cols["system"][sel])  # the same cloud at every beta: the fits cluster on it
         s = lifetime_summary(first)
         all_first.append((beta, first))
         has = np.isfinite(first["lifetime"])
@@ -221,6 +222,8 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
             fit_beta.append(np.full(int(has.sum()), beta))
             fit_life.append(first["lifetime"][has])
             fit_cen.append(first["censored"][has])
+            fit_cut.append(first["truncation"][has])
+            fit_cloud.append(first["cloud"][has])
 
         def mean(a):
             return float(np.mean(a)) if len(a) else np.nan
@@ -239,7 +242,8 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
             rows[key].append(values[key])
     rows = {k: np.asarray(v) for k, v in rows.items()}
     cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0))
-    fit = lifetime_slope(cat(fit_beta), cat(fit_life), cat(fit_cen).astype(bool), config.confidence)
+    fit = lifetime_slope(cat(fit_beta), cat(fit_life), cat(fit_cen).astype(bool), config.confidence,
+                         truncation=cat(fit_cut), clusters=cat(fit_cloud))
     lifetimes = cat(fit_cen)
     fit.update(group=g.label, n=g.n, d=g.d,
                censored_fraction=float(lifetimes.mean()) if lifetimes.size else None,
@@ -252,16 +256,18 @@ def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> lis
     for every c with a fit (the pooled fit mixes counts that grow with beta), with the per-beta Kaplan-Meier
     medians of those systems."""
     beta = np.concatenate([np.full(len(f["count"]), b) for b, f in firsts])
-    first = {k: np.concatenate([f[k] for _, f in firsts]) for k in ("count", "lifetime", "censored")}
+    first = {k: np.concatenate([f[k] for _, f in firsts]) for k in ("count", "lifetime", "censored", "truncation",
+                                                                    "cloud")}
     out = []
     for c in sorted({int(c) for c in first["count"] if c >= 2}):
         sel = first["count"] == c
-        fit = lifetime_slope(beta[sel], first["lifetime"][sel], first["censored"][sel], config.confidence)
-        if fit["slope"] is None or fit["events"] < BY_COUNT_MIN_EVENTS or fit["cells"] < 3:
+        fit = lifetime_slope(beta[sel], first["lifetime"][sel], first["censored"][sel], config.confidence,
+                             truncation=first["truncation"][sel], clusters=first["cloud"][sel])
+        if fit["slope"] is None or fit["events"] < BY_COUNT_MIN_EVENTS:  # (fewer than MIN_FIT_CELLS betas: None)
             continue
         medians, censored = [], []
         for b in config.beta:
-            s = lifetime_summary({k: v[sel & (beta == b)] for k, v in first.items()})
+            s = lifetime_summary({k: first[k][sel & (beta == b)] for k in ("lifetime", "censored")})
             medians.append(np.nan if s["median"] is None else s["median"])
             censored.append(bool(s["median_censored"]))
         out.append({"count": c, **fit, "median": medians, "median_censored": censored})
@@ -317,7 +323,7 @@ def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, t:
     tag = f"g{g.index:03d}"
     grids = {name: grid_of(cells, g, config, name) for name, _, _ in MAPS}
     maps = drawing.submit(f"{FIGURE_MODULE}:heat_maps", out / f"phase_{tag}.png", grids, list(config.beta), tt,
-                          log_t=log_t, overlay=overlay,
+                          log_t=log_t, overlay=overlay, n=g.n, d=g.d,
                           title=f"{config.dynamics.name}, n = {g.n}, d = {g.d}: {config.systems} systems per cell")
     lo, hi = (grid_of(cells, g, config, f"pairs_clustered_{end}") for end in ("lo", "hi"))
     curves = drawing.submit(f"{FIGURE_MODULE}:curves", out / f"curves_{tag}.png", grids["pairs_clustered"], lo, hi,
@@ -333,7 +339,7 @@ def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup
     sel = np.flatnonzero((cols["beta_index"] == b) & cols["finite"])[:4]
     return drawing.submit(f"{FIGURE_MODULE}:staircase", out / f"staircase_g{g.index:03d}.png", t,
                           np.asarray(cols["energy"][sel]), np.asarray(cols["clusters"][sel]),
-                          f"beta = {config.beta[b]:g}, n = {g.n}, d = {g.d}")
+                          rf"$\beta$ = {config.beta[b]:g}, n = {g.n}, d = {g.d}")
 
 
 def _lifetime_sentence(fit: dict, confidence: float) -> str:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
+
 _FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("attnflow_figure_formats", default=("png",))
 _KNOWN_FORMATS = ("png", "pdf", "svg")
 
@@ -40,7 +42,7 @@ def figure_formats(*formats: str) -> Iterator[tuple[str, ...]]:
     chosen = tuple(dict.fromkeys(f.lower().lstrip(".") for f in formats)) or ("png",)
     bad = [f for f in chosen if f not in _KNOWN_FORMATS]
     if bad:
-        raise ValueError(f"figure formats must be among {_KNOWN_FORMATS}, got {bad}.")
+        raise InputError(f"figure_formats: the formats {bad} are not known, expected formats among {_KNOWN_FORMATS}.")
     token = _FORMATS.set(chosen)
     try:
         yield chosen
@@ -129,11 +131,37 @@ def legend(ax, *, max_inside: int = 4, title: str | None = None, **kwargs):
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return None
+    if _twinned(ax):  # "best" sees only this Axes' data, not its twin's: below the axes, under the x label
+        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=_below_xlabel(ax),
+                         ncol=min(len(handles), 4), fontsize="small", title=title, frameon=False, **kwargs)
     if len(handles) <= max_inside:
         return ax.legend(loc="best", fontsize="small", title=title, framealpha=0.85, **kwargs)
     ncol = 1 if len(handles) <= 14 else 2
     return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small",
                      title=title, ncol=ncol, frameon=False, **kwargs)
+
+
+def _twinned(ax) -> bool:
+    """Whether another Axes with data shares ``ax``'s place and x axis (a ``twinx``)."""
+    here = ax.get_position().bounds
+    return any(other is not ax and other.get_position().bounds == here and (other.lines or other.collections)
+               for other in ax.get_shared_x_axes().get_siblings(ax))
+
+
+def _below_xlabel(ax):
+    """A transform of axes coordinates shifted down past the x tick labels and the x label (in points, from
+    their font sizes and pads), so that a legend anchored at y = 0 in it starts under the label."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import offset_copy
+
+    axis = ax.xaxis
+    tick = axis.get_major_ticks()[0] if axis.get_major_ticks() else None
+    tick_size = FontProperties(size=tick.label1.get_fontsize()).get_size_in_points() if tick else 10.0
+    pad = (tick.get_tick_padding() + tick.get_pad()) if tick else 7.0
+    text = axis.label.get_text()
+    lines = text.count("\n") + 1 if text else 0
+    drop = pad + 1.25 * tick_size + axis.labelpad + 1.3 * lines * axis.label.get_fontsize() + 3.0
+    return offset_copy(ax.transAxes, fig=ax.figure, y=-drop, units="points")
 
 
 def colorbar(mappable, ax, label: str):
@@ -180,6 +208,25 @@ def plain_ticks(axis, *, log_too: bool = False) -> None:
         fmt = ScalarFormatter(useOffset=False)
         fmt.set_scientific(False)
         axis.set_major_formatter(fmt)
+
+
+def log_ticks(axis) -> None:
+    """Plain numbers (``2``, ``10``, ``30``) at the major and the labelled minor ticks of a log axis, never
+    ``2 x 10^0``.
+
+    Example:
+        >>> import attnflow.plot as ap
+        >>> from attnflow.plot._style import log_ticks
+        >>> fig, ax = ap.new_axes()
+        >>> ax.set_yscale("log")
+        >>> log_ticks(ax.yaxis)
+        >>> type(ax.yaxis.get_minor_formatter()).__name__
+        'LogFormatter'
+    """
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def finite(values, what: str = "values") -> np.ndarray:
