@@ -69,20 +69,38 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    from ..errors import AttnflowError
-    from .._x64 import float64_scope
+#: the exit status of a command interrupted by Ctrl-C (SIGINT): 128 + 2, as a shell reports it
+INTERRUPTED = 130
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names; returns its exit status: the command's own (0, or 1 where a check
+    failed), 2 for an :class:`~attnflow.errors.AttnflowError` (one line on stderr), :data:`INTERRUPTED`
+    for Ctrl-C: one line on stderr saying how much of the work was kept (:func:`attnflow.runio.count_kept`,
+    which every job advances as it stores its units) instead of a traceback.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _chosen_command(argv) or "attnflow"
     try:
-        with float64_scope(), _figures_in(getattr(args, "figure_formats", None)):
-            # the jobs compute their checks in float64; scoped, not global
-            return int(args.func(args) or 0)
-    except AttnflowError as err:
-        print(f"attnflow {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        command = args.command
+        from ..errors import AttnflowError
+        from .._x64 import float64_scope
+
+        try:
+            with float64_scope(), _figures_in(getattr(args, "figure_formats", None)):
+                # the jobs compute their checks in float64; scoped, not global
+                return int(args.func(args) or 0)
+        except AttnflowError as err:
+            print(f"attnflow {command}: error: {err}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        from ..runio import interrupted_sentence
+
+        lead = "\n" if sys.stderr.isatty() else ""  # a terminal's cursor may stand after "^C" or a progress bar
+        print(f"{lead}attnflow {command}: {interrupted_sentence()}", file=sys.stderr, flush=True)
+        return INTERRUPTED
 
 
 def run() -> None:

@@ -1,7 +1,7 @@
 """Tokenisation with the model folder's ``tokenizer.json`` (the ``tokenizers`` library; no network).
 
-Padding is switched off (all-MiniLM-L6-v2's file pads to 128) and sequences are truncated to
-the model's ``max_position_embeddings``.
+Padding is switched off (all-MiniLM-L6-v2's file pads to 128); a text longer than the model's
+``max_position_embeddings`` is refused (never cut short without a word).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ class Tokenized:
 
 
 def load_tokenizer(folder: str | Path, max_length: int):
-    """The folder's ``tokenizer.json``, padding off, truncation at ``max_length``; the file is
-    read only inside the folder (see :func:`~attnflow.models._checkpoint.model_file`).
+    """The folder's ``tokenizer.json``, padding off, at most ``max_length`` tokens a text (:func:`tokenize`
+    refuses a longer one); the file is read only inside the folder (see
+    :func:`~attnflow.models._checkpoint.model_file`).
 
     Example:
         >>> from attnflow.models import default_model_path, load_tokenizer
@@ -59,7 +60,8 @@ def load_tokenizer(folder: str | Path, max_length: int):
 
 
 def tokenize(tokenizer, text: str) -> Tokenized:
-    """Encode one text into ids and token strings (special tokens included).
+    """Encode one text into ids and token strings (special tokens included); a text of more tokens than the
+    tokenizer's ``max_length`` (the model's positions: :func:`load_tokenizer`) is refused.
 
     Example:
         >>> from attnflow.models import default_model_path, load_tokenizer, tokenize
@@ -70,6 +72,14 @@ def tokenize(tokenizer, text: str) -> Tokenized:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"the text to track must be a non-empty string, got {text!r}.")
     enc = tokenizer.encode(text)
+    if enc.overflowing:  # truncation cut the text: count what it holds, and refuse it
+        limit = (tokenizer.truncation or {}).get("max_length", len(enc.ids))
+        special = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
+        count = len(enc.ids) + sum(len(o.ids) - special for o in enc.overflowing)
+        words = len(text.split())
+        raise InputError(f"the text to track ({words} words, starting {' '.join(text.split()[:6])!r}) gives {count} "
+                         f"tokens; this model takes at most {limit} (its max_position_embeddings): shorten it, or "
+                         "give a text file with one sentence a line.")
     if not enc.ids:
         raise InputError(f"the text {text!r} gives no tokens with this tokenizer; give a text with words in it.")
     return Tokenized(text, np.asarray(enc.ids, np.int32), tuple(enc.tokens))

@@ -47,7 +47,8 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     (process 0 keeps the columns of its own share as it computed or verified them). The temporary
     files of this share's chunks that a kill left behind are removed first (the caller holds the
     lock of this share: :func:`attnflow.sweep._runner.open_run`). ``on_start(stored, share)`` is
-    called once the stored chunks of this share are known (before any is computed)."""
+    called once the stored chunks of this share are known (before any is computed). The chunks of this share
+    stored so far are counted (:func:`attnflow.runio.count_kept`), for the line an interrupted command prints."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
@@ -82,11 +83,18 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
             held[c.name] = cols
     if on_start is not None:
         on_start(len(mine) - len(todo), len(mine))
+    kept = runio.count_kept(len(mine), "chunks" if process_count == 1 else f"chunks of process {process_index}'s share",
+                            kept=len(mine) - len(todo))
+
+    def save_and_count(*args) -> None:
+        runio.save_verified_npz(*args)
+        kept.add()
+
     total = sum(c.stop - c.start for c in mine)
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
                dynamic_ncols=True)
-    with bar, _WriteBehind(runio.save_verified_npz) as write:
+    with bar, _WriteBehind(save_and_count) as write:
         for c in todo:
             cols = make(c, write)
             if keep:

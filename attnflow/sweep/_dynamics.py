@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validate as v
-from .._resources import check_fits
+from .._resources import attention_flops, check_fits
 from .. import runio
 from .._batching import group_size, loop_over_systems, vmap_systems
 from .._chunked import DEFAULT_CHUNK
@@ -50,7 +50,7 @@ from ._fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, 
 from ._runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
 
 __all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "make_chunk_fn", "check_dynamics_config",
-           "check_dynamics_sizes"]
+           "check_dynamics_sizes", "dynamics_work"]
 
 OBSERVED = GEOMETRY_LABELS + ("nonfinite",)
 COLUMNS = ["system", "seed", "v_ensemble", "qk_ensemble", "d", "n", "clouds", "lambda1_re", "lambda1_im",
@@ -141,6 +141,38 @@ def check_dynamics_sizes(config: DynamicsSweepConfig, devices: int) -> None:
     rows = config.systems * len(config.v_ensembles) * len(config.qk_ensembles) * len(config.d)
     check_table_memory("the dynamics sweep", "systems", config.systems, default["systems"], rows,
                        TABLE_ROW_BYTES)
+
+
+def dynamics_work(config: DynamicsSweepConfig) -> tuple[str, float, float, list]:
+    """The work of a dynamics sweep, for :func:`attnflow._resources.check_work`: (what, flops, sequential steps,
+    the keys it grows with). Per system of dimension d: ``clouds`` x heads x layers evaluations of the attention
+    field (:func:`attnflow._resources.attention_flops`; the block's MLP adds 4 n d h a layer) and about
+    30 d^3 for its eigenproblems; the layers of one chunk run one after another, and so do the chunks.
+
+    Example:
+        >>> from attnflow.runio import load_config
+        >>> from attnflow.sweep import check_dynamics_config
+        >>> from attnflow.sweep._dynamics import dynamics_work
+        >>> what, flops, steps, keys = dynamics_work(check_dynamics_config(load_config(None, "ginibre-dynamics.toml")))
+        >>> what
+        'the dynamics sweep (12 group(s) x 250 systems x 2 clouds of 32 tokens, 120 layers)'
+        >>> f"{flops:.3g}", steps
+        ('2.13e+10', 1440.0)
+    """
+    spec, default = config.dynamics, runio.load_config(None, "ginibre-dynamics.toml")
+    n, layers, heads = config.n, config.num_layers, spec.num_heads
+    flops = 0.0
+    for g in config.groups:
+        d = g["d"]
+        layer = heads * attention_flops(n, d) + (4.0 * n * d * spec.hidden_width(d) if spec.name == "block" else 0.0)
+        flops += g["systems"] * (config.clouds * layers * layer + 30.0 * d**3)
+    chunks = len(plan_chunks([g["systems"] for g in config.groups], config.run.chunk_size))
+    keys = [("t1 / dt (layers)", layers, round(default["t1"] / default["dt"]), 1),
+            ("systems", config.systems, default["systems"], 1), ("n", n, default["n"], 2),
+            ("clouds", config.clouds, default["clouds"], 1)]
+    what = (f"the dynamics sweep ({len(config.groups)} group(s) x {config.systems} systems x {config.clouds} clouds "
+            f"of {n} tokens, {layers} layers)")
+    return what, flops, float(layers) * chunks, keys
 
 
 def _eigen_stage(V, route):
@@ -281,7 +313,8 @@ def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, n
     config = check_dynamics_config(config)
     groups, spec = config.groups, config.dynamics
     sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
-                     processes=processes, check_sizes=lambda devices: check_dynamics_sizes(config, devices))
+                     processes=processes, check_sizes=lambda devices: check_dynamics_sizes(config, devices),
+                     work=lambda: dynamics_work(config))
     chunks = plan_chunks([g["systems"] for g in groups], config.run.chunk_size)
     fns: dict[int, object] = {}
 

@@ -34,7 +34,7 @@ from typing import Callable
 from jax.sharding import Mesh
 
 from .. import _validate as v
-from .._resources import check_fits
+from .._resources import check_fits, check_work, describe_work
 from .._batching import loop_over_systems
 from ..errors import InputError
 from ..runio import load_config, merge_config
@@ -99,6 +99,8 @@ class SweepRun:
     formats: list
     process_index: int
     process_count: int
+    #: the work estimate printed before the chunks run (with the progress bar), or None
+    estimate: str | None = None
 
     def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str) -> tuple[list[dict], dict]:
         """:func:`run_chunks` for this sweep; returns the parts (``[]`` on processes other than 0)
@@ -106,6 +108,8 @@ class SweepRun:
         computed here, chunks in all). A run that finds finished chunks of its share says so on
         stderr before it computes the others."""
         resumed = [0]
+        if self.progress and self.estimate:
+            print(self.estimate, file=sys.stderr, flush=True)
 
         def on_start(stored: int, share: int) -> None:
             resumed[0] = stored
@@ -123,11 +127,14 @@ class SweepRun:
 
 def start_sweep(config, out: str | Path, kind: str, *, num_devices: int | None = None,
                 progress: bool | None = None, processes: dict | None = None,
-                check_sizes: Callable[[int], None] | None = None) -> SweepRun:
+                check_sizes: Callable[[int], None] | None = None,
+                work: Callable[[], tuple[str, float, float, list]] | None = None) -> SweepRun:
     """Check the execution settings (table formats, eig route on this mesh), join the processes
     (:func:`init_distributed`), refuse sizes that cannot fit (``check_sizes(devices)``, called with the
-    number of devices of the mesh), then claim ``out`` (:func:`open_run`, fingerprinted by the table the
-    parsed ``config`` came from): every refusal comes before the folder is touched."""
+    number of devices of the mesh) and work that cannot finish (``work()`` gives ``(what, flops, sequential
+    steps, keys)`` of the whole sweep; each process does its share: :func:`attnflow._resources.check_work`),
+    then claim ``out`` (:func:`open_run`, fingerprinted by the table the parsed ``config`` came from): every
+    refusal comes before the folder is touched."""
     run = config.run
     formats = check_table_formats(list(run.table_formats))
     pidx, pcount = init_distributed(run.distributed, **(processes or {}))
@@ -136,6 +143,12 @@ def start_sweep(config, out: str | Path, kind: str, *, num_devices: int | None =
     check_eig_route(route, mesh)
     if check_sizes is not None:
         check_sizes(int(mesh.shape["batch"]))
+    estimate = None
+    if work is not None:
+        what, flops, steps, keys = work()
+        check_work(what, flops / pcount, keys, steps=steps / pcount)
+        estimate = f"{what}: {describe_work(flops / pcount, steps / pcount)}"
     out, _ = open_run(out, kind, config.source, config.seed, pidx)
     return SweepRun(out=out, seed=config.seed, route=route, mesh=mesh, formats=formats, process_index=pidx,
-                    process_count=pcount, progress=run.progress if progress is None else bool(progress))
+                    process_count=pcount, progress=run.progress if progress is None else bool(progress),
+                    estimate=estimate)

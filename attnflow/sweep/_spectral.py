@@ -92,6 +92,27 @@ def check_spectral_sizes(config: SpectralSweepConfig, devices: int) -> None:
                        sum(per_d) * len(config.ensembles), TABLE_ROW_BYTES)
 
 
+def spectral_work(config: SpectralSweepConfig) -> tuple[str, float, float, list]:
+    """The work of a spectral sweep, for :func:`attnflow._resources.check_work`: (what, flops, sequential steps,
+    the keys it grows with); an eigenvalue problem of size d costs about 25 d^3 flops (Hessenberg reduction and
+    QR iterations), the chunks run one after another.
+
+    Example:
+        >>> from attnflow.runio import load_config
+        >>> from attnflow.sweep import check_spectral_config
+        >>> from attnflow.sweep._spectral import spectral_work
+        >>> spectral_work(check_spectral_config(load_config(None, "ginibre-spectral.toml")))[0]
+        'the spectral sweep (8 group(s), up to 4000 matrices of d = 256)'
+    """
+    default = runio.load_config(None, "ginibre-spectral.toml")
+    flops = sum(g["samples"] * 25.0 * g["d"] ** 3 for g in config.groups)
+    chunks = len(plan_chunks([g["samples"] for g in config.groups], config.run.chunk_size))
+    keys = [("samples", max(config.samples), max(default["samples"]), 1), ("d", max(config.d), max(default["d"]), 3)]
+    what = (f"the spectral sweep ({len(config.groups)} group(s), up to {max(config.samples)} matrices of "
+            f"d = {max(config.d)})")
+    return what, flops, float(chunks), keys
+
+
 def _compute_fn(ensemble: str, d: int, dtype, density: float, route: str):
     def batch(seeds):
         V = jax.vmap(lambda s: sample_V(jax.random.fold_in(jax.random.key(s), _V_TAG), ensemble, d, dtype, density))(
@@ -147,7 +168,8 @@ def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, n
     config = check_spectral_config(config)
     groups, dtype = config.groups, config.jax_dtype
     sw = start_sweep(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
-                     processes=processes, check_sizes=lambda devices: check_spectral_sizes(config, devices))
+                     processes=processes, check_sizes=lambda devices: check_spectral_sizes(config, devices),
+                     work=lambda: spectral_work(config))
     chunks = plan_chunks([g["samples"] for g in groups], config.run.chunk_size)
     fns: dict[int, object] = {}
 
