@@ -6,7 +6,10 @@ untouched):
 
 * an ``Example:`` section (Google's own spelling) is read as ``Examples:``, so that its doctest
   lines render as code instead of Markdown;
-* Sphinx roles (``:class:`~attnflow.X```, ``:math:`...```) are shown as inline code;
+* maths: a ``:math:`...``` role becomes ``\\(...\\)`` and a ``.. math::`` block becomes ``\\[...\\]``,
+  the markup pymdownx.arithmatex reads in the guide's pages, so docs/hooks/maths.py turns both
+  into MathML the same way;
+* the other Sphinx roles (``:class:`~attnflow.X```, ``:func:``, ...) are shown as inline code;
 * an argument line naming several parameters at once (``Q, K, V: ...`` or ``ts / num_saves: ...``)
   becomes one entry per parameter, each with the shared description.
 """
@@ -17,10 +20,63 @@ import re
 
 import griffe
 
-_ROLE = re.compile(r":(?:class|func|meth|mod|attr|obj|data|exc|math|const):`~?([^`]+)`")
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|obj|data|exc|const):`~?([^`]+)`")
+_MATH_ROLE = re.compile(r":math:`([^`]+)`")
+_MATH_BLOCK = re.compile(r"^(?P<indent>[ \t]*)\.\. math::[ \t]*(?P<first>.*)$")
 _EXAMPLE = re.compile(r"^(\s*)Example:\s*$", re.M)
 _SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Attributes|Keyword Args|Keyword Arguments):\s*$")
 _MULTI = re.compile(r"^(\s+)([A-Za-z_*][\w*]*(?:\s*(?:,|/)\s*[A-Za-z_*][\w*]*)+)\s*:(.*)$")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+#: a docstring that is not a raw string reads ``\beta`` as a backspace and "eta" (``\frac``, ``\tau``,
+#: ``\rho``, ``\vec``, ``\alpha`` likewise); inside maths these characters can only be such escapes
+_CONTROL = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\t": "\\t", "\r": "\\r", "\v": "\\v"}
+_CONTROL_RE = re.compile("[" + "".join(_CONTROL) + "]")
+
+
+def _tex(text: str) -> str:
+    """Maths text with the escapes a non-raw docstring swallowed put back."""
+    return _CONTROL_RE.sub(lambda m: _CONTROL[m.group(0)], text)
+
+
+def _maths(text: str) -> str:
+    r"""``:math:`tex``` -> ``\(tex\)``; a ``.. math::`` block (its first line and the lines indented
+    deeper than the directive, up to a blank line or a dedent) -> a paragraph ``\[ ... \]`` at the
+    directive's indentation, with a blank line on either side."""
+    text = _MATH_ROLE.sub(lambda m: "\\(" + " ".join(_tex(m.group(1)).split()) + "\\)", text)
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _MATH_BLOCK.match(lines[i])
+        if not m:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = m.group("indent")
+        body = [_tex(m.group("first").strip(" ")).strip()] if m.group("first").strip() else []
+        j = i + 1
+        while j < len(lines):
+            line = lines[j]
+            if not line.strip():
+                if body:  # a blank line ends the block (the bare directive's first blank line does not)
+                    break
+            elif _indent(line) <= len(indent):
+                break
+            else:
+                body.append(_tex(line.strip(" ")).strip())
+            j += 1
+        if out and out[-1].strip():
+            out.append("")
+        out += [f"{indent}\\[", *(f"{indent}{b}" for b in body), f"{indent}\\]"]
+        if j < len(lines) and lines[j].strip():
+            out.append("")
+        i = j
+    return "\n".join(out)
 
 
 def _split_names(text: str) -> str:
@@ -62,14 +118,16 @@ def _split_names(text: str) -> str:
 
 
 class AttnflowDocstrings(griffe.Extension):
-    """Rewrite ``Example:`` to ``Examples:`` and split multi-name argument entries."""
+    """Rewrite ``Example:`` to ``Examples:``, maths to arithmatex markup, other roles to code, and
+    split multi-name argument entries."""
 
     def _fix(self, obj) -> None:
         doc = obj.docstring
         if doc is None:
             return
         value = _EXAMPLE.sub(r"\1Examples:", doc.value)
-        value = _ROLE.sub(r"`\1`", value)  # Sphinx roles (:class:`~a.B`, :math:`x`) read as code
+        value = _maths(value)
+        value = _ROLE.sub(r"`\1`", value)  # the other Sphinx roles (:class:`~a.B`) read as code
         doc.value = _split_names(value)
 
     def on_instance(self, *, obj, **kwargs) -> None:  # noqa: D102
