@@ -42,8 +42,10 @@ which is the circle's formula for d = 2. :math:`\hat K_l` is computed by Gauss--
 (traceable in beta).
 
 **Measurement** (:func:`fit_growth_rates`): the least-squares slope of :math:`\log|\hat\mu_k(t)|`
-against t over the linear window (from the first time until the amplitude first exceeds a bound),
-with a Student-t interval.
+against t over the linear window, with a Student-t interval. The window is joint: it ends for every
+mode when the largest amplitude first exceeds a bound, because once the fastest mode is
+nonlinear it drives every other mode through the quadratic term :math:`\rho v`, so a slow mode
+that is still small is no longer growing at its own linear rate.
 """
 
 from __future__ import annotations
@@ -51,17 +53,19 @@ from __future__ import annotations
 import functools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..errors import InputError
 from ._kernel import kernel_modes
 from ._pde import NORMALISATIONS, circle_grid
 
-__all__ = ["growth_rates", "most_unstable_mode", "sphere_kernel_modes", "sphere_growth_rates",
+__all__ = ["growth_rates", "FastestMode", "most_unstable_mode", "sphere_kernel_modes", "sphere_growth_rates",
            "perturbed_uniform_angles", "perturbed_uniform_density", "fit_growth_rates"]
 
 #: Gauss--Jacobi nodes of :func:`sphere_kernel_modes`: exact for polynomials of degree < 2 x 96, so the
@@ -74,6 +78,7 @@ def _check(beta, normalisation):
     return v.check_choice("normalisation", normalisation, NORMALISATIONS, "how attention weights are normalised")
 
 
+@keeps_float64
 def growth_rates(beta, num_modes: int = 32, normalisation: str = "softmax") -> Float[Array, " K"]:
     r"""Linear growth rates :math:`\lambda_k` of the modes k = 0..num_modes of the uniform measure on the circle.
 
@@ -100,23 +105,56 @@ def _growth_rates(beta, num_modes: int, normalisation: str):
     return k * k * scaled * factor / beta
 
 
-def most_unstable_mode(beta, num_modes: int = 64) -> Int[Array, ""]:
-    r"""The fastest-growing mode :math:`k^* = \arg\max_{1\le k\le K} k^2 I_k(\beta)` (both normalisations).
+class FastestMode(eqx.Module):
+    r"""The fastest-growing mode of the uniform measure and its margin over the runner-up.
 
-    K = ``num_modes`` must exceed :math:`k^*` (about :math:`\sqrt{2\beta}`); traceable in beta.
+    ``int(mode)`` is :attr:`k`, so the result reads as the mode where a number is wanted.
+
+    Attributes:
+        k: :math:`k^* = \arg\max_k \lambda_k` (int32).
+        runner_up: the second-fastest mode.
+        margin: the relative gap :math:`(\lambda_{k^*} - \lambda_{\text{runner-up}})/\lambda_{k^*}` (the same
+            for both normalisations, whose rates differ by a factor independent of k): near 0 two modes
+            grow alike and a finite-time measurement may pick either.
+    """
+
+    k: Int[Array, ""]
+    runner_up: Int[Array, ""]
+    margin: Float[Array, ""]
+
+    def __int__(self) -> int:
+        return int(self.k)
+
+    def __index__(self) -> int:
+        return int(self.k)
+
+
+@keeps_float64
+def most_unstable_mode(beta, num_modes: int = 64) -> FastestMode:
+    r"""The fastest-growing mode :math:`k^* = \arg\max_{1\le k\le K} k^2 I_k(\beta)` (both normalisations),
+    with the runner-up and the relative margin between their rates (:class:`FastestMode`).
+
+    K = ``num_modes`` (>= 2) must exceed :math:`k^*` (about :math:`\sqrt{2\beta}`); traceable in beta.
 
     Example:
         >>> from attnflow.meanfield import most_unstable_mode
         >>> [int(most_unstable_mode(b)) for b in (1.0, 4.0, 16.0, 64.0)]
         [1, 3, 6, 11]
+        >>> fast = most_unstable_mode(6.0)               # modes 3 and 4 grow within 2% of each other
+        >>> int(fast.k), int(fast.runner_up), round(float(fast.margin), 3)
+        (3, 4, 0.019)
     """
     _check(beta, "softmax")
-    return _fastest(beta, v.check_int("num_modes", num_modes, meaning="the highest mode searched"))
+    return _fastest(beta, v.check_int("num_modes", num_modes, minimum=2, meaning="the highest mode searched"))
 
 
 @functools.partial(jax.jit, static_argnames=("num_modes",))
 def _fastest(beta, num_modes: int):
-    return (jnp.argmax(_growth_rates(beta, num_modes, "softmax")[1:]) + 1).astype(jnp.int32)
+    rates = _growth_rates(beta, num_modes, "softmax")[1:]
+    order = jnp.argsort(-rates)
+    top, second = rates[order[0]], rates[order[1]]
+    return FastestMode(k=(order[0] + 1).astype(jnp.int32), runner_up=(order[1] + 1).astype(jnp.int32),
+                       margin=(top - second) / top)
 
 
 def _gegenbauer_table(d: int, max_degree: int, nodes: np.ndarray) -> np.ndarray:
@@ -160,6 +198,7 @@ def sphere_kernel_modes(beta, d: int, max_degree: int) -> Float[Array, " L"]:
     return jnp.asarray(table, dtype) @ jnp.exp(beta * (jnp.asarray(nodes, dtype) - 1))
 
 
+@keeps_float64
 def sphere_growth_rates(beta, d: int, max_degree: int = 16, normalisation: str = "softmax") -> Float[Array, " L"]:
     r"""Linear growth rates :math:`\lambda_l` of the degree-l harmonics of the uniform measure on :math:`S^{d-1}`.
 
@@ -179,6 +218,7 @@ def sphere_growth_rates(beta, d: int, max_degree: int = 16, normalisation: str =
     return l * (l + d - 2) * scaled * factor / beta
 
 
+@keeps_float64
 def perturbed_uniform_angles(n: int, k: int, eps, phase=0.0, dtype=None) -> Float[Array, " n"]:
     r"""n equally spaced angles displaced so that their measure is :math:`\frac1{2\pi}(1 + \varepsilon\cos k(\theta - \text{phase}))`
     to first order: :math:`\theta_j = \phi_j - \frac{\varepsilon}{k}\sin k(\phi_j - \text{phase})`,
@@ -199,6 +239,7 @@ def perturbed_uniform_angles(n: int, k: int, eps, phase=0.0, dtype=None) -> Floa
     return phi - (jnp.asarray(eps, dtype) / k) * jnp.sin(k * (phi - phase))
 
 
+@keeps_float64
 def perturbed_uniform_density(num_points: int, k: int, eps, phase=0.0, dtype=None) -> Float[Array, " G"]:
     r""":math:`\frac1{2\pi}(1 + \varepsilon\cos k(\theta_g - \text{phase}))` on :func:`~attnflow.meanfield.circle_grid`.
 
@@ -214,13 +255,16 @@ def perturbed_uniform_density(num_points: int, k: int, eps, phase=0.0, dtype=Non
 
 
 def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | None = None,
-                     confidence: float = 0.95) -> dict:
-    r"""Growth rate of each mode: the least-squares slope of :math:`\log|a_k(t)|` over its linear window.
+                     confidence: float = 0.95, window: str = "joint") -> dict:
+    r"""Growth rate of each mode: the least-squares slope of :math:`\log|a_k(t)|` over the linear window.
 
     ``amplitudes`` (T, K): :math:`|a_k(t)|` at the times ``ts`` (T,) (complex values are taken in
-    modulus). The window of mode k runs from ``start`` (default ``ts[0]``) up to, not including,
-    the first time at which :math:`|a_k|` exceeds ``max_amplitude`` (the end of the linear
-    regime); zero or non-finite amplitudes are left out. Host-side (numpy / scipy).
+    modulus). The window runs from ``start`` (default ``ts[0]``) up to, not including, the first
+    time at which the largest :math:`|a_k|` exceeds ``max_amplitude`` (``window="joint"``, the
+    default: the end of the linear regime for every mode, since the modes that are already
+    nonlinear drive the others), or at which mode k's own :math:`|a_k|` does (``window="own"``,
+    which fits slow modes over a stretch where the fast ones are already nonlinear); zero or
+    non-finite amplitudes are left out. Host-side (numpy / scipy).
 
     Returns a dict of arrays (K,): ``rate``, ``lo``, ``hi`` (the Student-t interval at
     ``confidence``; NaN with fewer than 3 points), ``points`` (the window's length), ``stderr``.
@@ -231,7 +275,9 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
         >>> ts = np.linspace(0, 5, 11)
         >>> fit = fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3)
         >>> np.round(fit["rate"], 6).tolist(), fit["points"].tolist()
-        ([0.5, 2.0], [11, 7])
+        ([0.5, 2.0], [7, 7])
+        >>> fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3, window="own")["points"].tolist()
+        [11, 7]
     """
     from scipy import special
 
@@ -243,12 +289,14 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
         raise InputError(f"amplitudes must be (T, K) with T = len(ts) = {ts.shape}, got shape {amps.shape}.")
     v.check_positive("max_amplitude", max_amplitude, "the amplitude that ends the linear window")
     v.check_number("confidence", confidence, "the level of the interval", low=0, high=1)
+    window = v.check_choice("window", window, ("joint", "own"), "where the linear window of a mode ends")
     first = ts[0] if start is None else float(start)
     out = {key: np.full(amps.shape[1], np.nan) for key in ("rate", "lo", "hi", "stderr")}
     out["points"] = np.zeros(amps.shape[1], int)
+    joint = np.nonzero(np.any(amps > max_amplitude, axis=1))[0]  # NaN compares False: never ends a window
     for k in range(amps.shape[1]):
         a = amps[:, k]
-        over = np.nonzero(a > max_amplitude)[0]
+        over = joint if window == "joint" else np.nonzero(a > max_amplitude)[0]
         end = over[0] if over.size else len(ts)
         use = (np.arange(len(ts)) < end) & (ts >= first) & np.isfinite(a) & (a > 0)
         count = int(use.sum())

@@ -28,9 +28,20 @@ The modes :math:`|m| > (G-1)/3` of the tendency are removed (the 2/3 rule, ``dea
 the mean normalisation, where :math:`v` has the modes of :math:`\rho`, the quadratic product
 :math:`\rho v` then aliases nothing into the modes kept (for softmax the quotient by :math:`K*\rho`
 is not band-limited, and the rule only damps the aliasing); the Nyquist mode is never
-differentiated. Time stepping: the project's diffrax path (:func:`attnflow.integrate.solve_ode`) on the
+differentiated. The rule holds only for a state inside the kept modes: content of the start above
+them would never move and would alias into the kept modes through :math:`\rho v`, so
+:func:`solve_continuity` projects the start onto the kept modes, :math:`|m| \le m_{max}` with
+:math:`m_{max} = \lfloor (G-1)/3\rfloor` (``dealias=True``) or the highest mode below Nyquist, and
+reports the part removed, :math:`\|\rho_0 - P\rho_0\|_2/\|\rho_0\|_2`
+(:attr:`DensityPath.discarded`; ``max_discarded`` refuses a start above a tolerance). The
+tendency has no content above :math:`m_{max}`, so the state stays in the kept modes. Time stepping: the project's diffrax path (:func:`attnflow.integrate.solve_ode`) on the
 grid vector (any of its solvers, constant or adaptive steps), or the classical RK4 with constant
 steps in ``lax.scan`` (the default: order 4, and it compiles in a fraction of diffrax's time).
+
+**Stability** of the explicit RK4 step: advection of mode m at speed v has the eigenvalue
+:math:`i m v`, and RK4 is stable on the imaginary axis up to :math:`2\sqrt2` (:data:`RK4_IMAGINARY_BOUND`),
+so :func:`solve_continuity` refuses a step with :math:`h\,\max|v[\rho_0]|\,m_{max} > 2\sqrt 2` before
+it solves (checked at the start's velocity, which grows as clusters form: watch ``min_density``).
 
 **Positivity** is not enforced (a spectral scheme can undershoot near steep fronts): the minimum
 of :math:`\rho` on the grid at every save time is returned (:attr:`DensityPath.min_density`),
@@ -52,17 +63,21 @@ from jaxtyping import Array, Bool, Float, Int
 from .. import _validate as v
 from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
+from .._x64 import keeps_float64
 from ..integrate import RESULT_NONFINITE, RESULT_SUCCESS, SOLVERS, solve_ode
 from ._kernel import kernel_modes
 
-__all__ = ["NORMALISATIONS", "circle_grid", "interpolate_density", "CircleContinuity", "circle_velocity",
+__all__ = ["NORMALISATIONS", "RK4_IMAGINARY_BOUND", "circle_grid", "kept_modes", "interpolate_density", "CircleContinuity", "circle_velocity",
            "DensityPath", "solve_continuity"]
 
 #: the two attention normalisations of the circle flow
 NORMALISATIONS = ("softmax", "mean")
 TWO_PI = 2 * math.pi
+#: the classical RK4 is stable for h lambda on the imaginary axis up to |h lambda| = 2 sqrt 2
+RK4_IMAGINARY_BOUND = 2 * math.sqrt(2)
 
 
+@keeps_float64
 def circle_grid(num_points: int, dtype=None) -> Float[Array, " G"]:
     r"""The grid :math:`\theta_g = 2\pi g/G`, g = 0..G-1.
 
@@ -82,6 +97,7 @@ def _check_density(density, name: str = "density") -> Float[Array, " G"]:
     return v.as_float(density)
 
 
+@keeps_float64
 def interpolate_density(density: Float[Array, " G"], num_points: int) -> Float[Array, " H"]:
     r"""The trigonometric interpolant of a grid density, sampled on a grid of ``num_points`` >= G points.
 
@@ -113,6 +129,33 @@ def _interpolate(density, num_points: int):
         coeffs = coeffs.at[-1].multiply(0.5)
     padded = jnp.zeros((num_points // 2 + 1,), coeffs.dtype).at[: coeffs.shape[0]].set(coeffs)
     return jnp.fft.irfft(padded, n=num_points) * (num_points / size)
+
+
+def kept_modes(num_points: int, dealias: bool = True) -> int:
+    r"""The highest mode :math:`m_{max}` that :class:`CircleContinuity` moves on G grid points:
+    :math:`\lfloor (G-1)/3\rfloor` with the 2/3 rule (``dealias=True``), else the highest mode below Nyquist.
+
+    Example:
+        >>> from attnflow.meanfield._pde import kept_modes
+        >>> kept_modes(32), kept_modes(32, dealias=False)
+        (10, 15)
+    """
+    num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
+    modes = num_points // 2
+    resolved = modes - 1 if num_points % 2 == 0 else modes  # the Nyquist mode is never differentiated
+    return (num_points - 1) // 3 if dealias else resolved
+
+
+def _band_limit(density, cutoff: int):
+    """(the density's part in the modes |m| <= cutoff, the removed part's relative L2 norm)."""
+    coeffs = jnp.fft.rfft(density)
+    m = jnp.arange(coeffs.shape[0])
+    weight = jnp.where((m == 0) | (2 * m == density.shape[0]), 1.0, 2.0).astype(density.dtype)  # Parseval
+    power = weight * jnp.abs(coeffs) ** 2
+    removed = jnp.sum(jnp.where(m > cutoff, power, 0))
+    total = jnp.sum(power)
+    discarded = jnp.sqrt(removed / jnp.where(total > 0, total, 1))
+    return jnp.fft.irfft(jnp.where(m <= cutoff, coeffs, 0), n=density.shape[0]), discarded
 
 
 def _check_normalisation(normalisation):
@@ -158,9 +201,8 @@ class CircleContinuity(AbstractDynamics):
         self.velocity_scale = jnp.exp(beta) / beta if self.normalisation == "mean" else 1 / beta
         m = jnp.arange(modes + 1)
         # real multipliers m (times i where used): diffrax is given no complex leaves
-        resolved = modes - 1 if num_points % 2 == 0 else modes  # the Nyquist mode is never differentiated
-        self.slope = jnp.where(m <= resolved, m, 0).astype(dtype)
-        self.keep = jnp.where(m <= ((num_points - 1) // 3 if dealias else resolved), m, 0).astype(dtype)
+        self.slope = jnp.where(m <= kept_modes(num_points, False), m, 0).astype(dtype)
+        self.keep = jnp.where(m <= kept_modes(num_points, dealias), m, 0).astype(dtype)
 
     def _derivative(self, values_hat):
         return jnp.fft.irfft(values_hat * (1j * self.keep), n=self.num_points)
@@ -177,6 +219,7 @@ class CircleContinuity(AbstractDynamics):
         return -self._derivative(jnp.fft.rfft(y * self.velocity(y)))
 
 
+@keeps_float64
 def circle_velocity(density: Float[Array, " G"], beta, normalisation: str = "softmax") -> Float[Array, " G"]:
     r"""The mean-field velocity :math:`v[\rho](\theta_g)` of a density on :func:`circle_grid` (module docstring).
 
@@ -207,6 +250,8 @@ class DensityPath(eqx.Module):
         mass: (T,) :math:`\frac{2\pi}{G}\sum_g\rho_g` (conserved to rounding).
         min_density: (T,) the smallest grid value of :math:`\rho` (positivity monitor).
         negative: True when ``min_density`` went below 0 at a save time.
+        discarded: the relative L2 norm :math:`\|\rho_0 - P\rho_0\|_2/\|\rho_0\|_2` of the start's
+            content above the kept modes, removed before the solve (0 to rounding for a band-limited start).
         num_steps: accepted time steps.
         result: the solve's code (:data:`attnflow.integrate.RESULT_SUCCESS` = 0, ...).
 
@@ -214,8 +259,8 @@ class DensityPath(eqx.Module):
         >>> import jax.numpy as jnp
         >>> from attnflow.meanfield import DensityPath, perturbed_uniform_density, solve_continuity
         >>> path = solve_continuity(perturbed_uniform_density(16, 1, 0.1), 1.0, jnp.array([0.0, 0.5]), dt=0.1)
-        >>> isinstance(path, DensityPath), path.min_density.shape, int(path.result)
-        (True, (2,), 0)
+        >>> isinstance(path, DensityPath), path.min_density.shape, int(path.result), float(path.discarded) < 1e-6
+        (True, (2,), 0, True)
     """
 
     ts: Float[Array, " T"]
@@ -223,21 +268,24 @@ class DensityPath(eqx.Module):
     mass: Float[Array, " T"]
     min_density: Float[Array, " T"]
     negative: Bool[Array, ""]
+    discarded: Float[Array, ""]
     num_steps: Int[Array, ""]
     result: Int[Array, ""]
 
 
-def _path(ts, density, low, num_steps, result, num_points):
+def _path(ts, density, low, num_steps, result, num_points, discarded):
     return DensityPath(ts=ts, density=density, mass=jnp.sum(density, axis=1) * (TWO_PI / num_points),
-                       min_density=low, negative=jnp.any(low < 0), num_steps=num_steps, result=result)
+                       min_density=low, negative=jnp.any(low < 0), discarded=discarded, num_steps=num_steps,
+                       result=result)
 
 
 @eqx.filter_jit
 def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealias, max_steps):
+    rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
     field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
     traj = solve_ode(field, rho0, t0=ts[0], t1=ts[-1], ts=ts, solver=solver, rtol=rtol, atol=atol, dt0=dt,
                      adaptive=dt is None, max_steps=max_steps)
-    return _path(traj.ts, traj.ys, jnp.min(traj.ys, axis=1), traj.num_steps, traj.result, rho0.shape[0])
+    return _path(traj.ts, traj.ys, jnp.min(traj.ys, axis=1), traj.num_steps, traj.result, rho0.shape[0], discarded)
 
 
 #: the classical RK4 as (a_i, b_i): stage i evaluates f(r + a_i h k_{i-1}), the step adds h sum_i b_i k_i (one
@@ -247,6 +295,7 @@ _RK4_TABLEAU = (np.array([0.0, 0.5, 0.5, 1.0]), np.array([1.0, 2.0, 2.0, 1.0]) /
 
 @eqx.filter_jit
 def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
+    rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
     field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
     rate = lambda r: field.vector_field(None, r)
 
@@ -276,12 +325,14 @@ def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
     low = jnp.concatenate([jnp.min(rho0)[None], lows])
     finite = jnp.all(jnp.isfinite(density))
     return _path(ts, density, low, jnp.asarray(steps * (ts.shape[0] - 1)),
-                 jnp.where(finite, RESULT_SUCCESS, RESULT_NONFINITE), rho0.shape[0])
+                 jnp.where(finite, RESULT_SUCCESS, RESULT_NONFINITE), rho0.shape[0], discarded)
 
 
+@keeps_float64
 def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"], *, normalisation: str = "softmax",
                      dt=None, steps_per_save: int | None = None, solver: str = "rk4", rtol: float = 1e-8,
-                     atol: float = 1e-10, dealias: bool = True, max_steps: int = 16384) -> DensityPath:
+                     atol: float = 1e-10, dealias: bool = True, max_steps: int = 16384,
+                     max_discarded: float | None = None) -> DensityPath:
     r"""The density at the times ``ts`` (from ``ts[0]``), solving the continuity equation on the circle.
 
     Time stepping:
@@ -296,10 +347,17 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
       ``dt``, or adaptive steps with ``rtol`` / ``atol`` when ``dt`` is None (``atol`` is absolute:
       scale it to the perturbation you follow); ``min_density`` at the save times.
 
+    The start is first projected onto the modes the scheme moves, :math:`|m| \le m_{max}`
+    (:func:`kept_modes`; content above them would stay frozen and alias into the kept modes), and
+    the part removed is reported as :attr:`DensityPath.discarded`; ``max_discarded`` (a relative
+    L2 norm) refuses a start that loses more than that instead.
+
     Pure and jitted (``equinox.filter_jit``; beta, dt and the times are traced, so a new value
-    compiles nothing); differentiable in ``density0`` and ``beta``. An explicit scheme: a stable
-    step needs about :math:`dt\,\max|v|\, G/3 \lesssim 2.8` (RK4 on the imaginary axis); with the mean
-    normalisation velocities grow like :math:`e^\beta` and with the local mass.
+    compiles nothing); differentiable in ``density0`` and ``beta``. An explicit scheme: the RK4
+    step h needs :math:`h\,\max|v[\rho_0]|\,m_{max} \le 2\sqrt2` (RK4 on the imaginary axis),
+    refused before the solve when the inputs are concrete; velocities grow as clusters form, and
+    with the mean normalisation like :math:`e^\beta` and with the local mass. Float64 input is
+    computed in float64 (JAX's float64 mode is switched on for the call).
 
     Example:
         >>> import jax.numpy as jnp
@@ -320,6 +378,16 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
     if v.is_concrete(ts):
         v.check_save_times(ts, ts[0], ts[-1])
     beta = jnp.asarray(beta, dtype)
+    cutoff = kept_modes(density0.shape[0], bool(dealias))
+    if max_discarded is not None:
+        v.check_number("max_discarded", max_discarded, "the largest relative L2 norm of the start that may be "
+                       "removed above the kept modes", low=0, closed="low")
+        if v.is_concrete(density0):
+            lost = float(_band_limit(density0, cutoff)[1])
+            if not lost <= max_discarded:
+                raise InputError(
+                    f"density0 has {lost:.3g} of its L2 norm above the {cutoff} modes that {density0.shape[0]} "
+                    f"grid points move (max_discarded = {max_discarded:g}); use a finer grid or a smoother start.")
     if solver == "rk4":
         if ts.shape[0] < 2:
             raise InputError("ts must hold at least two times (the start and a save time) for solver='rk4'.")
@@ -329,8 +397,24 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
             longest = float(jnp.max(jnp.diff(ts)))
             steps_per_save = max(1, math.ceil(longest / float(dt) - 1e-9))
         steps = v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
+        if all(v.is_concrete(a) for a in (density0, beta, ts)):
+            _check_step(density0, beta, normalisation, float(jnp.max(jnp.diff(ts))) / steps, cutoff)
         return _solve_rk4(density0, beta, ts, normalisation, steps, bool(dealias))
     if solver not in SOLVERS:
         raise InputError(f"solver must be 'rk4' or one of {sorted(SOLVERS)}, got {solver!r}.")
     return _solve_diffrax(density0, beta, ts, normalisation, None if dt is None else jnp.asarray(dt, dtype), solver,
                           jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps))
+
+
+def _check_step(density0, beta, normalisation: str, step: float, cutoff: int) -> None:
+    r"""Refuse an RK4 step above the stability bound :math:`h\,\max|v[\rho_0]|\,m_{max} \le 2\sqrt2`."""
+    start, _ = _band_limit(density0, cutoff)
+    fastest = float(jnp.max(jnp.abs(_velocity(start, beta, normalisation)))) * cutoff
+    if not math.isfinite(fastest):
+        raise InputError("density0 gives a velocity that is not finite (a density with K * rho <= 0 somewhere); "
+                         "pass a density that is positive on average near every point.")
+    if step * fastest > RK4_IMAGINARY_BOUND:
+        raise InputError(
+            f"the RK4 step dt = {step:.4g} is above the stability bound dt max|v| m_max <= {RK4_IMAGINARY_BOUND:.3g} "
+            f"(max|v| = {fastest / cutoff:.4g} at the start, m_max = {cutoff} kept modes), so the solve would "
+            f"blow up; use dt <= {RK4_IMAGINARY_BOUND / fastest:.4g} (or more steps_per_save).")

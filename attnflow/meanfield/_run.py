@@ -7,7 +7,8 @@ Three studies (``configs/meanfield.toml``), each for every normalisation:
   :math:`W_1 \propto n^{-r}` (least squares on every seed, Student-t interval);
 * **growth**: near-uniform starts (n equally spaced angles displaced so that every mode
   :math:`k \le K` has amplitude :math:`\varepsilon/2` with random phases, and the PDE from the
-  same first-order density): the growth rate of every mode fitted over its linear window against
+  same first-order density): the growth rate of every mode fitted over the joint linear window (until
+  the largest mode first passes ``max_amplitude``) against
   the linearised :math:`\lambda_k` (:func:`~attnflow.meanfield.growth_rates`), the clusters that
   form (:func:`~attnflow.meanfield.circle_cluster_count`) against :math:`k^*`, and how long they live;
 * **largest**: one run of the largest n on the Fourier fast path, timed, with its memory.
@@ -41,7 +42,15 @@ from ..runio import (
 )
 from ._config import MeanfieldConfig, check_meanfield_config
 
-__all__ = ["run_meanfield", "start_density", "near_uniform_start", "time_scale"]
+__all__ = ["run_meanfield", "check_meanfield_sizes", "start_density", "near_uniform_start", "time_scale"]
+
+#: state copies a particle solve holds at once besides its saved outputs (Tsit5's stages, the Fourier path's
+#: temporaries: 13-16 measured from XLA's memory analysis at n = 16384 and 65536)
+SOLVE_COPIES = 16
+#: state copies of the largest run's Euler layers (state, field, the renormalisation)
+EULER_COPIES = 8
+#: float64 numbers per particle on the host beside a solve (the draw, the saved angles, W1's sorted CDFs)
+HOST_NUMBERS = 12
 
 def start_density(theta, modes, amplitudes, phases) -> np.ndarray:
     r""":math:`\rho_0(\theta) = \frac{1}{2\pi}\big(1 + \sum_k a_k\cos k(\theta - \varphi_k)\big)` at the angles ``theta``.
@@ -123,10 +132,79 @@ def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtyp
     return cache[key](_tokens(jnp.asarray(theta0, dtype)))
 
 
+def _conv_name(norm: str, n: int | None = None, s: int | None = None) -> str:
+    return f"{norm}-convergence-pde" if n is None else f"{norm}-convergence-n{n}-s{s}"
+
+
+def _growth_name(norm: str, b: int, s: int, part: str) -> str:
+    return f"{norm}-growth-b{b}-s{s}-{part}"
+
+
+def _plan(config: MeanfieldConfig) -> list[dict]:
+    """Every unit of work of ``config``: its name, its size key (``key``, ``n``), its estimated peak bytes
+    and its work in particle-steps (grid-point steps for the PDE)."""
+    c, g, la = config.convergence, config.growth, config.largest
+    item = 8 if config.dtype == "float64" else 4
+    frames = len(np.union1d(c.times, np.linspace(0.0, c.times[-1], c.frames)))
+    units = []
+    for norm in config.normalisations:
+        units.append({"name": _conv_name(norm), "key": "convergence.grid", "n": c.grid,
+                      "bytes": item * c.grid * (4 * frames + 64), "work": c.grid * c.times[-1] / c.pde_dt})
+        for n in c.n:
+            for s in range(c.seeds):
+                saves = frames if (n == c.n[-1] and s == 0) else len(c.times)
+                units.append({"name": _conv_name(norm, n, s), "key": "convergence.n", "n": n,
+                              "bytes": item * 2 * n * (SOLVE_COPIES + 2 * saves) + 8 * HOST_NUMBERS * n,
+                              "work": n * c.times[-1] / c.dt})
+        for b, beta in enumerate(g.beta):
+            lam, t_lin, t_hor = _window(config, beta, norm)
+            steps = max(t_hor, t_lin) / min(0.05 / float(lam.max()), t_lin / (g.saves - 1))
+            for s in range(g.seeds):
+                units.append({"name": _growth_name(norm, b, s, "particles"), "key": "growth.n", "n": g.n,
+                              "bytes": item * 2 * g.n * SOLVE_COPIES + 8 * g.n * (3 * g.modes + HOST_NUMBERS),
+                              "work": g.n * steps})
+                units.append({"name": _growth_name(norm, b, s, "pde"), "key": "growth.grid", "n": g.grid,
+                              "bytes": item * g.grid * (4 * g.saves + 64), "work": g.grid * steps})
+    units.append({"name": "largest", "key": "largest.n", "n": la.n,
+                  "bytes": item * 2 * la.n * EULER_COPIES + 8 * la.n, "work": la.n * la.layers})
+    return units
+
+
+def check_meanfield_sizes(config: MeanfieldConfig | dict) -> dict:
+    """Refuse a config one of whose units cannot fit in memory (or count its particles' numbers in a 32-bit
+    index), before any unit runs: one sentence naming the key, its count and about the largest that fits.
+    Returns the plan's totals: ``units``, ``peak_bytes`` (the largest unit's estimate) and ``work``
+    (particle-steps of every unit together).
+
+    Example:
+        >>> from attnflow.meanfield import load_meanfield_config
+        >>> from attnflow.meanfield._run import check_meanfield_sizes
+        >>> cfg = load_meanfield_config(None)
+        >>> check_meanfield_sizes(cfg)["units"]
+        111
+        >>> cfg["largest"]["n"] = 10**12
+        >>> check_meanfield_sizes(cfg)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        attnflow.errors.InputError: the unit 'largest' (largest.n = 1000000000000) needs about ...
+    """
+    from .._resources import INT32_MAX, check_count, check_fits
+
+    config = check_meanfield_config(config)
+    plan = _plan(config)
+    for unit in plan:
+        what = f"the unit '{unit['name']}' ({unit['key']} = {unit['n']})"
+        check_fits(what, unit["bytes"], [(unit["key"], unit["n"], unit["n"], 1)])
+        check_count(f"{unit['key']} x 2 (the numbers of the particles' state)", 2 * unit["n"],
+                    fix=f"lower {unit['key']} to at most {INT32_MAX // 2}")
+    return {"units": len(plan), "peak_bytes": float(max(u["bytes"] for u in plan)),
+            "work": float(sum(u["work"] for u in plan))}
+
+
 class _Units:
     """The stored units of one run folder: computed once, then read back (verified)."""
 
-    def __init__(self, out: Path, fingerprint: str, progress):
+    def __init__(self, out: Path, fingerprint: str, progress=None):
         self.folder = out / "units"
         self.folder.mkdir(exist_ok=True)
         self.fingerprint = fingerprint
@@ -134,11 +212,27 @@ class _Units:
         self.computed = 0
         self.resumed = 0
         self.cache: dict = {}  # compiled particle solves, shared by the units of one n
+        self.kept: dict = {}  # the verified units found in the folder, read before any unit runs
+
+    def _identity(self, name: str) -> dict:
+        return {"kind": "meanfield-unit", "name": name, "fingerprint": self.fingerprint}
+
+    def read_kept(self, names) -> int:
+        """Read every stored unit among ``names`` that verifies (the others are recomputed); return their count."""
+        for name in names:
+            path = self.folder / f"{name}.npz"
+            if path.is_file():
+                found = load_verified_npz(path, self._identity(name), then="recomputing it")
+                if found is not None:
+                    self.kept[name] = found
+        return len(self.kept)
 
     def get(self, name: str, compute) -> dict:
         path = self.folder / f"{name}.npz"
-        identity = {"kind": "meanfield-unit", "name": name, "fingerprint": self.fingerprint}
-        found = load_verified_npz(path, identity, then="recomputing it")
+        identity = self._identity(name)
+        found = self.kept.pop(name, None)
+        if found is None:
+            found = load_verified_npz(path, identity, then="recomputing it")
         if found is not None:
             self.resumed += 1
             return found
@@ -151,12 +245,6 @@ class _Units:
             self.progress.set_postfix_str(name)
             self.progress.update(1)
         return arrays
-
-
-def _unit_count(config: MeanfieldConfig) -> int:
-    c, g = config.convergence, config.growth
-    per_norm = 1 + len(c.n) * c.seeds + 1 + len(g.beta) * g.seeds * 2
-    return per_norm * len(config.normalisations) + 1
 
 
 def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> dict:
@@ -180,7 +268,7 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
         return {"ts": path.ts, "density": path.density, "mass": path.mass, "min_density": path.min_density,
                 "result": path.result}
 
-    sol = units.get(f"{norm}-convergence-pde", pde)
+    sol = units.get(_conv_name(norm), pde)
     at = np.searchsorted(ts_pde, times)
     w1 = np.full((len(c.n), c.seeds, len(c.times)), np.nan)
     histogram = None
@@ -205,7 +293,7 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
                 out["w1"] = jnp.stack([circle_w1_to_density(ys[j], dens[j]) for j in range(len(c.times))])
                 return out
 
-            got = units.get(f"{norm}-convergence-n{n}-s{s}", particles)
+            got = units.get(_conv_name(norm, n, s), particles)
             w1[i, s] = got["w1"]
             if "hist" in got:
                 histogram = (got["frames"], got["hist"])
@@ -276,7 +364,8 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
         lam, t_lin, t_hor = _window(config, beta, norm)
         ts_lin = np.linspace(0.0, t_lin, g.saves)
         ts_all = np.union1d(ts_lin, np.linspace(0.0, max(t_hor, t_lin), g.saves))
-        k_star = int(most_unstable_mode(beta, max(64, 2 * g.modes)))
+        fastest = most_unstable_mode(beta, max(64, 2 * g.modes))
+        k_star, runner_up, margin = int(fastest.k), int(fastest.runner_up), float(fastest.margin)
         for s in range(g.seeds):
             rng = np.random.default_rng([config.seed, 2, b, s])
             theta0, phases = near_uniform_start(g.n, g.modes, g.epsilon, rng)
@@ -298,8 +387,8 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
                 return {"ts": ts_lin, "modes": jnp.abs(density_fourier_coefficients(path.density, g.modes)),
                         "min_density": path.min_density, "result": path.result}
 
-            p = units.get(f"{norm}-growth-b{b}-s{s}-particles", particles)
-            q = units.get(f"{norm}-growth-b{b}-s{s}-pde", pde)
+            p = units.get(_growth_name(norm, b, s, "particles"), particles)
+            q = units.get(_growth_name(norm, b, s, "pde"), pde)
             in_lin = np.isin(p["ts"], ts_lin)
             fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
             fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
@@ -309,7 +398,8 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
                              **{f"particles_{key}": _num(fit_p[key][k]) for key in ("rate", "lo", "hi")},
                              **{f"pde_{key}": _num(fit_q[key][k]) for key in ("rate", "lo", "hi")},
                              "particles_points": int(fit_p["points"][k]), "pde_points": int(fit_q["points"][k]),
-                             "k_star": k_star, "clusters_formed": formed, "formed_at": t_form, "lifetime": life,
+                             "k_star": k_star, "k_star_runner_up": runner_up, "k_star_margin": margin,
+                             "clusters_formed": formed, "formed_at": t_form, "lifetime": life,
                              "censored": censored, "horizon": float(ts_all[-1]),
                              "pde_min_density": float(np.min(q["min_density"]))})
     return rows
@@ -374,6 +464,7 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     import jax
 
     config = check_meanfield_config(config)  # before the folder is claimed or anything compiles
+    sizes = check_meanfield_sizes(config)  # every unit fits, before any unit runs
     out, existed = claim_output_dir(out, "meanfield")
     marker = out / "attnflow-run.json"
     if existed and marker.is_file():
@@ -384,12 +475,15 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
             raise InputError(f"--out {out} holds a mean-field run with a different config; choose a new folder.")
     write_marker(out, "meanfield", {"fingerprint": config.fingerprint})
     atomic_write_json(out / "config.json", config.as_dict())
+    units = _Units(out, config.fingerprint)
+    kept = units.read_kept(u["name"] for u in _plan(config))
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=_unit_count(config), desc="meanfield units", file=sys.stderr)
-    units = _Units(out, config.fingerprint, bar)
+        # a resumed run's bar starts at the units already kept
+        bar = tqdm(total=sizes["units"], initial=kept, desc="meanfield units", file=sys.stderr)
+    units.progress = bar
     t0 = time.perf_counter()
     with jax.enable_x64(config.dtype == "float64"):
         import jax.numpy as jnp
@@ -403,7 +497,9 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     from ._report import write_results
 
     summary = write_results(config, out, conv, growth, largest, _rate_fits)
-    summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0)
+    summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0,
+                   planned={"units": sizes["units"], "peak_bytes": sizes["peak_bytes"],
+                            "particle_steps": sizes["work"]})
     prov = provenance(seed=config.seed, config=config.as_dict())
     summary["provenance"] = prov
     atomic_write_json(out / "summary.json", summary)

@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._x64 import float64_scope_for, keeps_float64, wants_float64
 from ..errors import InputError
 from ._distances import circle_w1_to_density
 from ._pde import _check_density, _check_normalisation, _interpolate, interpolate_density, solve_continuity
@@ -36,6 +37,7 @@ __all__ = ["draw_from_density", "particles_vs_pde", "fit_power_law"]
 TWO_PI = 2 * math.pi
 
 
+@keeps_float64
 def draw_from_density(key, density: Float[Array, " G"], n: int, refine: int = 16) -> Float[Array, " n"]:
     r"""n i.i.d. angles from a grid density: exact draws from the piecewise-constant density on a grid
     ``refine`` times finer, filled in by trigonometric interpolation (:func:`~attnflow.meanfield.interpolate_density`;
@@ -112,7 +114,8 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
     the circle (default ``save``: the angles :math:`\theta_i \in [0, 2\pi)`, (T, n)), through
     :func:`attnflow.integrate.solve_ode` with Tsit5: adaptive with ``rtol`` / ``atol``, or constant steps of
     ``dt``. ``attention_impl="fourier"`` runs the O(n K) path (exact to rounding for scores up to beta).
-    Compiled once per n; ``ts`` (concrete) sets the dtype.
+    Compiled once per n; ``ts`` (concrete) sets the dtype (float64 ``ts`` run in float64, JAX's float64
+    mode switched on for each call).
 
     Example:
         >>> import jax.numpy as jnp
@@ -125,7 +128,10 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
     from ..dynamics import sphere_flow
     from ..integrate import solve_ode
 
-    ts = jnp.asarray(ts)
+    probe = np.zeros(0, np.float64) if wants_float64(ts) else None  # float64 save times: float64 solves
+    scope = lambda: float64_scope_for(probe)  # noqa: E731
+    with scope():
+        ts = jnp.asarray(ts)
     t0, t1 = float(ts[0]), float(ts[-1])
     eye = jnp.eye(2, dtype=ts.dtype)
     options = {"fourier_max_score": float(beta)} if attention_impl == "fourier" else {}
@@ -139,9 +145,14 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
                          adaptive=dt is None, max_steps=16384 if dt is None else None,
                          save_fn=lambda t, y, args: save(y)).ys
 
-    return run
+    def call(x0):
+        with scope():
+            return run(x0)
+
+    return call
 
 
+@keeps_float64
 def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int = 4, normalisation: str = "softmax",
                      steps_per_save: int = 40, refine: int = 16, key=None, particle_dtype=jnp.float32,
                      rtol: float = 1e-5, atol: float = 1e-6) -> dict:
