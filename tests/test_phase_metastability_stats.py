@@ -115,3 +115,99 @@ def test_no_fit_on_fewer_than_min_fit_cells():
     few = lifetime_slope(np.repeat([1.0, 2.0, 3.0, 4.0], 5), np.ones(20), np.zeros(20, bool), clusters=np.tile(
         np.arange(5), 4))
     assert few["slope"] is None and few["not_fitted"].startswith("5 clouds <")
+
+
+def test_float64_check_steps_the_float32_clouds():
+    """The float32 run's precision check re-runs pairs in float64 from the float32 start clouds (make_chunk_fn's
+    cloud_dtype): at t = 0 the two runs' statistics are those of one cloud, read in two precisions (mean inner
+    products within 1e-6: float32 rounding of a sum of 8 terms), and differ only later. Without it a float64 run
+    draws other clouds (the two precisions' normal draws differ), whose mean inner products differ by ~0.1."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from attnflow._x64 import float64_scope
+    from attnflow.phase import check_phase_config, load_phase_config, make_chunk_fn
+    from attnflow.sweep import make_mesh
+
+    cfg = load_phase_config(None)
+    cfg.update(beta=[2.0, 6.0], d=2, n=8, systems=4, t1=4.0, dt=0.2, checkpoints=4, dtype="float32")
+    ours = check_phase_config(cfg)
+    theirs = dataclasses.replace(ours, dtype="float64")
+    with float64_scope():
+        a = make_chunk_fn(ours, ours.groups[0], make_mesh())(0, 8)
+        b = make_chunk_fn(theirs, theirs.groups[0], make_mesh(), cloud_dtype=jnp.float32)(0, 8)
+        other = make_chunk_fn(theirs, theirs.groups[0], make_mesh())(0, 8)
+    assert a["ip_mean"].dtype == np.float32 and b["ip_mean"].dtype == np.float64
+    np.testing.assert_allclose(b["ip_mean"][:, 0], a["ip_mean"][:, 0], rtol=0, atol=1e-6)
+    assert np.abs(other["ip_mean"][:, 0] - a["ip_mean"][:, 0]).max() > 1e-2
+
+
+def _write_run(folder, dtype, values, systems=6):
+    """A run folder as attnflow phase writes it (config.json, systems/g000.npz) with every observable = values."""
+    from attnflow.phase import OBSERVABLES, load_phase_config
+
+    cfg = load_phase_config(None)
+    cfg.update(beta=[2.0], d=2, n=4, systems=systems, t1=1.0, checkpoints=3, dtype=dtype)
+    (folder / "systems").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    np.savez(folder / "systems" / "g000.npz", beta_index=np.zeros(systems, int), system=np.arange(systems),
+             finite=np.ones(systems, bool), **{name: values for name in OBSERVABLES})
+
+
+def test_compare_runs_of_two_precisions_is_unpaired(tmp_path):
+    """A float32 and a float64 folder of one seed start from different clouds: compare_runs says so (paired False)
+    and its interval is Welch's for two independent means (scipy's ttest_ind, equal_var=False, to 1e-9); two
+    folders of one dtype stay paired (the Student-t interval of the differences)."""
+    from scipy import stats
+
+    from attnflow.phase import compare_runs
+
+    rng = np.random.default_rng(5)
+    ya, yb = rng.uniform(0, 1, (6, 3)), rng.uniform(0, 1, (6, 3))
+    _write_run(tmp_path / "f32", "float32", ya)
+    _write_run(tmp_path / "f64", "float64", yb)
+    _write_run(tmp_path / "g64", "float64", ya)
+    c = compare_runs(tmp_path / "f32", tmp_path / "f64")
+    assert c["paired"] is False
+    rows = c["rows"]["observable"] == "energy"
+    for k in range(3):
+        ci = stats.ttest_ind(ya[:, k], yb[:, k], equal_var=False).confidence_interval(0.95)
+        np.testing.assert_allclose([c["rows"]["diff_lo"][rows][k], c["rows"]["diff_hi"][rows][k]],
+                                   [ci.low, ci.high], rtol=1e-9)
+    same = compare_runs(tmp_path / "g64", tmp_path / "f64")
+    assert same["paired"] is True
+    ci = stats.ttest_rel(ya[:, 0], yb[:, 0]).confidence_interval(0.95)
+    np.testing.assert_allclose(same["rows"]["diff_lo"][same["rows"]["observable"] == "energy"][0], ci.low, rtol=1e-9)
+
+
+def test_float32_job_report_has_the_per_beta_table_the_precision_check_and_no_fit_on_three_betas(tmp_path):
+    """A small float32 job (3 betas, 12 clouds of 8 tokens, log-spaced checkpoints to t = 40): report.md has the
+    per-beta table (each row's clusters and clustered pairs at t1 are cells.csv's mean and interval at t1), the
+    precision paragraph of the float64 check of its sample, and no lifetime fit (3 betas < MIN_FIT_CELLS)."""
+    import csv
+
+    from attnflow.phase import load_phase_config, run_phase
+
+    cfg = load_phase_config(None)
+    cfg.update(beta=[3.0, 5.0, 8.0], d=2, n=8, systems=12, t1=40.0, dt=0.2, checkpoints=30, spacing="log",
+               dtype="float32")
+    cfg["run"]["progress"] = False
+    s = run_phase(cfg, tmp_path / "run", figure_workers=0)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "**Precision: float32.** A float64 re-run of 3 betas (3, 5, 8) x 12 clouds per group" in report
+    check = s["dtype_check"]
+    assert check["run"] and check["systems"] == 12 and check["groups"][0]["clouds"] == 36
+    assert "not fitted: " in report and " cells < MIN_FIT_CELLS = 4" in report
+    assert s["lifetime_fits"][0]["slope"] is None
+    with open(tmp_path / "run" / "cells.csv", newline="") as fh:
+        last = [r for r in csv.DictReader(fh) if float(r["t"]) == 40.0]
+    table = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith(("| beta", "| ---"))]
+    assert len(table) == 3
+    for line, row in zip(table, last):
+        cols = [c.strip() for c in line.strip("|").split("|")]
+        assert float(cols[0]) == float(row["beta"]) and int(cols[1]) == int(row["systems"])
+        assert cols[2] == (f"{float(row['clusters']):.2f} [{float(row['clusters_lo']):.2f}, "
+                           f"{float(row['clusters_hi']):.2f}]")
+        assert cols[3] == (f"{float(row['pairs_clustered']):.3f} [{float(row['pairs_clustered_lo']):.3f}, "
+                           f"{float(row['pairs_clustered_hi']):.3f}]")

@@ -1,7 +1,7 @@
 r"""Two phase diagrams compared cell by cell: a paired test on the per-system arrays (e.g. dt = 0.1 against 0.01).
 
-Two run folders of the same seed draw the same start clouds (and weights) whatever their dt, t1 or
-checkpoints (common random numbers: system s of a group starts from the same cloud), so the
+Two run folders of the same seed and dtype draw the same start clouds (and weights) whatever their dt,
+t1 or checkpoints (common random numbers: system s of a group starts from the same cloud), so the
 comparison is *paired*: for every group (n, d, heads, epsilon), beta and checkpoint time t the two
 folders share, and every observable, the per-system differences :math:`\delta_s = y_s - y^{\rm ref}_s`
 over the systems finite in both runs give the mean difference :math:`\bar\delta` and its Student-t
@@ -16,6 +16,13 @@ resolution, what a reader of the two heat maps can tell apart).
 :func:`crossing_times` and the ``crossing`` part of :func:`compare_runs` measure how far the
 clustering time moves: per system the first time the fraction of clustered pairs reaches a level
 (linear between checkpoints), paired as above.
+
+**Precision.** The start clouds are drawn in the run's dtype: a float32 and a float64 run of the same seed
+start from *different* clouds (the normal draws of the two precisions differ), so their folders are compared
+*unpaired*: the interval is Welch's for the difference of the two means over independent clouds
+(``paired`` is False in the result), which holds the clouds' sampling error as well as the precision's
+effect. The phase job's own float32 check (:func:`compare_columns` on a float64 re-run of a sample from the
+float32 clouds) is paired and isolates the arithmetic.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from scipy import special as _special
 
 from ..errors import InputError
 from ._config import PhaseConfig, check_phase_config
@@ -93,7 +101,7 @@ def _check_paired(config: PhaseConfig, reference: PhaseConfig, where: str) -> No
     a, b = config.source, reference.source
     for key in PAIRED_KEYS:
         if a.get(key) != b.get(key):
-            raise InputError(f"{where}: the two runs differ in {key!r} ({a.get(key)!r} and {b.get(key)!r}); a paired "
+            raise InputError(f"{where}: the two runs differ in {key!r} ({a.get(key)!r} and {b.get(key)!r}); a "
                              "comparison needs the same seed, dynamics, weights and threshold (change only dt, t1, "
                              "checkpoints, spacing or dtype).")
 
@@ -115,7 +123,8 @@ def _ranges(values: np.ndarray) -> list[float] | None:
 
 def compare_runs(run, reference, *, observables=COMPARED, confidence: float | None = None,
                  resolution: dict | None = None, level: float = 0.5) -> dict:
-    r"""Paired comparison of phase run folder ``run`` against ``reference`` (module's test), cell by cell.
+    r"""Comparison of phase run folder ``run`` against ``reference`` (module's test), cell by cell: paired when the
+    two share their start clouds (same seed and dtype), unpaired otherwise.
 
     Args:
         run, reference: finished ``attnflow phase`` folders of the same seed, dynamics, weights and threshold
@@ -133,7 +142,8 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
         (``shift``, ``shift_lo``, ``shift_hi``, ``time_reference``, ``systems``, ``never``: systems without a
         crossing in either run, left out); ``summary``: per group and observable the cells compared, the
         fraction that agree and that are within the reference's interval, and the beta and t ranges of the
-        cells that do not agree; ``excluded``: systems non-finite in either run.
+        cells that do not agree; ``excluded``: systems non-finite in either run; ``paired``: whether the two
+        runs share their clouds (same dtype) and the intervals are paired (module's *Precision*).
 
     Example:
         >>> import json, pathlib, tempfile
@@ -160,6 +170,35 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
     config, arrays = _read_run(run)
     ref_config, ref_arrays = _read_run(reference)
     _check_paired(config, ref_config, f"comparing {run} with {reference}")
+    return compare_columns(config, arrays, ref_config, ref_arrays, observables=observables, confidence=confidence,
+                           resolution=resolution, level=level, paired=config.dtype == ref_config.dtype,
+                           where=f"{run} and {reference}")
+
+
+def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, ref_arrays: dict, *,
+                    observables=COMPARED, confidence: float | None = None, resolution: dict | None = None,
+                    level: float = 0.5, paired: bool = True, where: str = "the two runs") -> dict:
+    """:func:`compare_runs` on per-system columns in memory: ``arrays`` and ``ref_arrays`` map a group's label
+    to its columns (``beta_index``, ``system``, ``finite`` and the observables, as in ``systems/g*.npz``) of
+    the runs of ``config`` and ``ref_config``. ``paired``: the two runs started system s from the same cloud
+    (the differences' Student-t interval); False: from independent clouds (Welch's interval of the difference
+    of the means). Returns what :func:`compare_runs` returns, with ``paired``.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.phase import OBSERVABLES, check_phase_config, load_phase_config
+        >>> from attnflow.phase._compare import compare_columns
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(beta=[2.0], d=2, n=4, systems=3, t1=1.0, checkpoints=2)
+        >>> cfg = check_phase_config(cfg)
+        >>> y = np.array([[1.0, 3.0], [1.0, 2.0], [1.0, 2.0]])          # clusters of 3 systems at t = 0, 1
+        >>> def cols(v):
+        ...     return {cfg.groups[0].label: {"beta_index": np.zeros(3, int), "system": np.arange(3),
+        ...                                   "finite": np.ones(3, bool), **{k: v for k in OBSERVABLES}}}
+        >>> c = compare_columns(cfg, cols(y + [0, 1]), cfg, cols(y))   # one more cluster at t = 1 in every system
+        >>> c["rows"]["diff"][c["rows"]["observable"] == "clusters"].tolist(), c["paired"]
+        ([0.0, 1.0], True)
+    """
     unknown = [o for o in observables if o not in OBSERVABLES]
     if unknown:
         raise InputError(f"observables {unknown} are not recorded by the phase job; choose from {list(OBSERVABLES)}.")
@@ -172,7 +211,7 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
     beta_b = np.round(np.asarray(ref_config.beta), MATCH_DECIMALS)
     groups = [g for g in ref_config.groups if g.label in arrays]
     if not groups or not times.size or not np.intersect1d(beta_a, beta_b).size:
-        raise InputError(f"{run} and {reference} share no (group, beta, checkpoint time) to compare; run them on "
+        raise InputError(f"{where} share no (group, beta, checkpoint time) to compare; run them on "
                          "a common grid with checkpoints at common times.")
     rows = {c: [] for c in ("n", "d", "heads", "epsilon", "beta", "t", "observable", "systems", "mean",
                             "mean_reference", "diff", "diff_lo", "diff_hi", "resolution", "agrees",
@@ -192,7 +231,7 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
             rows_a, rows_b = rows_a[ok], rows_b[ok]
             for name in observables:
                 ya, yb = A[name][rows_a][:, ka], B[name][rows_b][:, kb]
-                diff, lo, hi = mean_interval(ya - yb, confidence)
+                diff, lo, hi = _difference(ya, yb, confidence, paired)
                 ref_mean, ref_lo, ref_hi = mean_interval(yb, confidence)
                 res = np.broadcast_to(np.asarray(resolution[name], float) if name in resolution else
                                       _default_resolution(name, g.n, ref_mean), ref_mean.shape)
@@ -214,7 +253,7 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
             ca = crossing_times(times, A["pairs_clustered"][rows_a][:, ka], level)
             cb = crossing_times(times, B["pairs_clustered"][rows_b][:, kb], level)
             both = np.isfinite(ca) & np.isfinite(cb)
-            shift, lo, hi = mean_interval((ca - cb)[both][:, None], confidence)
+            shift, lo, hi = _difference(ca[both][:, None], cb[both][:, None], confidence, paired)
             for key, value in (("n", g.n), ("d", g.d), ("beta", float(beta)), ("systems", int(both.sum())),
                                ("never", int((~both).sum())),
                                ("time_reference", float(cb[both].mean()) if both.any() else np.nan),
@@ -226,7 +265,23 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
         rows[k] = rows[k].astype(int)
     crossing = {k: np.asarray(v) for k, v in crossing.items()}
     return {"rows": rows, "crossing": crossing, "excluded": excluded, "confidence": confidence,
-            "level": level, "summary": _summary(rows, groups, observables)}
+            "level": level, "paired": bool(paired), "summary": _summary(rows, groups, observables)}
+
+
+def _difference(ya: np.ndarray, yb: np.ndarray, confidence: float, paired: bool):
+    r"""Mean difference of ``ya`` and ``yb`` (S, K) over axis 0 and its interval: paired, the Student-t interval
+    of the per-system differences; unpaired, Welch's :math:`\bar y_a - \bar y_b \pm t_{\nu}
+    \sqrt{s_a^2/m + s_b^2/m}` with the Welch-Satterthwaite :math:`\nu` (zero width where both spreads are 0)."""
+    if paired or ya.shape[0] < 2:
+        return mean_interval(ya - yb, confidence)
+    m = ya.shape[0]
+    va, vb = ya.var(axis=0, ddof=1) / m, yb.var(axis=0, ddof=1) / m
+    se2 = va + vb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        nu = np.where(se2 > 0, se2**2 / ((va**2 + vb**2) / (m - 1)), m - 1)
+    half = _special.stdtrit(np.maximum(nu, 1.0), 0.5 + confidence / 2) * np.sqrt(se2)
+    diff = ya.mean(axis=0) - yb.mean(axis=0)
+    return diff, diff - half, diff + half
 
 
 def _summary(rows: dict, groups, observables) -> list[dict]:

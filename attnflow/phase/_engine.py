@@ -234,8 +234,11 @@ def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, .
             "t_nonfinite": (dtype, ()), "beta_index": (np.dtype(np.int64), ()), "system": (np.dtype(np.int64), ())}
 
 
-def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
+def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=None):
     """``compute(start, stop, into=None) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
+
+    ``cloud_dtype``: the precision the start clouds are drawn in (default the config's), then cast to the
+    config's: a float64 run of float32 clouds isolates the effect of the arithmetic's precision.
 
     Columns (:func:`column_layout`): ``beta_index``, ``system`` (B,), ``finite`` (B,), ``t_nonfinite`` (B,)
     and every observable of :data:`OBSERVABLES` as (B, K) at the K checkpoint layers. ``into``: NumPy arrays
@@ -293,7 +296,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
     betas = np.asarray(config.beta, np.float64)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
-    draw = _cloud_drawer(n, d, dtype, spec.name == "sphere")
+    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.name == "sphere")
     compiled: set[int] = set()
 
     def compute(start: int, stop: int, into: dict | None = None) -> dict:
@@ -305,7 +308,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh):
 
         def clouds():
             with jax.enable_x64(x64):  # the caller's float64 mode (a scope is per thread)
-                return np.asarray(draw(seeds))
+                return np.asarray(draw(seeds), dtype)
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-start-clouds") as pool:
             x0 = pool.submit(clouds)

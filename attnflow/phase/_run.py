@@ -11,7 +11,9 @@ skips the finished chunks and writes the same tables. The run folder holds:
   rule): systems with one, still waiting for one (``pending``), merges inside the run (``events``), the
   censored fraction, the Kaplan-Meier quartiles of its lifetime, its median cluster count and start, and
   whether the cell enters the fit of log T against beta (``in_fit``); the fits (pooled, and per cluster
-  count of the first plateau) are in ``summary.json`` (``lifetime_fits``) and read in ``report.md``;
+  count of the first plateau; left-truncated, intervals clustered by cloud) are in ``summary.json``
+  (``lifetime_fits``) and read in ``report.md``, with a per-beta table and the run's precision (a float32 run
+  checks a sample in float64, ``dtype_check``);
 * ``systems/g<k>.npz``: per-system arrays of group k (every observable at every checkpoint);
 * heat maps (beta x t) of every observable, curves at fixed t, the energy staircase and the first plateau's
   lifetime against beta (pooled and per cluster count), per group; ``report.md``, ``summary.json``, ``config.json``, ``provenance.json``.
@@ -39,6 +41,8 @@ from ._figures import MAPS
 from ._metastability import (
     ENERGY_REL_TOL,
     HOLD_RATIO,
+    MIN_FIT_CELLS,
+    MIN_FIT_CLUSTERS,
     first_plateaus,
     lifetime_slope,
     lifetime_summary,
@@ -58,6 +62,14 @@ FIT_MIN_PLATEAU_FRACTION = 0.5
 #: a fit restricted to the first plateaus of c clusters is reported with at least this many merges, over at
 #: least MIN_FIT_CELLS betas (fewer give intervals too wide to read)
 BY_COUNT_MIN_EVENTS = 10
+#: the float32 check: a float64 re-run, from the same float32 start clouds, of this many betas (evenly spread over
+#: the grid, both ends included: the precision matters most at large beta, where clusters sit near each other for
+#: long and a merge's timing depends on rounding) ...
+DTYPE_CHECK_BETAS = 5
+#: ... and of this many clouds per beta (the first ones), per group: 1.4% of the shipped grid's runs
+DTYPE_CHECK_SYSTEMS = 32
+#: the report's per-beta table shows at most this many betas, evenly spread over the grid with both ends
+REPORT_BETAS = 8
 #: bytes of one cell-table row while it is written (columns, concatenation, CSV text), with room to spare
 CELL_ROW_BYTES = 1024
 #: copies of a cloud's state one pair holds while it runs (state, field, the step's temporaries)
@@ -102,7 +114,7 @@ def _gib(b: float) -> str:
 @runio.releases_output_dirs
 def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int | None = None,
               progress: bool | None = None, processes: dict | None = None,
-              figure_workers: int | FigureWorkers | None = None) -> dict:
+              figure_workers: int | FigureWorkers | None = None, dtype_check: bool = True) -> dict:
     """Run (or resume) the phase diagram of ``config`` (a table, parsed here, or parsed) into ``out``;
     returns the summary.
 
@@ -112,6 +124,11 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     them in this process; a :class:`~attnflow.plot._workers.FigureWorkers` of the caller's (started
     earlier still, as ``attnflow phase`` does before it imports JAX) is used and left open. The files
     are the same either way.
+
+    A float32 run re-runs :data:`DTYPE_CHECK_BETAS` betas x :data:`DTYPE_CHECK_SYSTEMS` clouds per group in
+    float64 from the same float32 start clouds and says in ``report.md`` (``summary.json``: ``dtype_check``)
+    whether the precision moved the mean cluster count or clustered pairs beyond the cells' intervals
+    (``dtype_check=False`` skips it; a float64 run has none).
 
     Example:
         >>> import tempfile, pathlib
@@ -197,9 +214,12 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             for done in saved:
                 done.result()
         write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
+        precision = _dtype_check(config, sw, by_group, cell_cols, t) if dtype_check else None
         summary = _summary(config, groups, cell_cols, fits, sizes)
+        for head, g, rows in zip(summary["groups"], groups, meta):
+            head["per_beta"] = _per_beta(config, g, cell_cols, rows)
         summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
-            groups[k].label: v for k, v in theory.items()})
+            groups[k].label: v for k, v in theory.items()}, dtype_check=precision)
         runio.atomic_write_json(sw.out / "summary.json", summary)
         names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
     _report(config, summary, names, sw.out)
@@ -274,6 +294,93 @@ def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> lis
     return out
 
 
+def _spread(count: int, most: int) -> np.ndarray:
+    """At most ``most`` indices of ``count`` evenly spread, the first and the last included."""
+    return np.unique(np.round(np.linspace(0, count - 1, min(most, count))).astype(int))
+
+
+def _per_beta(config: PhaseConfig, g: PhaseGroup, cells: dict, meta: dict) -> list[dict]:
+    """The report's per-beta rows of one group (:data:`REPORT_BETAS` betas): the clouds, the mean cluster count and
+    clustered pairs at the last checkpoint with their intervals, the clouds with a metastable plateau and the
+    Kaplan-Meier median of its lifetime (``median_censored``: a lower bound)."""
+    def at_t1(name):
+        return grid_of(cells, g, config, name)[:, -1]
+
+    out = []
+    clouds = grid_of(cells, g, config, "systems")[:, 0]
+    for b in _spread(len(config.beta), REPORT_BETAS):
+        row = {"beta": float(config.beta[b]), "systems": int(clouds[b]),
+               "with_plateau": None if not np.isfinite(meta["with_plateau"][b]) else int(meta["with_plateau"][b]),
+               "median": None if not np.isfinite(meta["median"][b]) else float(meta["median"][b]),
+               "median_censored": bool(meta["median_censored"][b])}
+        for name in ("clusters", "pairs_clustered"):
+            row[name] = [float(at_t1(name)[b]), float(at_t1(f"{name}_lo")[b]), float(at_t1(f"{name}_hi")[b])]
+        out.append(row)
+    return out
+
+
+def _dtype_check(config: PhaseConfig, sw, by_group: dict, cells: dict, t: np.ndarray) -> dict | None:
+    """A float32 run's precision check (:func:`run_phase`): the float64 re-run of a sample of its pairs from the
+    same float32 start clouds, compared paired with the run's own columns (:func:`compare_columns`); per group the
+    largest move of the mean cluster count and clustered pairs relative to the half-width of the full cell's
+    interval, and the clouds whose first metastable plateau changed. None for a float64 run."""
+    if config.dtype != "float32":
+        return None
+    if sw.process_count > 1:
+        return {"run": False, "reason": "the float64 check runs in one process; this run used several"}
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from ._compare import compare_columns
+
+    idx = _spread(len(config.beta), DTYPE_CHECK_BETAS)
+    m = min(config.systems, DTYPE_CHECK_SYSTEMS)
+    betas = tuple(config.beta[i] for i in idx)
+    source = {**config.source, "beta": list(betas), "systems": m}
+    sample = dataclasses.replace(config, beta=betas, systems=m, source=source)
+    sample64 = dataclasses.replace(sample, dtype="float64", source={**source, "dtype": "float64"})
+    pairs = (idx[:, None] * config.systems + np.arange(m)[None, :]).reshape(-1)  # beta-major, as the job's
+    ours, check = {}, {}
+    for g in sample64.groups:
+        check[g.label] = make_chunk_fn(sample64, g, sw.mesh, cloud_dtype=jnp.float32)(0, len(betas) * m)
+        full = by_group[g.index]
+        ours[g.label] = {**{k: np.asarray(full[k][pairs]) for k in ("finite", *OBSERVABLES)},
+                         "beta_index": np.repeat(np.arange(len(betas)), m), "system": np.tile(np.arange(m), len(betas))}
+    names = ("clusters", "pairs_clustered")
+    c = compare_columns(sample, ours, sample64, check, observables=names, paired=True,
+                        where="the float32 run and its float64 check")
+    rows, K = c["rows"], len(t)
+    out = []
+    for g in sample.groups:
+        in_group = (rows["n"] == g.n) & (rows["d"] == g.d) & (rows["heads"] == g.heads) & (rows["epsilon"] == g.epsilon)
+        entry = {"group": g.label, "n": g.n, "d": g.d}
+        for name in names:
+            sel = in_group & (rows["observable"] == name)
+            diff, lo, hi = (rows[k][sel].reshape(len(betas), K) for k in ("diff", "diff_lo", "diff_hi"))
+            half = 0.5 * (grid_of(cells, g, config, f"{name}_hi") - grid_of(cells, g, config, f"{name}_lo"))[idx]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(half > 0, np.abs(diff) / half, np.where(np.abs(diff) > 0, np.inf, 0.0))
+            ratio = np.where(np.isfinite(diff), ratio, np.nan)  # a cell without finite systems: not compared
+            if np.all(np.isnan(ratio)):
+                entry[name] = None
+                continue
+            b, k = np.unravel_index(np.nanargmax(ratio), ratio.shape)
+            entry[name] = {"beta": float(betas[b]), "t": float(t[k]), "diff": float(diff[b, k]),
+                           "diff_lo": float(lo[b, k]), "diff_hi": float(hi[b, k]), "half_width": float(half[b, k]),
+                           "ratio": float(ratio[b, k]), "beyond": bool(ratio[b, k] > 1)}
+        a, r = ours[g.label], check[g.label]
+        ok = np.asarray(a["finite"], bool) & np.asarray(r["finite"], bool)
+        fa, fr = (first_plateaus(t, np.rint(np.asarray(x["clusters"])[ok]).astype(int)) for x in (a, r))
+        same = ((fa["count"] == fr["count"]) & (fa["censored"] == fr["censored"])
+                & (np.nan_to_num(fa["lifetime"], nan=-1.0) == np.nan_to_num(fr["lifetime"], nan=-1.0)))
+        entry.update(clouds=int(ok.sum()), plateau_changed=int((~same).sum()),
+                     clusters_t1_changed=int((np.asarray(a["clusters"])[ok, -1] != np.asarray(r["clusters"])[ok, -1]).sum()))
+        out.append(entry)
+    return {"run": True, "betas": list(betas), "systems": m, "groups": out,
+            "beyond_interval": any(e[n] is not None and e[n]["beyond"] for e in out for n in names)}
+
+
 def _theory_line(config: PhaseConfig, g: PhaseGroup, cells: dict) -> dict | None:
     """The equiangular model's time to the threshold per beta, from the cells' initial mean inner product;
     only where it is the model's own dynamics (sphere, Q = K = V = I)."""
@@ -305,7 +412,8 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
             "checkpoints": len(config.checkpoint_layers), "spacing": config.spacing, "dtype": config.dtype,
             "cells": sizes["cells"], "runs": sizes["pairs"], "nonfinite_runs": nonfinite,
             "plateau_rule": {"hold_ratio": HOLD_RATIO, "min_duration": 0.0, "energy_rel_tol": ENERGY_REL_TOL,
-                             "fit_min_plateau_fraction": FIT_MIN_PLATEAU_FRACTION},
+                             "fit_min_plateau_fraction": FIT_MIN_PLATEAU_FRACTION, "min_fit_cells": MIN_FIT_CELLS,
+                             "min_fit_clusters": MIN_FIT_CLUSTERS},
             "groups": heads, "lifetime_fits": fits}
 
 
@@ -351,14 +459,15 @@ def _lifetime_sentence(fit: dict, confidence: float) -> str:
              f"metastable plateau, {fit['events']} of them ending in a merge inside the run "
              f"({fit['censored_fraction']:.0%} censored)")
     if fit["slope"] is None:
-        return f"Too few lifetimes end inside the run for a fit of log T against beta ({where})."
+        return f"First metastable plateau, log T against beta: not fitted: {fit['not_fitted']} ({where})."
     lo, hi = fit["slope_lo"], fit["slope_hi"]
     verdict = ("the median lifetime grows with beta" if lo > 0 else
                "the median lifetime decreases with beta" if hi < 0 else "no growth with beta is resolved")
     sign = "+" if fit["slope"] >= 0 else "-"
     text = (f"First metastable plateau: log T = {fit['intercept']:.2f} {sign} {abs(fit['slope']):.3f} beta, slope "
-            f"{confidence:.0%} interval [{lo:.3f}, {hi:.3f}] (a factor {np.exp(fit['slope']):.2f} per unit of beta; "
-            f"spread sigma = {fit['sigma']:.2f} in log T): {verdict} ({where}).")
+            f"{confidence:.0%} interval [{lo:.3f}, {hi:.3f}] (clustered by cloud, {fit['clusters']} clouds; a factor "
+            f"{np.exp(fit['slope']):.2f} per unit of beta; spread sigma = {fit['sigma']:.2f} in log T): {verdict} "
+            f"({where}).")
     parts = [f"c = {p['count']}: {p['slope']:.2f} [{p['slope_lo']:.2f}, {p['slope_hi']:.2f}] (beta {p['betas'][0]:.3g} "
              f"to {p['betas'][-1]:.3g}, {p['systems']} systems, {p['events']} merges)" for p in fit.get("by_count", [])]
     if fit["censored_fraction"] > 0.5:
@@ -371,6 +480,62 @@ def _lifetime_sentence(fit: dict, confidence: float) -> str:
     return text
 
 
+def _interval(values: list, digits: int) -> str:
+    """``mean [lo, hi]`` of a ``[mean, lo, hi]`` triple (``-`` where there is none)."""
+    mean, lo, hi = values
+    if not np.isfinite(mean):
+        return "-"
+    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _per_beta_table(rows: list[dict], t1: float, confidence: float) -> list[str]:
+    """The report's per-beta table of one group (:func:`_per_beta`'s rows) as Markdown."""
+    lines = [f"| beta | clouds | clusters at t = {t1:g} ({confidence:.0%}) | clustered pairs at t = {t1:g} "
+             f"({confidence:.0%}) | with a plateau | median lifetime |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        median = "-" if r["median"] is None else (">" if r["median_censored"] else "") + f"{r['median']:.3g}"
+        plateau = "-" if r["with_plateau"] is None else str(r["with_plateau"])
+        lines.append(f"| {r['beta']:g} | {r['systems']} | {_interval(r['clusters'], 2)} | "
+                     f"{_interval(r['pairs_clustered'], 3)} | {plateau} | {median} |")
+    return lines
+
+
+def _precision_lines(config: PhaseConfig, check: dict | None) -> list[str]:
+    """The report's paragraph on the run's precision (:func:`_dtype_check`)."""
+    if config.dtype == "float64":
+        return ["**Precision.** float64. (A float32 run re-runs a sample of its cells in float64 from the same "
+                "start clouds and says here whether the precision moved its statistics beyond their intervals.)"]
+    if check is None or not check.get("run"):
+        why = "it was not asked for" if check is None else check["reason"]
+        return ["**Precision: float32, not checked** (" + why + "). Float32 results at large beta are "
+                "dtype-sensitive: where clusters sit close for long, a merge's timing depends on rounding "
+                "(docs/guide/phase.md, Metastability, measures an example); rerun a sample in float64."]
+    words = {"clusters": ("mean cluster count", 3), "pairs_clustered": ("fraction of clustered pairs", 4)}
+    parts = []
+    for e in check["groups"]:
+        moves = []
+        for name, (label, digits) in words.items():
+            m = e.get(name)
+            if m is None:
+                continue
+            moves.append(f"the {label} by up to {m['diff']:+.{digits}f} [{m['diff_lo']:+.{digits}f}, "
+                         f"{m['diff_hi']:+.{digits}f}] (beta = {m['beta']:g}, t = {m['t']:g}; the cell's interval "
+                         f"is +-{m['half_width']:.{digits}f}: {'**beyond it**' if m['beyond'] else 'within it'})")
+        parts.append(f"for n = {e['n']}, d = {e['d']} it moved " + " and ".join(moves) + f"; the cluster count at "
+                     f"t1 changed in {e['clusters_t1_changed']} and the first metastable plateau in "
+                     f"{e['plateau_changed']} of {e['clouds']} clouds")
+    changed = sum(e["clusters_t1_changed"] + e["plateau_changed"] for e in check["groups"])
+    verdict = ("**The precision moves the statistics beyond the diagram's intervals: use dtype = \"float64\" for "
+               "these cells.**" if check["beyond_interval"] else
+               "The means stay within the diagram's intervals on this sample" + (
+                   "; single clouds change, so per-cloud results (lifetimes, merges) at these betas depend on the "
+                   "precision." if changed else "."))
+    return [f"**Precision: float32.** A float64 re-run of {len(check['betas'])} betas "
+            f"({', '.join(f'{b:g}' for b in check['betas'])}) x {check['systems']} clouds per group from the same "
+            "float32 start clouds (paired differences, as attnflow.phase.compare_runs computes them): "
+            + "; ".join(parts) + ". " + verdict]
+
+
 def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> None:
     lines = [f"# Phase diagram: {config.dynamics.name} dynamics", "",
              f"{summary['cells']} grid cells, {config.systems} systems each ({summary['runs']} runs of "
@@ -381,6 +546,7 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
     if summary["nonfinite_runs"]:
         lines += [f"**{summary['nonfinite_runs']} run(s) became non-finite** and are excluded from every mean "
                   "(counted in the `nonfinite` column of cells.csv).", ""]
+    lines += _precision_lines(config, summary.get("dtype_check")) + [""]
     for g, head, fit in zip(config.groups, summary["groups"], summary["lifetime_fits"]):
         lines += [f"## n = {g.n}, d = {g.d}" + (f", heads = {g.heads}" if config.dynamics.name == "multihead" else "")
                   + (f", epsilon = {g.epsilon:g}" if config.dynamics.name == "layered" else ""), ""]
@@ -389,6 +555,7 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
                      f"beta = {config.beta[0]:g} and {p['beta_max']:.3f} at beta = {config.beta[-1]:g}.")
         lines.append(_lifetime_sentence(fit, config.confidence))
         lines.append("")
+        lines += _per_beta_table(head["per_beta"], summary["t_last"], config.confidence) + [""]
         lines += [f"![{name}]({name})" for name in figures[g.index]]
         lines.append("")
     rule = summary["plateau_rule"]
@@ -402,10 +569,17 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
               "plateau either end as one cluster or are still on a run too young to qualify at the end (`pending` "
               "in metastability.csv). Per cell, metastability.csv gives the Kaplan-Meier quartiles of the "
               "lifetimes (censored ones as lower bounds; a median that the survival curve does not reach is "
-              "marked `median_censored` and drawn open at the largest lifetime). Per group, log T = a + b beta + "
-              "sigma eps is fitted by censored maximum likelihood (log-normal lifetimes, censored ones through "
-              f"their survival probability) over the cells where at least {rule['fit_min_plateau_fraction']:.0%} "
-              "of the systems reach a plateau (`in_fit`); b's interval is the Wald interval. The energy staircase's "
+              "marked `median_censored` and drawn open at the largest lifetime; like the lifetimes, they are those "
+              "of the states that lasted the hold test's time). Per group, log T = a + b beta + sigma eps is fitted "
+              "by maximum likelihood (log-normal lifetimes, censored ones through their survival probability, each "
+              f"divided by the survival at the least lifetime the hold test admits, {rule['hold_ratio']:g} t_a: the "
+              "lifetimes are left-truncated there) over the cells where at least "
+              f"{rule['fit_min_plateau_fraction']:.0%} of the systems reach a plateau (`in_fit`), and not on fewer "
+              f"than {rule['min_fit_cells']} betas or {rule['min_fit_clusters']} clouds. System s starts from the "
+              "same cloud at every beta, so b's interval is clustered by cloud (a sandwich of the clouds' score "
+              "sums). For a fixed configuration of well-separated clusters the lifetime grows exponentially in "
+              "beta; the pooled fit mixes configurations (their number of clusters grows with beta), hence the "
+              "per-count fits. The energy staircase's "
               f"steps are runs over which E_beta stays within {rule['energy_rel_tol']:.0%} of its value at the "
               "run's start and which pass the same hold test (`mean_energy_plateaus`).", "",
               "The dashed line on the first heat map (sphere, Q = K = V = I) is the time an equiangular cloud with "
