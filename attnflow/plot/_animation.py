@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import label, new_axes
 from ._trajectories import draw_overlay, limits, masked_note, unpack, view, with_note
 
@@ -49,13 +50,16 @@ def frame_indices(ts, states, frames: int = 40, spacing: str = "progress") -> np
         >>> bool(np.all(ts[idx[:-1]] <= 2.0)), int(idx[-1])
         (True, 100)
     """
-    t = np.asarray(ts, float)
+    check = Inputs("frame_indices")
+    t = check.array("ts", ts, ("T",))
     T = len(t)
     frames = int(frames)
     if frames < 2:
-        raise ValueError(f"frames must be >= 2, got {frames}.")
+        check.fail(f"frames is {frames}, expected at least 2 (the first and the last save).")
     if spacing not in _SPACINGS:
-        raise ValueError(f"spacing must be one of {_SPACINGS}, got {spacing!r}.")
+        check.fail(f"spacing is {spacing!r}, expected one of {_SPACINGS}.")
+    if spacing == "progress":
+        states = check.array("states", states, ("T", "n", "d"), ("T", "n"), ("T",))
     if T <= frames:
         return np.arange(T)
     if spacing == "progress":
@@ -116,9 +120,12 @@ def animate(data, path: str | os.PathLike, *, ts=None, system: int = 0, frames: 
 
     from ..runio import atomic_path
 
-    t, z, symbol = unpack(data, ts, system)
+    t, z, symbol = unpack(data, ts, system, function="animate")
     if z.shape[-1] < 2:
-        raise ValueError("animate draws clouds of dimension d >= 2; for d = 1 use attnflow.plot.trajectories.")
+        Inputs("animate").fail(f"states has d = {z.shape[-1]}, expected clouds of dimension d >= 2 "
+                               "(for d = 1, attnflow.plot.trajectories draws each coordinate against t).")
+    if overlay == "hyperplanes" and phi_dual is None:
+        Inputs("animate").fail('phi_dual is None, expected the dual leading eigenvector (d,) with overlay="hyperplanes".')
     note = masked_note(z)
     z = np.where(np.isfinite(z), z, np.nan)
     idx = frame_indices(t, z, frames, spacing)

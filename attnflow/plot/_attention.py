@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import new_figure
 from ._trajectories import masked_note
 
@@ -27,7 +28,7 @@ def leader_order(P_final) -> np.ndarray:
         >>> leader_order(P).tolist()
         [1, 0, 2]
     """
-    P = np.asarray(P_final, float)
+    P = Inputs("leader_order").array("P_final", P_final, ("n", "n"))
     ok = np.isfinite(P)
     lead = np.argmax(np.where(ok, P, -np.inf), axis=1)
     lead = np.where(ok.any(axis=1), lead, P.shape[1])
@@ -36,32 +37,35 @@ def leader_order(P_final) -> np.ndarray:
 
 def _unpack(P, ts, system: int, head):
     """(ts (T,), P (T, n, n), head note) of one system and one head (or the head mean)."""
+    check = Inputs("attention_maps")
     batched = False
     if hasattr(P, "attention") and hasattr(P, "ts"):
         if P.attention is None:
-            raise ValueError("this Simulation has no attention matrices: simulate with return_attention=True.")
+            check.fail("P is a Simulation without attention matrices, expected one run with return_attention=True.")
         batched = np.ndim(P.states) == 4 if not isinstance(P.states, (tuple, list, dict)) else np.ndim(P.ts) == 2
         ts = P.ts if ts is None else ts
         P = P.attention
-    A = np.asarray(P, float)
     if batched:
+        A = check.array("P", P, ("B", "T", "n", "n"), ("B", "T", "H", "n", "n"))
+        if not -A.shape[0] <= int(system) < A.shape[0]:
+            check.fail(f"system is {system}, expected an index into the batch of {A.shape[0]} systems.")
         A = A[system]
+    else:
+        A = check.array("P", P, ("T", "n", "n"), ("T", "H", "n", "n"))
     what = ""
     if A.ndim == 4:  # (T, H, n, n)
         if head is None:
             A, what = A.mean(axis=1), f"mean over {A.shape[1]} heads"
         else:
+            if not -A.shape[1] <= int(head) < A.shape[1]:
+                check.fail(f"head is {head}, expected an index into the {A.shape[1]} heads.")
             A, what = A[:, int(head)], f"head {int(head)}"
-    if A.ndim != 3 or A.shape[1] != A.shape[2]:
-        raise ValueError(f"P must be (T, n, n) or (T, H, n, n), got shape {np.shape(P)}.")
     if ts is None:
         t = np.arange(len(A), dtype=float)
     else:
-        t = np.asarray(ts, float)
+        t = check.array("ts", ts, ("T",), ("B", "T"))
         t = t[system] if t.ndim == 2 else t
-    if t.shape != (len(A),):
-        raise ValueError(f"ts must have one time per matrix ({len(A)}), got shape {t.shape}.")
-    return t, A, what
+    return check, t, A, what
 
 
 def _ticks(ax, n: int, order: np.ndarray) -> None:
@@ -99,7 +103,11 @@ def attention_maps(P, *, ts=None, times=None, order: str | None = "cluster", ran
         >>> len(fig.axes), fig.axes[-1].get_ylabel()
         (5, 'attention weight P_ij')
     """
-    t, A, what = _unpack(P, ts, system, head)
+    check, t, A, what = _unpack(P, ts, system, head)
+    if ranks is not None:
+        check.array("ranks", ranks, ("T",))
+    if times is not None:
+        check.array("times", np.atleast_1d(np.asarray(times, dtype=object)), ("times",))
     T, n, _ = A.shape
     if times is None:
         idx = np.linspace(0, T - 1, min(4, T)).round().astype(int)
@@ -111,7 +119,7 @@ def attention_maps(P, *, ts=None, times=None, order: str | None = "cluster", ran
     elif order is None:
         perm = np.arange(n)
     else:
-        raise ValueError(f'order must be "cluster" or None, got {order!r}.')
+        check.fail(f'order is {order!r}, expected "cluster" or None.')
     shown = A[np.ix_(idx, perm, perm)]
     note = masked_note(shown)
     if fig is None:

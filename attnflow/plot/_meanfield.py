@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ._phase import cell_edges
+from ._checks import Inputs
 from ._style import colorbar, colours, finite, label, legend, new_axes, plain_ticks
 
 
@@ -27,10 +28,9 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
         >>> ax.get_xlabel(), ax.get_ylabel()
         ('time t', 'angle theta')
     """
-    D = finite(density) * (2 * math.pi)
-    tt = np.asarray(t, float)
-    if D.ndim != 2 or D.shape[0] != tt.size:
-        raise ValueError(f"density must have shape (len(t), G) = ({tt.size}, G), got {D.shape}.")
+    check = Inputs("circle_density")
+    tt = check.array("t", t, ("t",))
+    D = finite(check.array("density", density, ("t", "G"))) * (2 * math.pi)
     fig, ax = new_axes(ax, figsize=(5.6, 3.8))
     bad = ~np.isfinite(D)
     M = np.ma.masked_array(np.where(bad, 0.0, D), mask=bad)
@@ -38,7 +38,7 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
     theta_edges = np.linspace(-h / 2, 2 * math.pi - h / 2, D.shape[1] + 1)
     hi = vmax if vmax is not None else (float(np.nanmax(np.where(bad, np.nan, D))) if (~bad).any() else 1.0)
     ax.set_facecolor("0.8")
-    mesh = ax.pcolormesh(cell_edges(tt), theta_edges, M.T, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
+    mesh = ax.pcolormesh(cell_edges(tt, lower=0.0 if tt.min() >= 0 else None), theta_edges, M.T, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
     ax.set_yticks([0, math.pi / 2, math.pi, 3 * math.pi / 2, 2 * math.pi], ["0", "π/2", "π", "3π/2", "2π"])
     plain_ticks(ax.xaxis)
     colorbar(mesh, ax, "density / uniform")
@@ -61,10 +61,12 @@ def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None 
         >>> ax.get_xscale(), ax.get_yscale()
         ('log', 'log')
     """
-    nn = np.asarray(n, float)
-    W = finite(distances)
-    if W.ndim != 3 or W.shape[0] != nn.size or W.shape[2] != len(times):
-        raise ValueError(f"distances must have shape (len(n), seeds, len(times)), got {W.shape}.")
+    check = Inputs("distance_vs_n")
+    nn = check.array("n", n, ("n",))
+    times = check.array("times", times, ("times",))
+    W = finite(check.array("distances", distances, ("n", "seeds", "times")))
+    if fits is not None and len(check.sequence("fits", fits, "times")) != len(times):
+        check.fail(f"fits has {len(fits)} entries, expected one per time ({len(times)}).")
     fig, ax = new_axes(ax, figsize=(5.2, 3.8))
     ok = np.isfinite(W) & (W > 0)
     for j, (t, c) in enumerate(zip(times, colours(len(times)))):
@@ -101,10 +103,16 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
         >>> ax.get_xlabel()
         'mode k'
     """
-    kk = np.asarray(k, float)
-    P = finite(predicted)
-    M = np.atleast_2d(finite(measured))
-    names = names or [f"measured {i}" for i in range(M.shape[0])]
+    check = Inputs("growth_vs_prediction")
+    kk = check.array("k", k, ("K",))
+    P = finite(check.array("predicted", predicted, ("K",)))
+    raw = check.array("measured", measured, ("K",), ("M", "K"))
+    M = np.atleast_2d(finite(raw))
+    check.sizes["M"] = M.shape[0]
+    shape = ("K",) if raw.ndim == 1 else ("M", "K")
+    lo = None if lo is None else check.array("lo", lo, shape)
+    hi = None if hi is None else check.array("hi", hi, shape)
+    names = check.sequence("names", names, "M") if names is not None else [f"measured {i}" for i in range(M.shape[0])]
     fig, ax = new_axes(ax, figsize=(5.0, 3.6))
     ax.plot(kk, P, "k-", lw=1.2, label="linear theory")
     left_out = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._spectrum import STATUS_COLOURS, STATUS_LABELS, _head_axes, _status_legend
+from ._checks import Inputs
 from ._style import colorbar, finite, label, legend
 
 __all__ = ["flow_vs_spectrum", "head_maps", "model_vs_flow"]
@@ -59,8 +60,26 @@ def model_vs_flow(rec: dict, row, spectrum, tokens, *, fig=None):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    check = Inputs("model_vs_flow")
+    check.mapping("rec", rec, ("attentions", "clusters", "mean_cos", "boolean", "ideal_clusters", "ideal_mean_cos",
+                               "ideal_boolean", "ideal_selected_attentions"))
+    check.fields("row", [row], ("layer", "head", "lambda1_re", "lambda1_im", "status"))
+    tokens = check.sequence("tokens", tokens, "n")
+    att = check.array("rec['attentions']", rec["attentions"], ("L", "H", "n", "n"))
     s, h = row.layer, row.head
-    att = np.asarray(rec["attentions"])
+    if not (0 <= h < att.shape[1]):
+        check.fail(f"row.head is {h}, expected an index into the {att.shape[1]} heads of rec['attentions'].")
+    check.sizes["L+1"] = att.shape[0] + 1
+    check.array("rec['clusters']", rec["clusters"], ("L+1",))
+    check.array("rec['mean_cos']", rec["mean_cos"], ("L+1",))
+    check.array("rec['boolean']", rec["boolean"], ("L", "H"))
+    check.array("rec['ideal_clusters']", rec["ideal_clusters"], ("S", "H", "L+1"))
+    check.array("rec['ideal_mean_cos']", rec["ideal_mean_cos"], ("S", "H", "L+1"))
+    check.array("rec['ideal_boolean']", rec["ideal_boolean"], ("S", "H", "L"))
+    check.array("rec['ideal_selected_attentions']", rec["ideal_selected_attentions"], ("L", "n", "n"))
+    if not (0 <= s < check.sizes["S"]):
+        check.fail(f"row.layer is {s}, expected an index into the {check.sizes['S']} weight sets of the idealised runs.")
+    spectrum = check.array("spectrum", spectrum, ("d",), dtype=complex)
     L = att.shape[0]
     n = len(tokens)
     if fig is None:
@@ -140,7 +159,9 @@ def head_maps(mean_rank, mean_boolean, *, n_mean: float, fig=None):
     """
     import matplotlib.pyplot as plt
 
-    rank, boolean = finite(mean_rank), finite(mean_boolean)
+    check = Inputs("head_maps")
+    rank = finite(check.array("mean_rank", mean_rank, ("L", "H")))
+    boolean = finite(check.array("mean_boolean", mean_boolean, ("L", "H")))
     if fig is None:
         fig = plt.figure(figsize=(12, 0.45 * rank.shape[0] + 2.8), layout="constrained")
     axes = fig.subplots(1, 2, squeeze=True)
@@ -182,7 +203,14 @@ def flow_vs_spectrum(rows: list, final_cos, final_clusters, *, n_mean: float, fi
     """
     import matplotlib.pyplot as plt
 
-    cos, cl = finite(final_cos), finite(final_clusters)
+    check = Inputs("flow_vs_spectrum")
+    rows = check.fields("rows", check.sequence("rows", rows), ("layer", "head", "lambda1_re", "status"))
+    cos = finite(check.array("final_cos", final_cos, ("layers", "heads")))
+    cl = finite(check.array("final_clusters", final_clusters, ("layers", "heads")))
+    outside = [(r.layer, r.head) for r in rows if not (0 <= r.layer < cos.shape[0] and 0 <= r.head < cos.shape[1])]
+    if outside:
+        check.fail(f"rows names the heads {outside[:4]} outside final_cos's {cos.shape} (layers, heads), "
+                   "expected every row's (layer, head) inside it.")
     if fig is None:
         fig = plt.figure(figsize=(12, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, squeeze=True)

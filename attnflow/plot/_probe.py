@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import colorbar, colours, finite, label, legend
 
 __all__ = ["beyond_pd_tokens", "failure_distances", "sensitivity_maps"]
@@ -38,7 +39,16 @@ def beyond_pd_tokens(x0, horizons: list[dict], A, *, fig=None):
     """
     import matplotlib.pyplot as plt
 
-    x0 = np.asarray(x0, float)
+    check = Inputs("beyond_pd_tokens")
+    x0 = check.array("x0", x0, ("n", "d"))
+    if x0.shape[1] < 2:
+        check.fail(f"x0 has d = {x0.shape[1]}, expected tokens of dimension d >= 2 (two coordinates are drawn).")
+    A = check.array("A", A, ("d", "d"))
+    horizons = check.fields("horizons", check.sequence("horizons", horizons), ("t", "status"))
+    for i, h in enumerate(horizons):
+        if h["status"] == "ok":
+            check.fields(f"horizons[{i}]", [h], ("tokens", "num_clusters", "boundary", "interior"))
+            check.array(f"horizons[{i}]['tokens']", h["tokens"], ("n", "d"))
     k = len(horizons)
     if fig is None:
         fig = plt.figure(figsize=(3.3 * (k + 1), 3.6), layout="constrained")
@@ -88,6 +98,9 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
     """
     import matplotlib.pyplot as plt
 
+    check = Inputs("failure_distances")
+    rows = check.fields("rows", check.sequence("rows", rows), ("rho_clustering", "rho_def41", "margin0"))
+    ratio = check.array("ratio", ratio, ("ratio",), empty=True)
     if fig is None:
         fig = plt.figure(figsize=(13.5, 3.9), layout="constrained")
     axes = fig.subplots(1, 3, squeeze=True)
@@ -158,8 +171,9 @@ def sensitivity_maps(G, S, *, title: str | None = None, fig=None):
     import matplotlib.pyplot as plt
     from matplotlib.colors import Normalize
 
-    G = np.asarray(G)
-    S = np.abs(np.asarray(S))
+    check = Inputs("sensitivity_maps")
+    G = check.array("G", G, (2, "d", "d"))
+    S = np.abs(check.array("S", S, (2, "d", "d"), dtype=complex))
     if fig is None:
         fig = plt.figure(figsize=(15.5, 3.6), layout="constrained")
     axes = fig.subplots(1, 4, squeeze=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import colorbar, colours, finite, label, legend, new_axes
 from ._trajectories import masked_note, with_note
 
@@ -34,6 +35,7 @@ def readable_scale(ax, values, *, decades: float = 3.0, floor: float = LOG_FLOOR
         >>> ax.get_yscale(), float(np.nanmin(y)), note
         ('log', 1e-16, 'values < 1e-16 shown at 1e-16')
     """
+    values = Inputs("readable_scale").array("values", values, ("N",), ("R", "N"))
     notes = [masked_note(values).strip("()")]
     y = finite(values)
     fin = y[np.isfinite(y)]
@@ -55,13 +57,10 @@ def readable_scale(ax, values, *, decades: float = 3.0, floor: float = LOG_FLOOR
     return y, "; ".join(n for n in notes if n)
 
 
-def _rows(a, T: int) -> np.ndarray:
-    """``a`` as (R, T): one row per run."""
-    a = np.asarray(a, float)
-    a = a[None] if a.ndim == 1 else a
-    if a.shape[-1] != T:
-        raise ValueError(f"series must have one value per time ({T}), got shape {a.shape}.")
-    return a.reshape(-1, T)
+def _rows(check, name, a) -> np.ndarray:
+    """``a`` as (R, T): one row per run, one value per time."""
+    a = check.array(name, a, ("T",), ("R", "T"))
+    return a[None] if a.ndim == 1 else a
 
 
 def cluster_series(ts, *, clusters=None, rank=None, boolean_distance=None, ax=None, title: str | None = None,
@@ -91,15 +90,19 @@ def cluster_series(ts, *, clusters=None, rank=None, boolean_distance=None, ax=No
         >>> ax.right_axis.get_ylabel()
         'dist(P, Boolean)'
     """
-    t = finite(ts)
-    T = len(t)
+    check = Inputs("cluster_series")
+    t = finite(check.array("ts", ts, ("T",)))
+    if clusters is None and rank is None and boolean_distance is None:
+        check.fail("clusters, rank and boolean_distance are all None, expected at least one series to draw.")
+    series = {k: None if v is None else _rows(check, k, v)
+              for k, v in (("clusters", clusters), ("rank", rank), ("boolean_distance", boolean_distance))}
     fig, ax = new_axes(ax, figsize=(6.0, 3.6))
     notes = []
     blue, red, green = "#0072B2", "#D55E00", "#009E73"
     for name, data, colour, ls in (("clusters", clusters, blue, "-"), ("rank P", rank, green, "-.")):
         if data is None:
             continue
-        rows = _rows(data, T)
+        rows = series["clusters" if name == "clusters" else "rank"]
         notes.append(masked_note(rows).strip("()"))
         for r, row in enumerate(finite(rows)):
             ax.plot(t, row, color=colour, ls=ls, lw=1.0, alpha=0.8, label=name if r == 0 else None)
@@ -110,8 +113,7 @@ def cluster_series(ts, *, clusters=None, rank=None, boolean_distance=None, ax=No
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if boolean_distance is not None:
         ax2 = ax.twinx()
-        rows = _rows(boolean_distance, T)
-        y, note = readable_scale(ax2, rows)
+        y, note = readable_scale(ax2, series["boolean_distance"])
         notes.append(note)
         for row in y:
             ax2.plot(t, row, color=red, ls="--", lw=1.0, alpha=0.8)
@@ -155,10 +157,16 @@ def levels(ts, s, *, ax=None, ylabel: str = "phi_1^*(z_i)", title: str | None = 
         >>> ax.get_xlabel(), len(ax.lines)
         ('t', 4)
     """
-    t = finite(ts)
-    y = finite(s)
-    y = y[:, None] if y.ndim == 1 else y.reshape(len(t), -1)
-    note = masked_note(np.asarray(s, float))
+    check = Inputs("levels")
+    t = finite(check.array("ts", ts, ("T",)))
+    raw = check.array("s", s, ("T",), ("T", "n"))
+    y = finite(raw)
+    y = y[:, None] if y.ndim == 1 else y
+    if labels is not None:
+        labels = check.sequence("labels", labels, "columns of s")
+        if len(labels) != y.shape[1]:
+            check.fail(f"labels has {len(labels)} entries, expected one per column of s ({y.shape[1]}).")
+    note = masked_note(raw)
     fig, ax = new_axes(ax, figsize=(6.0, 3.6))
     k = y.shape[1]
     cols = colours(k) if (labels is not None or k <= 8) else ["#0072B2"] * k
@@ -207,14 +215,19 @@ def series_by_parameter(x, ys, labels=None, *, values=None, parameter: str | Non
         >>> ax.figure.axes[-1].get_ylabel()
         'beta'
     """
+    check = Inputs("series_by_parameter")
     if isinstance(ys, dict):
         labels = list(ys) if labels is None else list(labels)
         ys = [ys[k] for k in ys]
-    xs = finite(x)
-    Y = np.stack([finite(y) for y in ys]) if len(ys) else np.zeros((0, len(xs)))
-    if Y.ndim != 2 or Y.shape[1] != len(xs):
-        raise ValueError(f"each curve must have one value per x ({len(xs)}), got shape {np.shape(Y)}.")
+    xs = finite(check.array("x", x, ("N",)))
+    if not isinstance(ys, np.ndarray):
+        for k, y in enumerate(check.sequence("ys", ys, "K")):
+            check.array(f"ys[{k}]", y, ("N",))
+    Y = finite(check.array("ys", ys, ("K", "N")))
     K = len(Y)
+    for name, given in (("labels", labels), ("values", values), ("styles", styles)):
+        if given is not None and len(check.sequence(name, given)) != K:
+            check.fail(f"{name} has {len(list(given))} entries, expected one per curve ({K}).")
     fig, ax = new_axes(ax, figsize=(5.6, 3.6))
     Yd, note = readable_scale(ax, Y, log=log)
     if log is False:

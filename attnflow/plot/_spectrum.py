@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import colours, label, legend, new_axes
 
 __all__ = ["EIGEN_CLASSES", "STATUS_COLOURS", "STATUS_LABELS", "eigenvalue_classes", "eigenvalues", "head_spectra"]
@@ -45,7 +46,7 @@ def eigenvalue_classes(eigs, *, rtol: float = 1e-9) -> np.ndarray:
         >>> eigenvalue_classes([1 + 1j, 1 - 1j, 0.1]).tolist()
         ['violation', 'violation', 'other']
     """
-    lam = np.atleast_2d(np.asarray(eigs, dtype=complex))
+    lam = np.atleast_2d(Inputs("eigenvalue_classes").array("eigs", eigs, ("d",), ("S", "d"), dtype=complex))
     out = np.full(lam.shape, "other", dtype=object)
     for s, row in enumerate(lam):
         ok = np.isfinite(row)
@@ -99,11 +100,13 @@ def eigenvalues(eigs, *, classes=None, ax=None, title=None, unit_circle: bool = 
     """
     from matplotlib.patches import Circle
 
+    check = Inputs("eigenvalues")
+    lam = check.array("eigs", eigs, ("d",), ("S", "d"), dtype=complex)
+    if classes is None:
+        cls = np.asarray(eigenvalue_classes(lam), dtype=str)
+    else:
+        cls = check.array("classes", classes, ("d",) if lam.ndim == 1 else ("S", "d"), dtype=str)
     fig, ax = new_axes(ax, figsize=(4.6, 4.2))
-    lam = np.asarray(eigs, dtype=complex)
-    cls = np.asarray(eigenvalue_classes(lam) if classes is None else classes, dtype=str)
-    if cls.shape != lam.shape:
-        raise ValueError(f"classes must have the shape of eigs {lam.shape}, got {cls.shape}.")
     ok = np.isfinite(lam)
     lam_f, cls_f = lam[ok], cls[ok]
     names = list(dict.fromkeys([c for c in EIGEN_CLASSES if c in set(cls_f)] + sorted(set(cls_f) - set(EIGEN_CLASSES))))
@@ -196,6 +199,14 @@ def head_spectra(spectra: dict, rows: list, *, fig=None, ncols: int = 3):
     """
     import matplotlib.pyplot as plt
 
+    check = Inputs("head_spectra")
+    check.mapping("spectra", spectra, ())
+    rows = check.fields("rows", check.sequence("rows", rows), ("layer", "head", "lambda1_re", "lambda1_im", "status"))
+    missing = [(r.layer, r.head) for r in rows if (r.layer, r.head) not in spectra]
+    if missing:
+        check.fail(f"spectra lacks the (layer, head) keys {missing[:4]}, expected the eigenvalues of every head in rows.")
+    for key in {(r.layer, r.head) for r in rows}:
+        check.array(f"spectra[{key}]", spectra[key], (f"d of head {key}",), dtype=complex)
     layers = sorted({r.layer for r in rows})
     cols = max(1, min(ncols, len(layers)))
     nrows = -(-len(layers) // cols) if layers else 1

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._checks import Inputs
 from ._style import colorbar, colours, finite, label, legend, new_axes, plain_ticks
 
 __all__ = ["bars_with_spread", "crosstab", "fraction_vs_d", "predicted_vs_observed", "read_table", "sweep_fractions",
@@ -47,19 +48,36 @@ def read_table(table) -> dict[str, np.ndarray]:
         >>> read_table([{"d": 2, "cond1": True}, {"d": 4, "cond1": False}])["d"].tolist()
         [2, 4]
     """
+    return _columns(Inputs("read_table"), table)
+
+
+def _columns(check, table) -> dict[str, np.ndarray]:
+    """:func:`read_table` with the checks of the function ``check`` names: columns of one length, at least one row."""
+    cols = _read(check, table)
+    if not cols:
+        check.fail("table is empty (no columns), expected a table with at least one column and one row.")
+    lengths = {k: len(v) if np.ndim(v) else 1 for k, v in cols.items()}
+    for k, v in cols.items():
+        check.bind("rows", lengths[k], f"table column {k!r}")
+    return cols
+
+
+def _read(check, table) -> dict[str, np.ndarray]:
     if isinstance(table, (str, os.PathLike)):
         path = Path(table)
         if path.is_dir():
             path = path / "table.csv"
         if path.suffix == ".json":
             data = json.loads(path.read_text())
-            return read_table(data["groups"] if isinstance(data, dict) and "groups" in data else data)
+            return _read(check, data["groups"] if isinstance(data, dict) and "groups" in data else data)
         with open(path, newline="") as f:
             rows = [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(f)]
-        return read_table(rows)
+        return _read(check, rows)
     if isinstance(table, dict):
         return {k: np.asarray(v) for k, v in table.items()}
-    rows = list(table)
+    rows = check.sequence("table", table)
+    if not all(isinstance(r, dict) for r in rows):
+        check.fail("table is a sequence whose entries are not all dicts, expected a list of rows (dicts).")
     keys = list(dict.fromkeys(k for r in rows for k in r))
     out = {}
     for k in keys:
@@ -69,6 +87,12 @@ def read_table(table) -> dict[str, np.ndarray]:
         except ValueError:  # ragged
             out[k] = np.asarray(vals, dtype=object)
     return out
+
+
+def _has(check, cols: dict, names) -> None:
+    missing = [c for c in names if c not in cols]
+    if missing:
+        check.fail(f"table lacks the column(s) {missing}, expected them among its columns {sorted(cols)}.")
 
 
 def _wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -213,9 +237,11 @@ def sweep_fractions(table, *, x: str = "d", y="cond1", by: str | None = "ensembl
         >>> bool(ax.get_ylim()[0] <= 0.14 <= ax.get_ylim()[1])
         True
     """
+    check = Inputs("sweep_fractions")
+    cols = _columns(check, table)
+    ys = [y] if isinstance(y, str) else check.sequence("y", y)
+    _has(check, cols, [x, *ys])
     fig, ax = new_axes(ax)
-    cols = read_table(table)
-    ys = [y] if isinstance(y, str) else list(y)
     labels = labels or {}
     series = [(g, sel, col) for g, sel in _groups(cols, by) for col in ys]
     cs = colours(len(series))
@@ -293,8 +319,15 @@ def sweep_means(table, *, x: str = "d", y: str = "mean_num_real", se: str | None
         >>> ax.get_yscale()
         'linear'
     """
+    check = Inputs("sweep_means")
+    cols = _columns(check, table)
+    _has(check, cols, [x, y])
+    if curve is not None:
+        if not (isinstance(curve, (tuple, list)) and len(curve) == 3):
+            check.fail(f"curve must be a tuple (x_values, y_values, label), got {type(curve).__name__}.")
+        check.array("curve's x_values", curve[0], ("curve",))
+        check.array("curve's y_values", curve[1], ("curve",))
     fig, ax = new_axes(ax)
-    cols = read_table(table)
     groups = _groups(cols, by)
     cs = colours(len(groups))
     missing = 0
@@ -358,8 +391,10 @@ def fraction_vs_d(summary: dict, *, fig=None, reference: float | None = 0.14):
     """
     import matplotlib.pyplot as plt
 
+    check = Inputs("fraction_vs_d")
     groups = summary["groups"] if isinstance(summary, dict) and "groups" in summary else summary
-    cols = read_table(groups)
+    cols = _columns(check, groups)
+    _has(check, cols, ["d", "frac_cond1", "frac_cond1_real_part", "mean_num_real"])
     if fig is None:
         fig = plt.figure(figsize=(11.5, 4.4), layout="constrained")
     axes = fig.subplots(1, 2, squeeze=True)
@@ -404,8 +439,13 @@ def crosstab(counts, *, rows, cols, ax=None, normalise: str | None = "row", log_
     """
     from matplotlib.colors import LogNorm, Normalize
 
+    check = Inputs("crosstab")
+    rows = check.sequence("rows", rows, "rows")
+    cols = check.sequence("cols", cols, "cols")
+    M = finite(check.array("counts", counts, ("rows", "cols")))
+    if normalise not in ("row", "column", None):
+        check.fail(f'normalise is {normalise!r}, expected "row", "column" or None.')
     fig, ax = new_axes(ax, figsize=(1.2 * len(cols) + 2.5, 0.5 * len(rows) + 2.2))
-    M = finite(counts).reshape(len(rows), len(cols))
     bad = ~np.isfinite(M)
     if normalise == "row":
         C = M / np.maximum(np.nansum(M, 1, keepdims=True), 1)
@@ -469,11 +509,22 @@ def bars_with_spread(values, *, labels, lo=None, hi=None, series=None, reference
         >>> "1 bar(s) without a value" in ax.get_title()
         True
     """
-    V = finite(np.array([[np.nan if v is None else v for v in row] for row in np.atleast_2d(np.asarray(values, object))],
-                        float))
+    check = Inputs("bars_with_spread")
+    labels = check.sequence("labels", labels, "labels")
+
+    def _none_to_nan(a):
+        a = np.asarray(a, dtype=object)
+        return np.where(np.equal(a, None), np.nan, a) if a.size else a
+
+    raw = check.array("values", _none_to_nan(values), ("labels",), ("series", "labels"))
+    V = finite(np.atleast_2d(raw))
     s, k = V.shape
-    if len(labels) != k:
-        raise ValueError(f"{k} values per series but {len(labels)} labels.")
+    check.sizes["series"] = s
+    shape = ("labels",) if raw.ndim == 1 else ("series", "labels")
+    lo = None if lo is None else check.array("lo", _none_to_nan(lo), shape)
+    hi = None if hi is None else check.array("hi", _none_to_nan(hi), shape)
+    if series is not None:
+        series = check.sequence("series", series, "series")
     size = (6.5, max(2.5, 0.28 * k * max(1, s) / 1.5 + 1.5)) if horizontal else (max(5.0, 0.45 * k + 1.5), 4.2)
     fig, ax = new_axes(ax, figsize=size)
     names = list(series) if series is not None else [None] * s
@@ -542,10 +593,15 @@ def predicted_vs_observed(summary: dict, *, fig=None, geometries=None, observed=
     """
     import matplotlib.pyplot as plt
 
-    ct = summary["crosstab_predicted_observed"]
+    check = Inputs("predicted_vs_observed")
+    check.mapping("summary", summary, ("crosstab_predicted_observed", "groups"))
+    ct = check.mapping("summary['crosstab_predicted_observed']", summary["crosstab_predicted_observed"], ())
+    if not ct:
+        check.fail("summary['crosstab_predicted_observed'] is empty, expected counts of at least one prediction.")
+    groups = check.fields("summary['groups']", check.sequence("summary['groups']", summary["groups"]),
+                          ("v_ensemble", "qk_ensemble", "d", "frac_good", "frac_consistent_where_predicted"))
     preds = [p for p in (geometries or list(ct)) if p in ct]
     obs = list(observed) if observed is not None else list(dict.fromkeys(o for p in preds for o in ct[p]))
-    groups = summary["groups"]
     if fig is None:
         fig = plt.figure(figsize=(14, max(4.5, 0.3 * len(groups) + 2.5)), layout="constrained")
     ax0, ax1 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.0, 1.2]})

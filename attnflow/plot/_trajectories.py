@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
+from ._checks import Inputs
 from ._style import colours, finite, label, legend, new_axes
 
 __all__ = ["trajectories"]
@@ -22,33 +24,36 @@ _OVERLAY_COLOUR = "#D55E00"
 
 # ------------------------------------------------------------------------------------------------
 # data
-def unpack(data, ts=None, system: int = 0):
+def unpack(data, ts=None, system: int = 0, function: str = "trajectories"):
     """``(ts (T,), states (T, n, d), symbol)`` of one system from a Simulation or an array.
 
     ``data``: a :class:`attnflow.Simulation` (batched or not) or an array (T, n, d) / (B, T, n, d);
     ``ts`` (T,) or (B, T) overrides the Simulation's times (default for arrays: the save index).
-    ``symbol`` is "x" for the raw picture, else "z".
+    ``symbol`` is "x" for the raw picture, else "z". Shapes that disagree, or an empty input, are refused
+    (:class:`~attnflow.errors.InputError`, naming ``function``).
     """
+    return _unpack(Inputs(function), data, ts, system)
+
+
+def _unpack(check, data, ts, system: int):
     symbol = "z"
     if hasattr(data, "states") and hasattr(data, "ts"):
         symbol = "x" if getattr(data, "picture", "rescaled") == "raw" else "z"
         ts = data.ts if ts is None else ts
         data = data.states
-    z = np.asarray(data, dtype=float)
+    z = check.array("states", data, ("T", "n"), ("T", "n", "d"), ("B", "T", "n", "d"))
     if z.ndim == 4:
+        if not -z.shape[0] <= int(system) < z.shape[0]:
+            check.fail(f"system is {system}, expected an index into the batch of {z.shape[0]} systems.")
         z = z[system]
     if z.ndim == 2:  # (T, n): one coordinate
         z = z[..., None]
-    if z.ndim != 3:
-        raise ValueError(f"states must be (T, n, d) or (B, T, n, d), got shape {np.shape(data)}.")
     if ts is None:
         t = np.arange(z.shape[0], dtype=float)
     else:
-        t = np.asarray(ts, dtype=float)
+        t = check.array("ts", ts, ("T",), ("B", "T"))
         if t.ndim == 2:
             t = t[system]
-    if t.shape != (z.shape[0],):
-        raise ValueError(f"ts must have one time per save ({z.shape[0]}), got shape {t.shape}.")
     return t, z, symbol
 
 
@@ -164,14 +169,14 @@ def _plane_patch(ax, normal, level, lo, hi, **style):
 def draw_overlay(ax, v: View, zf: np.ndarray, overlay, *, phi_dual=None, subspace=None, lo=None, hi=None) -> None:
     """Draw ``overlay`` of the cloud zf (n, d) into ``ax`` in the coordinates of ``v``."""
     if overlay not in _OVERLAYS:
-        raise ValueError(f"overlay must be one of {_OVERLAYS}, got {overlay!r}.")
+        raise InputError(f"overlay is {overlay!r}, expected one of {_OVERLAYS}.")
     k = v.basis.shape[1]
     if overlay == "hull":
         for j, seg in enumerate(hull_segments(v(zf))):
             ax.plot(*seg.T, color=_OVERLAY_COLOUR, lw=1.1, label="final hull" if j == 0 else None)
     elif overlay == "hyperplanes":
         if phi_dual is None:
-            raise ValueError('overlay="hyperplanes" needs phi_dual (the dual leading eigenvector).')
+            raise InputError('phi_dual is None, expected the dual leading eigenvector (d,) with overlay="hyperplanes".')
         phi = np.asarray(phi_dual, float)
         s = zf @ phi
         s = s[np.isfinite(s)]
@@ -189,7 +194,7 @@ def draw_overlay(ax, v: View, zf: np.ndarray, overlay, *, phi_dual=None, subspac
             ax.plot([], [], color=_OVERLAY_COLOUR, lw=4, alpha=0.3, label="phi^* z = a, b")
     elif overlay == "subspace":
         if subspace is None:
-            raise ValueError('overlay="subspace" needs subspace (a (d, r) basis).')
+            raise InputError('subspace is None, expected a (d, r) basis with overlay="subspace".')
         S = np.asarray(subspace, float)
         S = S[:, None] if S.ndim == 1 else S
         S = v.basis.T @ S  # directions in drawing coordinates
@@ -256,9 +261,23 @@ def trajectories(data, *, ts=None, system: int = 0, ax=None, overlay: str | None
         >>> ax.get_xlabel(), ax.get_ylabel()
         ('z_1', 'z_2')
     """
-    t, z, symbol = unpack(data, ts, system)
+    check = Inputs("trajectories")
+    t, z, symbol = _unpack(check, data, ts, system)
+    if overlay not in _OVERLAYS:
+        check.fail(f"overlay is {overlay!r}, expected one of {_OVERLAYS}.")
+    if overlay == "hyperplanes":
+        if phi_dual is None:
+            check.fail('phi_dual is None, expected the dual leading eigenvector (d,) with overlay="hyperplanes".')
+        check.array("phi_dual", phi_dual, ("d",))
+    if overlay == "subspace":
+        if subspace is None:
+            check.fail('subspace is None, expected a (d, r) basis with overlay="subspace".')
+        check.array("subspace", subspace, ("d",), ("d", "r"), empty=True)
     if tokens is not None:
-        z = z[:, np.asarray(tokens, int)]
+        idx = check.array("tokens", tokens, ("k",), dtype=int)
+        if np.any((idx < -z.shape[1]) | (idx >= z.shape[1])):
+            check.fail(f"tokens holds indices outside 0..{z.shape[1] - 1}, expected indices of the {z.shape[1]} tokens.")
+        z = z[:, idx]
     note = masked_note(z)
     z = finite(z)
     T, n, d = z.shape
