@@ -7,8 +7,9 @@ The float64 rule of every public function: **float64 in, float64 out**. A functi
 arrays is decorated with :func:`keeps_float64`; when any array among its arguments (searched
 through lists, tuples, dicts and other pytrees, equinox modules included) is float64 or
 complex128, or a ``dtype=`` asks for float64, and JAX's float64 mode is off, the call runs
-inside :func:`float64_scope`, so every ``jnp`` operation, ``jax.jit`` / ``eqx.filter_jit`` trace and result stays float64; float32
-input runs as before, untouched (scalars, float64 or not, are parameters and decide nothing)::
+inside :func:`float64_scope`, so every ``jnp`` operation, ``jax.jit`` / ``eqx.filter_jit`` trace
+and result stays float64; float32 input runs as before, untouched (scalars, float64 or not, are
+parameters and decide nothing)::
 
     from .._x64 import keeps_float64
 

@@ -38,6 +38,11 @@ __all__ = ["circle_cluster_count", "sphere_cluster_count", "grid_components"]
 def circle_cluster_count(points: Float[Array, "n *two"], max_gap) -> Int[Array, ""]:
     r"""Number of clusters on the circle: arcs separated by gaps larger than ``max_gap`` (radians, in (0, pi)).
 
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count` of the tokens :math:`(\cos\theta_j, \sin\theta_j)`, smooth
+        in the angles: this count is piecewise constant in the tokens, so its gradient is 0 wherever it exists
+        (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.meanfield import circle_cluster_count
@@ -68,6 +73,11 @@ def circle_gaps(points: Float[Array, "n *two"], max_gap) -> Int[Array, ""]:
     r"""Number of gaps larger than ``max_gap`` (radians) between circularly consecutive tokens: 0 for a cloud
     that covers the circle without such a gap (not yet clustered), else its number of clusters
     (:func:`circle_cluster_count`, which counts such a cloud as 1). O(n log n).
+
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count` of the tokens, smooth in the angles: this count is
+        piecewise constant in the tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not
+        an error).
 
     Example:
         >>> import jax.numpy as jnp
@@ -148,6 +158,10 @@ def sphere_cluster_count(x: Float[Array, "n 3"], min_mass=0.01, *, num_z: int = 
     The rule and when it agrees with the graph count are in the module docstring. The default
     32 x 64 grid has cells of area :math:`4\pi/2048` (about 0.08 x 0.1 rad at the equator,
     0.36 rad from the pole to the edge of the polar rows).
+
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count`, smooth in x: this count is piecewise constant in the
+        tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp

@@ -35,6 +35,11 @@ __all__ = [
 def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
     r"""Numerical rank: :math:`\#\{k : \sigma_k > \text{tol}\cdot\sigma_1\}`.
 
+    See also:
+        :func:`attnflow.geometry.soft_rank` (an absolute threshold ``temperature * scale``), smooth in P: this
+        count is piecewise constant in the tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns
+        0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import numerical_rank
@@ -52,6 +57,10 @@ def numerical_rank(P: Float[Array, "n n"], tol: float = 1e-6) -> Int[Array, ""]:
 def boolean_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance of P to the nearest Boolean row-stochastic matrix:
     :math:`\max_i (1 - \max_j P_{ij})`.
+
+    See also:
+        :func:`attnflow.geometry.boolean_distance_soft`, smooth in P (this max of maxima has a gradient that
+        jumps where the leading entry of the worst row changes).
 
     Example:
         >>> import jax.numpy as jnp

@@ -56,6 +56,10 @@ def clustered(y: Float[Array, "n f"], tol) -> tuple[Int[Array, ""], Bool[Array, 
     r"""(number of clusters, whether every cluster has diameter <= tol) for the components of
     :math:`|y_i - y_j| \le` tol.
 
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count`, smooth in y: this count is piecewise constant in the
+        tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import clustered
@@ -76,6 +80,11 @@ def clustered(y: Float[Array, "n f"], tol) -> tuple[Int[Array, ""], Bool[Array, 
 def levels_clustered(s: Float[Array, " n"], tol) -> tuple[Int[Array, ""], Bool[Array, ""]]:
     r""":func:`clustered` for values on a line (sorted gaps, O(n log n)): (number of levels,
     whether every level has width <= tol).
+
+    See also:
+        :func:`attnflow.geometry.hyperplane_distances` / :func:`attnflow.geometry.hyperplane_levels`, smooth in
+        the values: this count is piecewise constant in the tokens, so its gradient is 0 wherever it exists
+        (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp

@@ -191,6 +191,10 @@ def cluster_labels(
     r"""Cluster label of every token: the smallest index in its connected component
     under :math:`|y_i - y_j| \le` :func:`cluster_tolerance`.
 
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count`, smooth in y: labels are piecewise constant in the tokens,
+        so their gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import cluster_labels
@@ -207,6 +211,11 @@ def cluster_labels(
 @v.jit_entry
 def num_clusters(y: Float[Array, "n d"], rel_tol: float = 1e-2, scale=None) -> Int[Array, ""]:
     r"""Number of clusters (connected components, see :func:`cluster_labels`).
+
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count` (``temperature`` :math:`\approx` ``rel_tol``, the same
+        fixed ``scale``), smooth in y: this count is piecewise constant in the tokens, so its gradient is 0
+        wherever it exists (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp

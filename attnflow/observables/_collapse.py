@@ -33,6 +33,10 @@ def max_norm(x: Float[Array, "n d"]) -> Float[Array, ""]:
 def uniform_distance(P: Float[Array, "n n"]) -> Float[Array, ""]:
     r"""Max-norm distance :math:`\max_{ij} |P_{ij} - 1/n|` to the uniform attention.
 
+    See also:
+        :func:`attnflow.geometry.uniform_distance_soft`, smooth in P (this max has a gradient that jumps where
+        the largest deviation changes).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import uniform_distance

@@ -72,6 +72,10 @@ def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
     r"""Label of the 1-d cluster ("level") of every value: values sorted, a new level
     starts at every gap > tol; levels are numbered 0, 1, ... from the smallest.
 
+    See also:
+        :func:`attnflow.geometry.hyperplane_distances`, smooth in the values: labels are piecewise constant in
+        the tokens, so their gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import level_labels
@@ -91,6 +95,10 @@ def level_labels(s: Float[Array, " n"], tol) -> Int[Array, " n"]:
 def num_levels(s: Float[Array, " n"], tol) -> Int[Array, ""]:
     r"""Number of levels of :func:`level_labels`.
 
+    See also:
+        :func:`attnflow.geometry.hyperplane_distances`, smooth in the values: this count is piecewise constant
+        in the tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import num_levels
@@ -109,6 +117,11 @@ def abz_levels(s: Float[Array, " n"], tol) -> tuple[Int[Array, " n"], Float[Arra
     the largest distance :math:`\max_i \mathrm{dist}(s_i, \{a, 0, b\})` and the number of
     the three levels used (a level counts when some value lies within tol of it; a = b
     or a level at 0 count once).
+
+    See also:
+        :func:`attnflow.geometry.hyperplane_distances` and :func:`attnflow.geometry.hyperplane_levels`, smooth
+        in the values: the labels and the count are piecewise constant in the tokens, so their gradient is 0
+        wherever it exists (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp

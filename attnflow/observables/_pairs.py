@@ -111,6 +111,11 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
     so that the dict can be a ``save_fn`` output. ``energy``: the energy when the caller has it already
     (:func:`sphere_energy_from_row_sums`), instead of the exponentials of G.
 
+    See also:
+        :func:`attnflow.geometry.soft_pair_fraction` for a differentiable ``pairs_clustered``: this count is
+        piecewise constant in the tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not
+        an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import gram_statistics
@@ -161,6 +166,11 @@ def close_pairs(x: Float[Array, "n d"], radius) -> Bool[Array, "n n"]:
 def pair_fraction(adjacent: Bool[Array, "n n"]) -> Float[Array, ""]:
     r"""Fraction of the :math:`n(n-1)` ordered pairs :math:`i \ne j` joined in ``adjacent`` (0 when n = 1).
 
+    See also:
+        :func:`attnflow.geometry.soft_pair_fraction`, smooth in the tokens, for the graph of
+        :func:`similar_pairs`: this count is piecewise constant in the tokens, so its gradient is 0 wherever it
+        exists (``jax.grad`` returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import pair_fraction
@@ -175,6 +185,10 @@ def pair_fraction(adjacent: Bool[Array, "n n"]) -> Float[Array, ""]:
 
 def count_components(adjacent: Bool[Array, "n n"]) -> Int[Array, ""]:
     """Number of connected components of ``adjacent`` (see :func:`connected_components`).
+
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count`, smooth in the tokens: this count is piecewise constant in
+        the tokens, so its gradient is 0 wherever it exists (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp
@@ -194,6 +208,11 @@ def _label_count(labels: Int[Array, " n"]) -> Int[Array, ""]:
 def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Float[Array, ""]:
     r"""Fraction of ordered pairs :math:`i \ne j` with :math:`\langle x_i, x_j\rangle \ge \theta`.
 
+    See also:
+        :func:`attnflow.geometry.soft_pair_fraction` (same threshold, a width ``temperature``), smooth in x:
+        this count is piecewise constant in the tokens, so its gradient is 0 wherever it exists (``jax.grad``
+        returns 0, not an error).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow.observables import pairs_clustered
@@ -207,6 +226,11 @@ def pairs_clustered(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Floa
 @keeps_float64
 def clusters_above(x: Float[Array, "n d"], threshold=DEFAULT_THRESHOLD) -> Int[Array, ""]:
     r"""Number of clusters: connected components of :math:`\langle x_i, x_j\rangle \ge \theta`.
+
+    See also:
+        :func:`attnflow.geometry.soft_cluster_count` (for unit tokens, inner product :math:`\theta` is distance
+        :math:`\sqrt{2 - 2\theta}`): this count is piecewise constant in the tokens, so its gradient is 0
+        wherever it exists (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp
@@ -301,6 +325,11 @@ def span_dimension(x: Float[Array, "n d"], rel_tol: float = 1e-6) -> Int[Array, 
     form: a few times cheaper than ``eigvalsh``, which forms eigenvectors on CPU); the tolerance is
     relative to the trace :math:`\sum_i |x_i|^2`, a fixed scale (n for tokens on the unit sphere). A zero
     cloud has dimension 0.
+
+    See also:
+        :func:`attnflow.geometry.soft_rank` of ``x @ x.T`` with ``temperature=rel_tol`` and ``scale`` the trace,
+        smooth in x: this count is piecewise constant in the tokens, so its gradient is 0 wherever it exists
+        (``jax.grad`` returns 0, not an error).
 
     Example:
         >>> import jax.numpy as jnp
