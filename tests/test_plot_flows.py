@@ -39,7 +39,7 @@ def test_trajectories_2d_overlays(overlay):
     ax = ap.trajectories(z, ts=np.linspace(0, 1, len(z)), overlay=overlay, phi_dual=np.array([1.0, 0.5]),
                          subspace=np.array([[1.0], [1.0]]))
     assert isinstance(ax, matplotlib.axes.Axes) and labelled(ax)
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("z_1", "z_2")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("$z_1$", "$z_2$")
     if overlay is not None:  # the overlay is drawn in its own colour, beyond the grey paths
         assert len(ax.lines) > z.shape[1]
 
@@ -54,15 +54,15 @@ def test_trajectories_into_given_axes_and_batch():
 
 def test_trajectories_3d_and_projection():
     ax = ap.trajectories(cloud(d=3), overlay="hyperplanes", phi_dual=np.array([1.0, 0.0, 0.5]))
-    assert hasattr(ax, "zaxis") and ax.get_zlabel() == "z_3" and labelled(ax)
+    assert hasattr(ax, "zaxis") and ax.get_zlabel() == "$z_3$" and labelled(ax)
     ax = ap.trajectories(cloud(d=5), overlay="hull")
     assert not hasattr(ax, "zaxis")
     assert ax.get_xlabel().startswith("PC 1") and ax.get_ylabel().startswith("PC 2")
 
 
 def test_trajectories_d1_against_t():
-    ax = ap.trajectories(cloud(d=1), ts=np.linspace(0, 2, 8), ylabel="x e^{-t}")
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("t", "x e^{-t}")
+    ax = ap.trajectories(cloud(d=1), ts=np.linspace(0, 2, 8), ylabel="$x e^{-t}$")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("$t$", "$x e^{-t}$")
 
 
 def test_trajectories_nan_masked_and_noted():
@@ -83,7 +83,7 @@ def test_trajectories_from_simulation():
     ax = ap.trajectories(sim)
     assert labelled(ax)
     fig = ap.attention_maps(sim)
-    assert fig.axes[-1].get_ylabel() == "attention weight P_ij"
+    assert fig.axes[-1].get_ylabel() == "attention weight $P_{ij}$"
 
 
 # --------------------------------------------------------------------------------------------- attention
@@ -95,7 +95,7 @@ def test_attention_maps_colour_bar_labels_and_order():
     P = attention()
     fig = ap.attention_maps(P, ts=np.linspace(0, 3, len(P)), ranks=np.arange(len(P)))
     panels, cbar = fig.axes[:-1], fig.axes[-1]
-    assert len(panels) == 4 and cbar.get_ylabel() == "attention weight P_ij"
+    assert len(panels) == 4 and cbar.get_ylabel() == "attention weight $P_{ij}$"
     assert panels[0].get_xlabel() == "key token j" and panels[0].get_ylabel() == "query token i"
     assert panels[0].get_title().startswith("t = 0") and "rank 0" in panels[0].get_title()
     order = ap.leader_order(P[-1])

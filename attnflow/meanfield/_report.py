@@ -84,7 +84,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
                                   "w1_std": float(ok.std(ddof=1)) if ok.size > 1 else None, "seeds": int(ok.size),
                                   "excluded": int(vals.size - ok.size)})
         ax = ap.distance_vs_n(c.n, res["w1"], times=[float(t) for t in res["times"]], fits=fits[norm],
-                              title=f"{norm}: particles against the PDE, beta = {c.beta:g}")
+                              title=rf"{norm}: particles against the PDE, $\beta$ = {c.beta:g}")
         figures += ap.save(ax.figure, out / f"w1_vs_n_{norm}.png", close=True)
         if res["frames"] is not None:
             frames, hist = res["frames"]
@@ -96,7 +96,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
                               title=f"particles, n = {c.n[-1]} (histogram)")
             ap.circle_density(res["pde_density"], t=res["pde_ts"], ax=axes[1], vmax=top,
                               title=f"continuity equation, G = {res['pde_density'].shape[1]}")
-            fig.suptitle(f"{norm} attention, beta = {c.beta:g}: density in (theta, t)", fontsize="medium")
+            fig.suptitle(rf"{norm} attention, $\beta$ = {c.beta:g}: density in ($\theta$, $t$)", fontsize="medium")
             figures += ap.save(fig, out / f"density_{norm}.png", close=True)
     _csv(out / "convergence.csv", ("normalisation", "n", "t", "w1_mean", "w1_std", "seeds", "excluded"), conv_rows)
     rate_rows = [{"normalisation": norm, **row} for norm, rows in fits.items() for row in rows]
@@ -114,7 +114,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
             ap.growth_vs_prediction([r["k"] for r in here], [r["predicted"] for r in here],
                                     [nan("particles_rate"), nan("pde_rate")], lo=[nan("particles_lo"), nan("pde_lo")],
                                     hi=[nan("particles_hi"), nan("pde_hi")], names=["particles", "PDE"], ax=ax,
-                                    title=f"beta = {beta:g} (k* = {here[0]['k_star']})")
+                                    title=rf"$\beta$ = {beta:g} ($k^*$ = {here[0]['k_star']})")
         fig.suptitle(f"{norm} attention: growth of the modes of a near-uniform start (n = {g.n})", fontsize="medium")
         figures += ap.save(fig, out / f"growth_{norm}.png", close=True)
 

@@ -101,7 +101,7 @@ def attention_maps(P, *, ts=None, times=None, order: str | None = "cluster", ran
         >>> P = np.random.default_rng(0).dirichlet(np.ones(5), size=(6, 5))
         >>> fig = ap.attention_maps(P, ts=np.linspace(0, 1, 6))
         >>> len(fig.axes), fig.axes[-1].get_ylabel()
-        (5, 'attention weight P_ij')
+        (5, 'attention weight $P_{ij}$')
     """
     check, t, A, what = _unpack(P, ts, system, head)
     if ranks is not None:
@@ -143,7 +143,7 @@ def attention_maps(P, *, ts=None, times=None, order: str | None = "cluster", ran
         if j == 0:
             ax.set_ylabel("query token i")
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.85)
-    cbar.set_label("attention weight P_ij")
+    cbar.set_label("attention weight $P_{ij}$")
     extra = [s for s in (what, "tokens ordered by leader" if order == "cluster" else "",
                          note.strip("()") + " (grey)" if note else "") if s]
     full = title or "attention P(t)"

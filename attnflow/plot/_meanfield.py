@@ -26,7 +26,7 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
         >>> rho = np.ones((5, 16)) / (2 * np.pi)
         >>> ax = ap.circle_density(rho, t=np.linspace(0, 1, 5))
         >>> ax.get_xlabel(), ax.get_ylabel()
-        ('time t', 'angle theta')
+        ('time $t$', 'angle $\\theta$')
     """
     check = Inputs("circle_density")
     tt = check.array("t", t, ("t",))
@@ -43,12 +43,12 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
     plain_ticks(ax.xaxis)
     colorbar(mesh, ax, "density / uniform")
     note = f"{int(bad.sum())} non-finite entries masked" if bad.any() else None
-    label(ax, "time t", "angle theta", "\n".join(x for x in (title, note) if x) or None)
+    label(ax, "time $t$", r"angle $\theta$", "\n".join(x for x in (title, note) if x) or None)
     return ax
 
 
 def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None = None,
-                  ylabel: str = "W1(particles, PDE)"):
+                  ylabel: str = "$W_1$(particles, PDE)"):
     """``distances[i, s, j]`` (n ``n[i]``, seed s, time ``times[j]``) on log-log axes: each seed a dot,
     the mean a line, one colour per time; ``fits`` (one dict per time with ``rate``, ``lo``, ``hi``)
     in the legend. Non-finite or non-positive values are left out and counted in the title.
@@ -77,15 +77,15 @@ def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None 
         fit = (fits or [None] * len(times))[j]
         text = f"t = {t:g}"
         if fit and fit.get("rate") is not None:
-            text += f": n^-{fit['rate']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]"
+            text += f": $n^{{-{fit['rate']:.2f}}}$ [{fit['lo']:.2f}, {fit['hi']:.2f}]"
         ax.plot(nn, mean, "-", color=c, label=text)
     ref = nn ** -0.5 * np.nanmax(np.where(ok, W, np.nan)[0]) * math.sqrt(nn[0]) if ok[0].any() else None
     if ref is not None:
-        ax.plot(nn, ref, "k:", lw=1, label="n^-1/2")
+        ax.plot(nn, ref, "k:", lw=1, label="$n^{-1/2}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
     note = f"{int((~ok).sum())} non-finite or zero value(s) left out" if (~ok).any() else None
-    label(ax, "particles n", ylabel, "\n".join(x for x in (title, note) if x) or None)
+    label(ax, "particles $n$", ylabel, "\n".join(x for x in (title, note) if x) or None)
     legend(ax)
     return ax
 
@@ -101,7 +101,7 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
         >>> lam = np.array([0.3, 0.5, 0.2])
         >>> ax = ap.growth_vs_prediction([1, 2, 3], lam, [lam * 1.01, lam * 0.99], names=["particles", "PDE"])
         >>> ax.get_xlabel()
-        'mode k'
+        'mode $k$'
     """
     check = Inputs("growth_vs_prediction")
     kk = check.array("k", k, ("K",))
@@ -114,7 +114,7 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
     hi = None if hi is None else check.array("hi", hi, shape)
     names = check.sequence("names", names, "M") if names is not None else [f"measured {i}" for i in range(M.shape[0])]
     fig, ax = new_axes(ax, figsize=(5.0, 3.6))
-    ax.plot(kk, P, "k-", lw=1.2, label="linear theory")
+    ax.plot(kk, P, "k-", lw=1.2, label=r"linear theory $\lambda_k$")
     left_out = 0
     for i, (row, name, c) in enumerate(zip(M, names, colours(M.shape[0]))):
         ok = np.isfinite(row)
@@ -126,6 +126,6 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
             ax.errorbar(kk[e] + shift, row[e], yerr=[row[e] - L[e], H[e] - row[e]], fmt="none", ecolor=c, lw=1)
         ax.plot(kk[ok] + shift, row[ok], "o", color=c, ms=4, label=name)
     note = f"{left_out} non-finite rate(s) left out" if left_out else None
-    label(ax, "mode k", "growth rate", "\n".join(x for x in (title, note) if x) or None)
+    label(ax, "mode $k$", "growth rate", "\n".join(x for x in (title, note) if x) or None)
     legend(ax)
     return ax

@@ -86,7 +86,7 @@ def model_vs_flow(rec: dict, row, spectrum, tokens, *, fig=None):
         fig = plt.figure(figsize=(15, 9.2), layout="constrained")
     axes = fig.subplots(2, 3)
     lam1 = f"{row.lambda1_re:.3g}" if row.lambda1_im == 0 else f"{row.lambda1_re:.3g}{row.lambda1_im:+.3g}i"
-    _head_axes(axes[0, 0], [spectrum], [row], f"V of layer {s} head {h}: lambda_1 = {lam1}")
+    _head_axes(axes[0, 0], [spectrum], [row], f"$V$ of layer {s} head {h}: $\\lambda_1$ = {lam1}")
     k = np.arange(L + 1)
     ax = axes[0, 1]
     ax.plot(k, rec["clusters"], "o-", label="real model")
@@ -105,7 +105,7 @@ def model_vs_flow(rec: dict, row, spectrum, tokens, *, fig=None):
     ax.plot(k[:-1], rec["boolean"][:, h], "o-", label=f"real, head {h} of each layer")
     ax.plot(k[:-1], rec["ideal_boolean"][s, h], "s--", label="idealised")
     ax.set_ylim(-0.02, 1.0)
-    label(ax, "layer", "distance to Boolean:\nmax_i (1 - max_j P_ij)")
+    label(ax, "layer", "distance to Boolean:\n" r"$\max_i (1 - \max_j P_{ij})$")
     legend(ax)
     for a in (axes[0, 1], axes[0, 2], axes[1, 0]):
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -130,7 +130,7 @@ def model_vs_flow(rec: dict, row, spectrum, tokens, *, fig=None):
         ax.set_xlabel("key token j")
         ax.set_ylabel("query token i")
     cbar = fig.colorbar(im, ax=[axes[1, 1], axes[1, 2]], shrink=0.9)
-    cbar.set_label("attention weight P_ij")
+    cbar.set_label("attention weight $P_{ij}$")
     if notes:
         fig.suptitle("; ".join(notes), fontsize="small")
     _status_legend(fig)
@@ -166,7 +166,7 @@ def head_maps(mean_rank, mean_boolean, *, n_mean: float, fig=None):
         fig = plt.figure(figsize=(12, 0.45 * rank.shape[0] + 2.8), layout="constrained")
     axes = fig.subplots(1, 2, squeeze=True)
     for ax, a, title, what in ((axes[0], rank, f"mean numerical rank of P (mean n = {n_mean:.1f})", "numerical rank"),
-                               (axes[1], boolean, "mean distance to Boolean", "max_i (1 - max_j P_ij)")):
+                               (axes[1], boolean, "mean distance to Boolean", r"$\max_i (1 - \max_j P_{ij})$")):
         bad = ~np.isfinite(a)
         ax.set_facecolor("0.8")
         im = ax.imshow(np.ma.masked_invalid(a), aspect="auto", cmap="magma", interpolation="nearest")
@@ -199,7 +199,7 @@ def flow_vs_spectrum(rows: list, final_cos, final_clusters, *, n_mean: float, fi
         >>> rows = [R(layer=0, head=h, lambda1_re=h - 1.0, lambda1_im=0.0, status="good") for h in range(3)]
         >>> fig = ap.flow_vs_spectrum(rows, np.ones((1, 3)), np.ones((1, 3)), n_mean=4.0)
         >>> fig.axes[0].get_xlabel()
-        'Re lambda_1 of V_h (eigenvalue of largest modulus)'
+        'Re $\\\\lambda_1$ of $V_h$ (eigenvalue of largest modulus)'
     """
     import matplotlib.pyplot as plt
 
@@ -226,7 +226,7 @@ def flow_vs_spectrum(rows: list, final_cos, final_clusters, *, n_mean: float, fi
         ax.axvline(0, c="k", lw=0.4)
         lo, hi = ax.get_xlim()
         ax.set_xlim(min(lo, -0.05 * (hi - lo)), max(hi, 0.05 * (hi - lo)))
-        label(ax, "Re lambda_1 of V_h (eigenvalue of largest modulus)", what,
+        label(ax, r"Re $\lambda_1$ of $V_h$ (eigenvalue of largest modulus)", what,
               f"{missing} head(s) without a finite value not shown" if missing else None)
     statuses = [s for s in STATUS_COLOURS if any(r.status == s for r in rows)] or list(STATUS_COLOURS)
     from matplotlib.lines import Line2D

@@ -55,23 +55,23 @@ def beyond_pd_tokens(x0, horizons: list[dict], A, *, fig=None):
     axes = fig.subplots(1, k + 1, squeeze=False)[0]
     ok0 = np.all(np.isfinite(x0[:, :2]), axis=1)
     axes[0].scatter(x0[ok0, 0], x0[ok0, 1], s=12, color=colours(1)[0])
-    label(axes[0], "x_1", "x_2", "x(0)" + (f"\n{int((~ok0).sum())} non-finite token(s) not shown" if (~ok0).any() else ""))
+    label(axes[0], "$x_1$", "$x_2$", "$x(0)$" + (f"\n{int((~ok0).sum())} non-finite token(s) not shown" if (~ok0).any() else ""))
     c = colours(4)[3]
     for ax, h in zip(axes[1:], horizons):
         if h["status"] != "ok":
             ax.text(0.5, 0.5, "not finite:\nnothing to show", ha="center", va="center", transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
-            label(ax, "z_1", "z_2", f"z(t={h['t']:.3g}): not finite")
+            label(ax, "$z_1$", "$z_2$", f"$z(t = {h['t']:.3g})$: not finite")
             continue
         z = np.asarray(h["tokens"], float)
         ok = np.all(np.isfinite(z[:, :2]), axis=1)
-        ax.scatter(z[ok, 0], z[ok, 1], s=14, color=c, label="tokens z_i")
+        ax.scatter(z[ok, 0], z[ok, 1], s=14, color=c, label="tokens $z_i$")
         ax.scatter([0], [0], marker="+", c="k", s=50, label="origin")
-        label(ax, "z_1", "z_2", f"z(t={h['t']:.3g}): {h['num_clusters']} clusters,\n"
+        label(ax, "$z_1$", "$z_2$", f"$z(t = {h['t']:.3g})$: {h['num_clusters']} clusters,\n"
               f"{h['boundary'] + h['interior']} not at a vertex/0")
     lam = float(np.linalg.eigvalsh(0.5 * (np.asarray(A) + np.asarray(A).T))[0])
-    fig.suptitle(f"best non-PD Q^T K found (V = I), lambda_min(sym) = {lam:.3g}", fontsize="medium")
+    fig.suptitle(f"best non-PD $Q^\\top K$ found ($V = I$), $\\lambda_{{\\min}}$(sym) = {lam:.3g}", fontsize="medium")
     return fig
 
 
@@ -117,7 +117,7 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
         bins = np.array([-0.15, 0.15])
     axes[0].hist(np.log10(rc), bins=bins, alpha=0.6, color=c_cl, label=f"clustering lost ({rc.size})")
     axes[0].hist(np.log10(rd), bins=bins, alpha=0.6, color=c_def, label=f"Def 4.1 broken ({rd.size})")
-    label(axes[0], "log10 ||Delta||_F / ||V_0||_F\n(smallest radius of the ladder)", "triples",
+    label(axes[0], r"$\log_{10} \|\Delta\|_F / \|V_0\|_F$" "\n(smallest radius of the ladder)", "triples",
           f"{len(rows) - rc.size} / {len(rows) - rd.size} triple(s) never reached (not shown)"
           if rc.size < len(rows) or rd.size < len(rows) else None)
     legend(axes[0])
@@ -128,7 +128,7 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
     axes[1].axvline(0.0, color="k", lw=0.8, label="equal radii")
     lo, hi = axes[1].get_xlim()
     axes[1].set_xlim(min(lo, -0.5), max(hi, 0.5))
-    label(axes[1], "log10(rho_clustering / rho_Def4.1)", "triples",
+    label(axes[1], r"$\log_{10}(\rho_{\mathrm{clustering}} / \rho_{\mathrm{Def\,4.1}})$", "triples",
           None if r.size else "no triple reached both failures")
     m0 = finite([r_["margin0"] for r_ in rows])
     for key, marker, colour, name in (("rho_clustering", "o", c_cl, "clustering lost"),
@@ -143,7 +143,7 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
 
     for ax in axes[:2]:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    label(axes[2], "relative Def 4.1 margin of V_0", "rho (radius of the first failure)")
+    label(axes[2], "relative Def 4.1 margin of $V_0$", r"$\rho$ (radius of the first failure)")
     legend(axes[2])
     return fig
 
@@ -177,8 +177,8 @@ def sensitivity_maps(G, S, *, title: str | None = None, fig=None):
     if fig is None:
         fig = plt.figure(figsize=(15.5, 3.6), layout="constrained")
     axes = fig.subplots(1, 4, squeeze=True)
-    panels = [(G[0], "da/dV", False), (G[1], "db/dV", False),
-              (S[0], "|da/dV| in eigenbasis", True), (S[1], "|db/dV| in eigenbasis", True)]
+    panels = [(G[0], "$da/dV$", False), (G[1], "$db/dV$", False),
+              (S[0], "$|da/dV|$ in eigenbasis", True), (S[1], "$|db/dV|$ in eigenbasis", True)]
     for ax, (M, name, eig) in zip(axes, panels):
         M = finite(np.real(M))
         bad = ~np.isfinite(M)
@@ -191,7 +191,7 @@ def sensitivity_maps(G, S, *, title: str | None = None, fig=None):
         if d <= 16:
             ax.set_xticks(range(d), [str(i + 1) for i in range(d)])
             ax.set_yticks(range(d), [str(i + 1) for i in range(d)])
-        label(ax, "k (eigenvector)" if eig else "column of V", "j" if eig else "row of V",
+        label(ax, "$k$ (eigenvector)" if eig else "column of $V$", "$j$" if eig else "row of $V$",
               name + (f"\n{int(bad.sum())} non-finite entries masked (grey)" if bad.any() else ""))
         colorbar(im, ax, name.replace(" in eigenbasis", ""))
     if title:

@@ -64,7 +64,7 @@ def _rows(check, name, a) -> np.ndarray:
 
 
 def cluster_series(ts, *, clusters=None, rank=None, boolean_distance=None, ax=None, title: str | None = None,
-                   xlabel: str = "t"):
+                   xlabel: str = "$t$"):
     r"""Cluster count and rank of P (left axis) and the distance of P to Boolean (right axis) against time.
 
     Each argument may hold one run (T,) or several (R, T) (one thin line each). The Booleanness
@@ -129,7 +129,7 @@ def cluster_series(ts, *, clusters=None, rank=None, boolean_distance=None, ax=No
     return ax
 
 
-def levels(ts, s, *, ax=None, ylabel: str = "phi_1^*(z_i)", title: str | None = None, xlabel: str = "t",
+def levels(ts, s, *, ax=None, ylabel: str = r"$\varphi_1^*(z_i)$", title: str | None = None, xlabel: str = "$t$",
            labels=None, zero_line: bool = True):
     r"""Per-token levels :math:`\varphi_1^*(z_i(t))` (or any per-token series) against time.
 
@@ -181,7 +181,7 @@ def levels(ts, s, *, ax=None, ylabel: str = "phi_1^*(z_i)", title: str | None = 
 
 
 def series_by_parameter(x, ys, labels=None, *, values=None, parameter: str | None = None, styles=None,
-                        style_labels=None, ax=None, xlabel: str = "t", ylabel: str = "value",
+                        style_labels=None, ax=None, xlabel: str = "$t$", ylabel: str = "value",
                         title: str | None = None, log=None, marker: str | None = None):
     """Several curves y_k(x), one per setting, distinguishable however many there are.
 

@@ -18,16 +18,16 @@ __all__ = ["EIGEN_CLASSES", "STATUS_COLOURS", "STATUS_LABELS", "eigenvalue_class
 
 #: Classes of :func:`eigenvalue_classes`, in drawing order, with their legend labels.
 EIGEN_CLASSES = {
-    "other": "|lambda| < lambda_1",
-    "top": "lambda_1: largest modulus, real > 0, simple",
+    "other": r"$|\lambda| < |\lambda_1|$",
+    "top": r"$\lambda_1$: largest modulus, real > 0, simple",
     "violation": "largest modulus, violates Def 4.1(1)",
 }
 _CLASS_COLOURS = {"other": "0.6", "top": "#009E73", "violation": "#D55E00"}
 
 #: Colours and labels of a head's Definition 4.1 status (``HeadAssumptions.status``).
 STATUS_COLOURS = {"good": "#009E73", "cond1": "#E69F00", "complex": "#D55E00", "real<0": "#CC79A7"}
-STATUS_LABELS = {"good": "good triple (Def 4.1)", "cond1": "Def 4.1(1) only", "complex": "lambda_1 complex",
-                 "real<0": "lambda_1 real, not > 0 / not simple"}
+STATUS_LABELS = {"good": "good triple (Def 4.1)", "cond1": "Def 4.1(1) only", "complex": r"$\lambda_1$ complex",
+                 "real<0": r"$\lambda_1$ real, not > 0 / not simple"}
 
 
 def eigenvalue_classes(eigs, *, rtol: float = 1e-9) -> np.ndarray:
@@ -96,7 +96,7 @@ def eigenvalues(eigs, *, classes=None, ax=None, title=None, unit_circle: bool = 
         >>> import attnflow.plot as ap
         >>> ax = ap.eigenvalues(np.linalg.eigvals(np.random.default_rng(0).normal(size=(5, 5))))
         >>> ax.get_xlabel()
-        'Re lambda'
+        'Re $\\\\lambda$'
     """
     from matplotlib.patches import Circle
 
@@ -121,7 +121,7 @@ def eigenvalues(eigs, *, classes=None, ax=None, title=None, unit_circle: bool = 
     ax.axvline(0.0, color="k", lw=0.5, zorder=1)
     radius = float(np.max(np.abs(lam_f))) if lam_f.size else 1.0
     if lam.ndim == 1 and lam_f.size:
-        ax.add_patch(Circle((0, 0), radius, fill=False, ls="--", lw=0.7, ec="0.4", label="|lambda| = |lambda_1|"))
+        ax.add_patch(Circle((0, 0), radius, fill=False, ls="--", lw=0.7, ec="0.4", label=r"$|\lambda| = |\lambda_1|$"))
     if unit_circle:
         ax.add_patch(Circle((0, 0), 1.0, fill=False, ls=":", lw=0.7, ec="0.3", label="unit circle"))
     r = max(radius, 1.0 if unit_circle else 0.0) * 1.08 or 1.0
@@ -130,7 +130,7 @@ def eigenvalues(eigs, *, classes=None, ax=None, title=None, unit_circle: bool = 
     ax.set_aspect("equal")
     note = f"{int((~ok).sum())} non-finite eigenvalue(s) not shown" if (~ok).any() else None
     full = "; ".join(t for t in (title, note) if t) or None
-    label(ax, "Re lambda", "Im lambda", full)
+    label(ax, r"Re $\lambda$", r"Im $\lambda$", full)
     legend(ax, max_inside=0)
     return ax
 
@@ -156,7 +156,7 @@ def _head_axes(ax, spectra, rows, title, *, max_label_rows: int = 40):
     ax.set_xlim(-m, m)
     ax.set_ylim(-m, m)
     ax.set_aspect("equal")
-    label(ax, "Re lambda", "Im lambda", title)
+    label(ax, r"Re $\lambda$", r"Im $\lambda$", title)
     # labels: a column right of the axes, ordered as the points' heights, evenly spaced
     order = sorted(range(len(rows)), key=lambda i: -rows[i].lambda1_im)
     k = len(order)
@@ -215,7 +215,7 @@ def head_spectra(spectra: dict, rows: list, *, fig=None, ncols: int = 3):
     axes = fig.subplots(nrows, cols, squeeze=False)
     for ax, s in zip(axes.flat, layers):
         sel = [r for r in rows if r.layer == s]
-        _head_axes(ax, [spectra[(s, r.head)] for r in sel], sel, f"layer {s}: eigenvalues of V_h")
+        _head_axes(ax, [spectra[(s, r.head)] for r in sel], sel, f"layer {s}: eigenvalues of $V_h$")
     for ax in list(axes.flat)[len(layers):]:
         fig.delaxes(ax)
     _status_legend(fig)
@@ -228,6 +228,6 @@ def _status_legend(fig, statuses=None):
     statuses = list(STATUS_COLOURS) if statuses is None else statuses
     handles = [Line2D([], [], ls="", marker="o", ms=7, mfc=STATUS_COLOURS[s], mec="k", mew=0.5) for s in statuses]
     handles.append(Line2D([], [], ls="", marker="o", ms=3, mfc="0.72", mec="none"))
-    names = [STATUS_LABELS[s] for s in statuses] + ["other eigenvalues of V_h"]
+    names = [STATUS_LABELS[s] for s in statuses] + ["other eigenvalues of $V_h$"]
     return fig.legend(handles, names, loc="outside lower center", ncol=min(5, len(handles)), fontsize="small",
                       frameon=False)

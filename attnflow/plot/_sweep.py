@@ -409,7 +409,7 @@ def fraction_vs_d(summary: dict, *, fig=None, reference: float | None = 0.14):
     if "ensemble" in cols and np.any(cols["ensemble"].astype(str) == "ginibre"):
         ds = np.asarray(cols["d"], float)[cols["ensemble"].astype(str) == "ginibre"]
         dd = np.geomspace(ds.min(), ds.max(), 100)
-        curve = (dd, np.sqrt(2 * dd / np.pi) + 0.5, "Ginibre: sqrt(2d/pi) + 1/2")
+        curve = (dd, np.sqrt(2 * dd / np.pi) + 0.5, r"Ginibre: $\sqrt{2d/\pi} + 1/2$")
     sweep_means(cols, curve=curve, ylabel="E[number of real eigenvalues]", xlabel="dimension d", ax=axes[1],
                 title="real eigenvalues of V")
     return fig

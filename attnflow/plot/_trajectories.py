@@ -90,7 +90,7 @@ def view(z: np.ndarray, dims: int, symbol: str) -> View:
     """Identity coordinates when d <= dims, else the ``dims`` leading principal directions of the final cloud."""
     d = z.shape[-1]
     if d <= dims:
-        return View(np.zeros(d), np.eye(d), [f"{symbol}_{k + 1}" for k in range(d)])
+        return View(np.zeros(d), np.eye(d), [f"${symbol}_{k + 1}$" for k in range(d)])
     zf = z[-1][np.all(np.isfinite(z[-1]), axis=-1)]
     if len(zf) == 0:
         zf = np.zeros((1, d))
@@ -99,7 +99,7 @@ def view(z: np.ndarray, dims: int, symbol: str) -> View:
     var = np.zeros(d)
     var[: len(s)] = s**2
     share = var / var.sum() if var.sum() > 0 else var
-    labels = [f"PC {k + 1} of final {symbol} ({100 * share[k]:.0f}%)" for k in range(dims)]
+    labels = [f"PC {k + 1} of final ${symbol}$ ({100 * share[k]:.0f}%)" for k in range(dims)]
     return View(center, vt[:dims].T, labels)
 
 
@@ -183,7 +183,7 @@ def draw_overlay(ax, v: View, zf: np.ndarray, overlay, *, phi_dual=None, subspac
         if s.size == 0:
             return
         normal, offset = v.normal(phi)
-        for level, ls, name in ((s.min(), "-", "phi^* z = a, b"), (0.0, ":", "phi^* z = 0"), (s.max(), "-", None)):
+        for level, ls, name in ((s.min(), "-", r"$\varphi^* z = a, b$"), (0.0, ":", r"$\varphi^* z = 0$"), (s.max(), "-", None)):
             if k == 2:
                 seg = _line_in_box(normal, level - offset, lo, hi)
                 if seg is not None:
@@ -191,7 +191,7 @@ def draw_overlay(ax, v: View, zf: np.ndarray, overlay, *, phi_dual=None, subspac
             elif k == 3 and level != 0.0:
                 _plane_patch(ax, normal, level - offset, lo, hi, color=_OVERLAY_COLOUR)
         if k == 3:
-            ax.plot([], [], color=_OVERLAY_COLOUR, lw=4, alpha=0.3, label="phi^* z = a, b")
+            ax.plot([], [], color=_OVERLAY_COLOUR, lw=4, alpha=0.3, label=r"$\varphi^* z = a, b$")
     elif overlay == "subspace":
         if subspace is None:
             raise InputError('subspace is None, expected a (d, r) basis with overlay="subspace".')
@@ -259,7 +259,7 @@ def trajectories(data, *, ts=None, system: int = 0, ax=None, overlay: str | None
         >>> z = np.random.default_rng(0).normal(size=(5, 4, 2)).cumsum(0)
         >>> ax = ap.trajectories(z, ts=np.linspace(0, 1, 5), overlay="hull")
         >>> ax.get_xlabel(), ax.get_ylabel()
-        ('z_1', 'z_2')
+        ('$z_1$', '$z_2$')
     """
     check = Inputs("trajectories")
     t, z, symbol = _unpack(check, data, ts, system)
@@ -286,7 +286,7 @@ def trajectories(data, *, ts=None, system: int = 0, ax=None, overlay: str | None
         cols = colours(n) if n <= 8 else ["#0072B2"] * n
         for i in range(n):
             ax.plot(t, z[:, i, 0], lw=0.9, color=cols[i])
-        label(ax, "t", ylabel or symbol, with_note(title, note))
+        label(ax, "$t$", ylabel or f"${symbol}$", with_note(title, note))
         return ax
     if ax is None:
         dims = 3 if d == 3 else 2

@@ -23,7 +23,7 @@ def _save(ax_or_fig, path: Path) -> str:
 
 
 def trajectories(path: Path, ts, z, *, title: str, overlay: str | None = None, phi_dual=None,
-                 coords=None, ylabel: str = "z") -> str:
+                 coords=None, ylabel: str = "$z$") -> str:
     """Token paths (:func:`attnflow.plot.trajectories`); ``coords`` picks <= 3 coordinates to draw."""
     z = np.asarray(z, np.float64)
     if coords is not None:
@@ -37,12 +37,13 @@ def attention_maps(path: Path, ts, P, ranks, *, title: str) -> str:
     return _save(plot.attention_maps(P, ts=ts, ranks=ranks, title=title), path)
 
 
-def cluster_boolean(path: Path, ts, ncl, bdist, *, title: str, xlabel: str = "t") -> str:
+def cluster_boolean(path: Path, ts, ncl, bdist, *, title: str, xlabel: str = "$t$") -> str:
     """Cluster count (left) and distance of P to Boolean (right), one thin line per run."""
     return _save(plot.cluster_series(ts, clusters=ncl, boolean_distance=bdist, title=title, xlabel=xlabel), path)
 
 
-def levels(path: Path, ts, s, *, title: str, ylabel: str = "phi_1^*(z_i)", xlabel: str = "t", labels=None) -> str:
+def levels(path: Path, ts, s, *, title: str, ylabel: str = r"$\varphi_1^*(z_i)$", xlabel: str = "$t$",
+           labels=None) -> str:
     """Per-token series against time (:func:`attnflow.plot.levels`)."""
     return _save(plot.levels(ts, s, title=title, ylabel=ylabel, xlabel=xlabel, labels=labels), path)
 
