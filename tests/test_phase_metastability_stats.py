@@ -16,10 +16,10 @@ from attnflow.phase._metastability import _censored_normal_nll
 @pytest.mark.parametrize("seed", [0, 1])
 def test_truncated_likelihood_derivatives_match_central_differences(seed):
     """Gradient and Hessian of the left-truncated, right-censored likelihood against central differences, at
-    random parameters on a random sample: 30% censored, 60% truncated at bounds that lie in the bulk of the
-    distribution (z_l from -2 to 1), the others untruncated (bound -inf). Steps of 1e-5 give differences accurate
-    to ~1e-9 relative; 1e-6 relative to the largest entry fails any wrong sign or factor of the truncation terms
-    (dropping the truncation's Hessian moves entries by > 1e-1 of the largest)."""
+    random parameters on a random sample: 30% censored, 60% truncated at bounds 0.05-1.5 below the value (z_l
+    from -5 to 4 at these parameters), the others untruncated (bound -inf). Steps of 1e-5 give differences
+    accurate to ~1e-9 relative; 1e-6 relative to the largest entry fails any wrong sign or factor of the
+    truncation terms (leaving them out moves the Hessian by 30-45% of its largest entry)."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(1, 6, 200)
     y = 0.3 + 0.6 * x + 0.7 * rng.standard_normal(200)
@@ -211,3 +211,20 @@ def test_float32_job_report_has_the_per_beta_table_the_precision_check_and_no_fi
                            f"{float(row['clusters_hi']):.2f}]")
         assert cols[3] == (f"{float(row['pairs_clustered']):.3f} [{float(row['pairs_clustered_lo']):.3f}, "
                            f"{float(row['pairs_clustered_hi']):.3f}]")
+
+
+def test_a_fit_that_extrapolates_below_every_recorded_lifetime_is_not_identified():
+    """Lifetimes recorded only in a window [5, 15] (truncated at 5, censored at 15) from a log-normal whose mass
+    lies far below it (log T ~ N(-5, 4^2), no dependence on beta: 4.8% of the states last 5 or more): the recorded
+    log lifetimes are nearly uniform in the window and say little of the spread; the truncated likelihood lets it
+    run away (sigma 29, slope -8.6, and a fitted fraction of recorded states of 5e-62 when not refused). It is
+    refused as not identified (fraction < MIN_RETAINED = 0.05); the untruncated fit of the same data is made."""
+    rng = np.random.default_rng(11)
+    beta = np.repeat(np.arange(1.0, 7.0), 4000)
+    T = np.exp(-5.0 + 4.0 * rng.standard_normal(beta.size))
+    keep = T >= 5.0
+    beta, T = beta[keep], T[keep]
+    fit = lifetime_slope(beta, np.minimum(T, 15.0), T > 15.0, truncation=np.full(beta.size, 5.0))
+    assert fit["slope"] is None and fit["not_fitted"].startswith("not identified")
+    assert fit["retained"] < 0.05
+    assert lifetime_slope(beta, np.minimum(T, 15.0), T > 15.0)["slope"] is not None

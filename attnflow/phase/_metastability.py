@@ -75,6 +75,12 @@ MIN_FIT_CELLS = 4
 #: the fewest clouds (clusters of the cluster-robust interval) a fit is made on: the sandwich's middle term is a
 #: sum over clouds, and with fewer than ten its t_{G-1} interval is too wide and too unstable to read
 MIN_FIT_CLUSTERS = 10
+#: the least fraction of all the states reached that the fit may say were recorded (``retained``: the states
+#: that lasted past their truncation bound, estimated as :math:`m / \sum_i 1/S(L_i)`): below it the fit explains
+#: the recorded lifetimes by a distribution almost all of whose mass lies below the bounds, an extrapolation the
+#: data cannot check (a window of recorded lifetimes a few times wide lets the spread run away), and it is
+#: reported as not identified
+MIN_RETAINED = 0.05
 
 
 class _Interval:
@@ -433,9 +439,11 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
 
     Returns the slope b with its interval at ``confidence`` (``slope_lo``, ``slope_hi``), the intercept a
     (:math:`e^{a+b\beta}` is the median lifetime), sigma, the systems, events, clouds (``clusters``),
-    truncated systems and distinct betas used (``cells``, ``betas``). ``not_fitted`` says why there is no fit
-    (``None`` values): fewer than :data:`MIN_FIT_CELLS` betas, fewer than :data:`MIN_FIT_CLUSTERS` clusters,
-    fewer than three events or events at fewer than two betas.
+    truncated systems and distinct betas used (``cells``, ``betas``), and ``retained``: with truncation, the
+    fraction of all the states reached that the fit says lasted past their bounds, :math:`m / \sum_i 1/S(L_i)`
+    over the m truncated systems. ``not_fitted`` says why there is no fit (``None`` values): fewer than
+    :data:`MIN_FIT_CELLS` betas, fewer than :data:`MIN_FIT_CLUSTERS` clusters, fewer than three events or
+    events at fewer than two betas, or a fit that is not identified (``retained`` below :data:`MIN_RETAINED`).
 
     Example:
         >>> import numpy as np
@@ -481,12 +489,13 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
     none = {"slope": None, "slope_lo": None, "slope_hi": None, "wald_lo": None, "wald_hi": None,
             "intercept": None, "sigma": None}
     if len(used) < MIN_FIT_CELLS:
-        return {**none, **base, "not_fitted": f"{len(used)} cells < MIN_FIT_CELLS = {MIN_FIT_CELLS}"}
+        return {**none, **base, "retained": None, "not_fitted": f"{len(used)} cells < MIN_FIT_CELLS = {MIN_FIT_CELLS}"}
     if obs.sum() < 3 or len(np.unique(x[obs])) < 2:
-        return {**none, **base, "not_fitted": f"{int(obs.sum())} merges at {len(np.unique(x[obs]))} betas (at "
-                                              "least 3 merges at 2 betas are needed)"}
+        return {**none, **base, "retained": None,
+                "not_fitted": f"{int(obs.sum())} merges at {len(np.unique(x[obs]))} betas (at least 3 merges at 2 "
+                              "betas are needed)"}
     if clusters is not None and G < MIN_FIT_CLUSTERS:
-        return {**none, **base, "not_fitted": f"{G} clouds < MIN_FIT_CLUSTERS = {MIN_FIT_CLUSTERS}"}
+        return {**none, **base, "retained": None, "not_fitted": f"{G} clouds < MIN_FIT_CLUSTERS = {MIN_FIT_CLUSTERS}"}
     start = np.polyfit(x[obs], y[obs], 1)
     spread = np.std(y[obs] - np.polyval(start, x[obs])) + 1e-3
 
@@ -494,6 +503,17 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
         return _censored_normal_nll(th, x, y, obs, lower, hessian=hessian)
 
     theta = _newton_minimum(nll, np.array([start[1], start[0], np.log(spread)]))
+    retained = None
+    if np.isfinite(lower).any():  # the fitted fraction of the states that pass their bound
+        bounded = np.isfinite(lower)
+        z_l = (lower[bounded] - theta[0] - theta[1] * x[bounded]) / np.exp(theta[2])
+        with np.errstate(over="ignore"):
+            retained = float(bounded.sum() / np.sum(np.exp(-_special.log_ndtr(-z_l))))
+        if retained < MIN_RETAINED:
+            return {**none, **base, "retained": retained,
+                    "not_fitted": f"not identified: the fit would say {retained:.2g} of the states reached last past "
+                                  f"their truncation (< MIN_RETAINED = {MIN_RETAINED:g}), sigma = "
+                                  f"{np.exp(theta[2]):.3g}: it extrapolates far below the recorded lifetimes"}
     H = nll(theta, hessian=True)[2]  # the observed information
     H_inv = np.linalg.pinv(H)
     _, d_mu, d_tau, *_ = _likelihood_terms(theta, x, y, obs, lower)
@@ -504,4 +524,4 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
     b = float(theta[1])
     return {"slope": b, "slope_lo": b - float(half), "slope_hi": b + float(half), "wald_lo": b - float(wald),
             "wald_hi": b + float(wald), "intercept": float(theta[0]), "sigma": float(np.exp(theta[2])), **base,
-            "not_fitted": None}
+            "retained": retained, "not_fitted": None}

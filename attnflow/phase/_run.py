@@ -35,7 +35,7 @@ from ..plot._workers import FigureWorkers, worker_count
 from ..sweep._chunks import concat, plan_chunks
 from ..sweep._runner import check_table_memory, start_sweep
 from ..sweep._tables import write_table, write_tables
-from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config
+from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config, log_step_scale
 from ._engine import OBSERVABLES, column_layout, group_pairs, make_chunk_fn
 from ._figures import MAPS
 from ._metastability import (
@@ -267,22 +267,24 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     lifetimes = cat(fit_cen)
     fit.update(group=g.label, n=g.n, d=g.d,
                censored_fraction=float(lifetimes.mean()) if lifetimes.size else None,
-               by_count=_fits_by_count(config, all_first))
+               **dict(zip(("by_count", "by_count_not_identified"), _fits_by_count(config, all_first))))
     return rows, fit
 
 
-def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> list[dict]:
+def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> tuple[list[dict], list[dict]]:
     """The fit of log T against beta restricted to the systems whose first metastable plateau has c clusters,
     for every c with a fit (the pooled fit mixes counts that grow with beta), with the per-beta Kaplan-Meier
-    medians of those systems."""
+    medians of those systems; and the counts with enough merges whose fit is not identified (with the reason)."""
     beta = np.concatenate([np.full(len(f["count"]), b) for b, f in firsts])
     first = {k: np.concatenate([f[k] for _, f in firsts]) for k in ("count", "lifetime", "censored", "truncation",
                                                                     "cloud")}
-    out = []
+    out, skipped = [], []
     for c in sorted({int(c) for c in first["count"] if c >= 2}):
         sel = first["count"] == c
         fit = lifetime_slope(beta[sel], first["lifetime"][sel], first["censored"][sel], config.confidence,
                              truncation=first["truncation"][sel], clusters=first["cloud"][sel])
+        if fit["slope"] is None and fit["events"] >= BY_COUNT_MIN_EVENTS and fit["not_fitted"].startswith("not id"):
+            skipped.append({"count": c, "not_fitted": fit["not_fitted"]})
         if fit["slope"] is None or fit["events"] < BY_COUNT_MIN_EVENTS:  # (fewer than MIN_FIT_CELLS betas: None)
             continue
         medians, censored = [], []
@@ -291,7 +293,7 @@ def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> lis
             medians.append(np.nan if s["median"] is None else s["median"])
             censored.append(bool(s["median_censored"]))
         out.append({"count": c, **fit, "median": medians, "median_censored": censored})
-    return out
+    return out, skipped
 
 
 def _spread(count: int, most: int) -> np.ndarray:
@@ -353,7 +355,8 @@ def _dtype_check(config: PhaseConfig, sw, by_group: dict, cells: dict, t: np.nda
     rows, K = c["rows"], len(t)
     out = []
     for g in sample.groups:
-        in_group = (rows["n"] == g.n) & (rows["d"] == g.d) & (rows["heads"] == g.heads) & (rows["epsilon"] == g.epsilon)
+        in_group = ((rows["n"] == g.n) & (rows["d"] == g.d) & (rows["heads"] == g.heads)
+                    & (rows["epsilon"] == g.epsilon))
         entry = {"group": g.label, "n": g.n, "d": g.d}
         for name in names:
             sel = in_group & (rows["observable"] == name)
@@ -375,7 +378,8 @@ def _dtype_check(config: PhaseConfig, sw, by_group: dict, cells: dict, t: np.nda
         same = ((fa["count"] == fr["count"]) & (fa["censored"] == fr["censored"])
                 & (np.nan_to_num(fa["lifetime"], nan=-1.0) == np.nan_to_num(fr["lifetime"], nan=-1.0)))
         entry.update(clouds=int(ok.sum()), plateau_changed=int((~same).sum()),
-                     clusters_t1_changed=int((np.asarray(a["clusters"])[ok, -1] != np.asarray(r["clusters"])[ok, -1]).sum()))
+                     clusters_t1_changed=int((np.asarray(a["clusters"])[ok, -1]
+                                              != np.asarray(r["clusters"])[ok, -1]).sum()))
         out.append(entry)
     return {"run": True, "betas": list(betas), "systems": m, "groups": out,
             "beyond_interval": any(e[n] is not None and e[n]["beyond"] for e in out for n in names)}
@@ -389,6 +393,9 @@ def _theory_line(config: PhaseConfig, g: PhaseGroup, cells: dict) -> dict | None
     rho0 = grid_of(cells, g, config, "ip_mean")[:, 0]
     times = [equiangular_time(float(r), config.threshold, b, g.n, config.normalisation)
              for r, b in zip(rho0, config.beta)]
+    if config.normalisation == "mean":  # in the job's rescaled time tau = s(beta) t (phase.step_scale)
+        times = [float(np.exp(np.log(t) + log_step_scale(b))) if t > 0 else t
+                 for t, b in zip(times, config.beta)]
     return {"beta": list(config.beta), "t": times, "rho0": rho0.tolist()}
 
 
@@ -408,7 +415,9 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
     return {"kind": "phase", "dynamics": config.dynamics.record(), "normalisation": config.normalisation,
             "v_ensemble": config.v_ensemble, "qk_ensemble": config.qk_ensemble, "weights": config.weights,
             "beta": list(config.beta), "n": list(config.n), "d": list(config.d), "systems": config.systems,
-            "t1": config.t1, "dt": config.dt, "t_last": float(last), "threshold": config.threshold,
+            "t1": config.t1, "dt": config.dt, "step_scale": list(config.step_scales),
+            "effective_dt": [config.dt / sc for sc in config.step_scales], "t_last": float(last),
+            "threshold": config.threshold,
             "checkpoints": len(config.checkpoint_layers), "spacing": config.spacing, "dtype": config.dtype,
             "cells": sizes["cells"], "runs": sizes["pairs"], "nonfinite_runs": nonfinite,
             "plateau_rule": {"hold_ratio": HOLD_RATIO, "min_duration": 0.0, "energy_rel_tol": ENERGY_REL_TOL,
@@ -451,7 +460,8 @@ def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup
 
 
 def _lifetime_sentence(fit: dict, confidence: float) -> str:
-    """The report's reading of one group's fit of log T against beta, with its betas and its censoring."""
+    """The report's reading of one group's fits of log T against beta (pooled, then per cluster count), with
+    their betas and their censoring; a fit that is not made says why."""
     if not fit["betas"]:
         return "No cell has a metastable plateau in most of its systems: no lifetime to fit against beta."
     betas = fit["betas"]
@@ -459,25 +469,28 @@ def _lifetime_sentence(fit: dict, confidence: float) -> str:
              f"metastable plateau, {fit['events']} of them ending in a merge inside the run "
              f"({fit['censored_fraction']:.0%} censored)")
     if fit["slope"] is None:
-        return f"First metastable plateau, log T against beta: not fitted: {fit['not_fitted']} ({where})."
-    lo, hi = fit["slope_lo"], fit["slope_hi"]
-    verdict = ("the median lifetime grows with beta" if lo > 0 else
-               "the median lifetime decreases with beta" if hi < 0 else "no growth with beta is resolved")
-    sign = "+" if fit["slope"] >= 0 else "-"
-    text = (f"First metastable plateau: log T = {fit['intercept']:.2f} {sign} {abs(fit['slope']):.3f} beta, slope "
-            f"{confidence:.0%} interval [{lo:.3f}, {hi:.3f}] (clustered by cloud, {fit['clusters']} clouds; a factor "
-            f"{np.exp(fit['slope']):.2f} per unit of beta; spread sigma = {fit['sigma']:.2f} in log T): {verdict} "
-            f"({where}).")
+        text = f"First metastable plateau, log T against beta (pooled): not fitted: {fit['not_fitted']} ({where})."
+    else:
+        lo, hi = fit["slope_lo"], fit["slope_hi"]
+        verdict = ("the median lifetime grows with beta" if lo > 0 else
+                   "the median lifetime decreases with beta" if hi < 0 else "no growth with beta is resolved")
+        sign = "+" if fit["slope"] >= 0 else "-"
+        text = (f"First metastable plateau: log T = {fit['intercept']:.2f} {sign} {abs(fit['slope']):.3f} beta, slope "
+                f"{confidence:.0%} interval [{lo:.3f}, {hi:.3f}] (clustered by cloud, {fit['clusters']} clouds; a "
+                f"factor {np.exp(fit['slope']):.2f} per unit of beta; spread sigma = {fit['sigma']:.2f} in log T): "
+                f"{verdict} ({where}).")
+    if fit["censored_fraction"] > 0.5:
+        text += (" Most lifetimes outlive the run: the fits lean on the log-normal model's extrapolation past the "
+                 "horizon; a longer, log-spaced run (configs/phase-metastability.toml) measures them.")
     parts = [f"c = {p['count']}: {p['slope']:.2f} [{p['slope_lo']:.2f}, {p['slope_hi']:.2f}] (beta {p['betas'][0]:.3g} "
              f"to {p['betas'][-1]:.3g}, {p['systems']} systems, {p['events']} merges)" for p in fit.get("by_count", [])]
-    if fit["censored_fraction"] > 0.5:
-        text += (" Most lifetimes outlive the run: the fit leans on the log-normal model's extrapolation past the "
-                 "horizon; a longer, log-spaced run (configs/phase-metastability.toml) measures them.")
     if parts:
         text += (" The number c of clusters of the first plateau depends on beta, so the pooled fit mixes states of "
-                 "different geometry; restricted to the systems whose first plateau has c clusters, the slope of "
-                 "log T against beta is " + "; ".join(parts) + ".")
-    return text
+                 "different geometry; restricted to the systems whose first plateau has c clusters (a fixed "
+                 "configuration's lifetime grows exponentially in beta), the slope of log T against beta is "
+                 + "; ".join(parts) + ".")
+    skipped = fit.get("by_count_not_identified", [])
+    return text + "".join(f" c = {p['count']}: not fitted: {p['not_fitted']}." for p in skipped)
 
 
 def _interval(values: list, digits: int) -> str:
@@ -543,6 +556,12 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
              f"{summary['checkpoints']} {config.spacing} checkpoints; pairs count as clustered when "
              f"<x_i, x_j> >= {config.threshold:g}. Weights: Q^T K {config.qk_ensemble}, V {config.v_ensemble} "
              f"({config.weights}).", ""]
+    if config.normalisation == "mean":
+        eff = summary["effective_dt"]
+        lines += [f"**1/n normalisation:** the field is divided by s(beta) = max(sqrt(beta) e^(beta - 1/2), 1), so "
+                  "every time here is that of the rescaled flow dx/dtau = f(x) / s(beta), the 1/n flow at time "
+                  f"tau / s(beta); its effective step dt / s(beta) is {eff[0]:.3g} at beta = {config.beta[0]:g} and "
+                  f"{eff[-1]:.3g} at beta = {config.beta[-1]:g} (summary.json: step_scale, effective_dt).", ""]
     if summary["nonfinite_runs"]:
         lines += [f"**{summary['nonfinite_runs']} run(s) became non-finite** and are excluded from every mean "
                   "(counted in the `nonfinite` column of cells.csv).", ""]
