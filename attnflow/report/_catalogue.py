@@ -10,7 +10,7 @@ from typing import Callable
 from . import _cases as c
 from ._controls import negative_controls
 
-__all__ = ["ORDER", "CASES", "EULER_STEPS"]
+__all__ = ["ORDER", "CASES", "EULER_STEPS", "OUTSIDE"]
 
 #: the case functions, in report order (each carries its :class:`~attnflow.report._base.CaseInfo`)
 ORDER: tuple[Callable, ...] = (
@@ -24,3 +24,14 @@ CASES: dict[str, tuple[str, str, Callable]] = {fn.info.name: (fn.info.title, fn.
 
 #: the layer step of each case that runs the Euler stepper (its t1 must be a whole number of them)
 EULER_STEPS: dict[str, float] = {fn.info.name: fn.info.euler_dt for fn in ORDER if fn.info.euler_dt is not None}
+
+#: the cases meant to run outside every theorem's hypotheses, each with the reason: their
+#: conditions describe the setup, so one that does not hold is shown, not graded as a failure
+OUTSIDE: dict[str, str] = {
+    "sec12_1_polytope": "Section 12.1 observes Thm 3.1's pattern with Q^T K of U[-1, 1] entries, which no "
+                        "theorem covers",
+    "sec12_1_paranormal": "Section 12.1 observes Thm 5.2's pattern with Q^T K of U[-1, 1] entries and a diagonal "
+                          "V = diag(1, 1, -1/2), which no theorem covers",
+    "negative_controls": "the controls are configurations no theorem covers, which the classifier and the "
+                         "checks must reject",
+}

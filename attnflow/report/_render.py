@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._base import CaseResult, CaseSettings, fmt
+from ._catalogue import OUTSIDE
 
 
 def _cell(text: str) -> str:
@@ -11,6 +12,29 @@ def _cell(text: str) -> str:
 
 def verdict(passed) -> str:
     return "info" if passed is None else ("PASS" if passed else "**FAIL**")
+
+
+def hypotheses_cell(result: CaseResult) -> str:
+    """The overview's hypotheses column of one case: "all hold", the conditions that fail (in bold,
+    "FAIL"), or, for a case meant to run outside the theorems (``OUTSIDE``), "outside (by design)"
+    with the conditions of its setup that do not hold, which are not failures.
+
+    Example:
+        >>> from attnflow.report._base import CaseResult
+        >>> r = CaseResult("sec12_1_paranormal", "Sec 12.1", "Section 12.1")
+        >>> r.hyp("F and G not orthogonal", False, 0.0)
+        >>> hypotheses_cell(r)
+        'outside (by design); does not hold: F and G not orthogonal'
+        >>> r.name = "thm5_2"
+        >>> hypotheses_cell(r)
+        '**F and G not orthogonal FAIL**'
+    """
+    failing = [h["text"] for h in result.hypotheses if not h["holds"]]
+    if result.name in OUTSIDE:
+        return "outside (by design)" + (f"; does not hold: {'; '.join(failing)}" if failing else "")
+    if not result.hypotheses:
+        return "none stated"
+    return "all hold" if not failing else "**" + "; ".join(failing) + " FAIL**"
 
 
 def render_markdown(results: list[CaseResult], provenance: dict, defaults: CaseSettings, quick: bool,
@@ -44,8 +68,7 @@ def render_markdown(results: list[CaseResult], provenance: dict, defaults: CaseS
     for r in results:
         g = [c for c in r.checks if c.passed is not None]
         ok = sum(bool(c.passed) for c in g)
-        hyp = "all hold" if all(h["holds"] for h in r.hypotheses) else "**" + "; ".join(
-            h["text"] for h in r.hypotheses if not h["holds"]) + " FAIL**"
+        hyp = hypotheses_cell(r)
         failed = ", ".join(c.name for c in g if not c.passed) or "-"
         lines.append(f"| [{r.name}](#{r.name}) | {_cell(r.theorem)} | {_cell(hyp)} | {ok} / {len(g)} | {_cell(failed)} |")
     lines += [
@@ -63,6 +86,9 @@ def render_markdown(results: list[CaseResult], provenance: dict, defaults: CaseS
         lines += [f"<a id=\"{r.name}\"></a>", f"## {r.title}  (`{r.name}`, {r.theorem})", ""]
         if r.error:
             lines += [f"**This case did not finish:** {_cell(r.error)}", ""]
+        if r.name in OUTSIDE:
+            lines += [f"Outside the theorems' hypotheses by design: {OUTSIDE[r.name]}. The conditions below "
+                      "describe the setup; one that does not hold is not a failure.", ""]
         lines.append("Hypotheses:")
         for h in r.hypotheses:
             val = "" if h["value"] is None else f" (value: {fmt(h['value'])})"
