@@ -44,7 +44,7 @@ def _small(**changes):
 
 @pytest.mark.parametrize("change, words", [
     ({"betta": 1.0}, ["unknown config key 'betta'", "beta"]),
-    ({"beta": -1.0}, ["beta must be > 0", "-1.0"]),
+    ({"beta": -1.0}, ["beta must be finite and > 0", "-1.0"]),
     ({"beta": [1.0, float("nan")]}, ["beta[1]", "finite"]),
     ({"beta": []}, ["beta", "empty"]),
     ({"beta": [1.0, 1.0]}, ["beta", "repeats"]),

@@ -136,3 +136,139 @@ def test_sphere_kernel_modes_traced_beta_and_its_bound():
     assert np.all(np.isnan(np.asarray(jitted(65.0))))
     grad = jax.grad(lambda b: sphere_kernel_modes(b, 2, 3)[2])(3.0)
     assert float(grad) == pytest.approx((ive(1, 3.0) + ive(3, 3.0)) / 2 - ive(2, 3.0), rel=1e-12)
+
+
+# ---------------------------------------------------------------- the 1/n normalisation's step
+
+def _small_phase(**changes):
+    from attnflow.phase import load_phase_config
+
+    cfg = load_phase_config(None)
+    cfg.update(beta=[1.0, 6.0, 9.0], d=2, n=8, systems=2, t1=1.0, dt=0.1, checkpoints=4, normalisation="mean")
+    cfg["run"]["progress"] = False
+    cfg.update(changes)
+    return cfg
+
+
+def test_step_scale_bounds_the_rescaled_pull_by_one():
+    """A token at angle theta pulls with e^{beta cos theta} sin theta under the 1/n normalisation; divided by
+    s(beta) = max(sqrt(beta) e^{beta - 1/2}, 1) the largest pull is at most 1.2214 (at beta = 0.687, where s
+    leaves 1) and about 1/beta beyond, for beta in [1e-3, 700]: like the softmax field's pull (at most 1), a
+    layer of dt moves a token by about dt at most. Unscaled, the pull at beta = 9 is 1.6e3 (160 rad at dt = 0.1).
+    The grid of 2e5 angles resolves the maximum to 1e-10 relative."""
+    from attnflow.phase import step_scale
+
+    theta = np.linspace(0.0, np.pi, 200001)
+    for beta in np.geomspace(1e-3, 700.0, 40):
+        pull = np.exp(beta * (np.cos(theta) - 1.0) + np.log(np.sin(theta) + 1e-300)).max()  # e^{-beta} times it
+        ratio = pull * math.exp(beta) / step_scale(beta)
+        assert 0.5 / max(beta, 1.0) < ratio <= 1.222, (beta, ratio)
+    assert step_scale(9.0, "softmax") == 1.0 and step_scale(800.0) == math.inf
+
+
+@pytest.mark.usefixtures("x64_here")
+@pytest.mark.parametrize("weights", ["identity", "spd"])
+def test_mean_normalisation_steps_the_rescaled_flow(weights):
+    """Every (beta, system) of a chunk with normalisation = "mean" against its own run of the public pieces: the
+    sphere field with V / s(beta) (the 1/n weights do not involve V, so that is f / s exactly), Euler layers of
+    dt, statistics at the checkpoint layers. Q = K = V = I (the job's log-space path) and Q^T K drawn (the
+    general field). rtol 1e-9: the same arithmetic in another order, over 10 layers of a contracting flow."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow.dynamics import normalise, sphere_flow
+    from attnflow.ensembles import system_seeds, token_key
+    from attnflow.integrate import EulerStepper, sphere_shift
+    from attnflow.phase import check_phase_config, make_chunk_fn, statistics, step_scale
+    from attnflow.phase._engine import _weights
+    from attnflow.sweep import make_mesh
+
+    config = check_phase_config(_small_phase(qk_ensemble=weights))
+    group = config.groups[0]
+    cols = make_chunk_fn(config, group, make_mesh())(0, 6)
+    seeds = system_seeds(config.seed, group.label, 0, config.systems)
+    Q, K, V = (np.asarray(w) for w in _weights(config, group, np.arange(config.systems)))
+    for k in range(6):
+        b, s = int(cols["beta_index"][k]), int(cols["system"][k])
+        beta = config.beta[b]
+        x0 = normalise(jax.random.normal(token_key(seeds[s]), (8, 2), jnp.float64) / jnp.sqrt(2.0))
+        field = sphere_flow(Q[s], K[s], V[s] / step_scale(beta), beta, normalisation="mean")
+        traj = EulerStepper(config.dt, config.num_layers, shift=sphere_shift).solve(field, x0)
+        for j, layer in enumerate(config.checkpoint_layers):
+            for name, value in statistics(traj.ys[layer], beta, config.threshold).items():
+                np.testing.assert_allclose(cols[name][k, j], float(value), rtol=1e-9, atol=1e-12,
+                                           err_msg=f"{weights}: {name} of beta = {beta}, system {s}, layer {layer}")
+    assert cols["finite"].all()
+
+
+@pytest.mark.usefixtures("x64_here")
+def test_mean_normalisation_runs_beyond_the_float_range_of_e_beta():
+    """With Q = K = V = I the rescaled 1/n field is the softmax layer times r_i e^{beta - log s}/n: the state
+    stays finite at beta = 800, where e^beta overflows float64 (the unscaled 1/n attention is inf there). The
+    energy E_beta ~ e^beta / (2 beta) itself exceeds float64 there, so the run is reported non-finite by it."""
+    from attnflow.phase import check_phase_config, make_chunk_fn
+    from attnflow.sweep import make_mesh
+
+    config = check_phase_config(_small_phase(beta=[800.0], t1=0.5, checkpoints=3))
+    cols = make_chunk_fn(config, config.groups[0], make_mesh())(0, 2)
+    assert np.all(np.isinf(cols["t_nonfinite"]))  # no state became non-finite
+    for name in ("pairs_clustered", "clusters", "span", "ip_min", "ip_mean", "ip_max"):
+        assert np.all(np.isfinite(cols[name])), name
+    assert np.all(np.isinf(cols["energy"])) and not cols["finite"].any()
+
+
+def test_mean_normalisation_converges_to_its_flow_with_order_one():
+    """sphere_convergence measures the job's layers of f / s(beta) against that flow: order 1 at beta = 1 and 6
+    ([0.9, 1.1] as for the softmax; unscaled, beta = 6 at dt = 0.04 steps up to 0.9 rad and the ladder is not
+    in its asymptotic range)."""
+    import jax
+
+    from attnflow.phase import convergence_order, sphere_convergence
+
+    with jax.enable_x64(True):
+        x0 = np.random.default_rng(5).standard_normal((2, 8, 2))
+        r = sphere_convergence(x0, [1.0, 6.0], 1.0, [0.04, 0.02, 0.01], normalisation="mean")
+    for s in range(2):
+        fit = convergence_order(r["dt"], r["error"][s])
+        assert 0.9 <= fit["order"] <= 1.1, (s, r["error"][s], fit)
+
+
+def test_mean_run_reports_its_time_scale_and_effective_step(tmp_path):
+    """summary.json records s(beta) and dt / s(beta) per beta, report.md says that its times are the rescaled
+    flow's, and the theory line is in the same rescaled time."""
+    import json
+
+    from attnflow.phase import equiangular_time, run_phase, step_scale
+
+    summary = run_phase(_small_phase(beta=[1.0, 6.0], systems=2), tmp_path / "run")
+    assert summary["step_scale"] == pytest.approx([step_scale(1.0), step_scale(6.0)], rel=1e-15)
+    assert summary["effective_dt"] == pytest.approx([0.1 / step_scale(1.0), 0.1 / step_scale(6.0)], rel=1e-15)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "1/n normalisation" in report and "rescaled flow" in report and "effective step" in report
+    line = json.loads((tmp_path / "run" / "summary.json").read_text())["theory"]
+    (label, theory), = line.items()
+    for b, t, rho0 in zip(theory["beta"], theory["t"], theory["rho0"]):
+        want = equiangular_time(rho0, 0.999, b, 8, "mean") * step_scale(b)
+        assert t == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the config's edges
+
+@pytest.mark.parametrize("text, words", [
+    ("run = 3\n", ["'run'", "table", "int 3"]),
+    ('run = "fast"\n', ["'run'", "table", "str"]),
+    ("t1 = 2.0\ncheckpoints = 50\n", ["checkpoints = 50", "21 layers", "<= 21"]),
+])
+def test_phase_config_edges_are_one_sentence_before_the_folder(tmp_path, text, words):
+    """A number where the [run] table belongs, and more checkpoints than layers (they were capped in silence),
+    are refused with one sentence naming the key, before the run folder exists."""
+    from attnflow.phase import load_phase_config, run_phase
+
+    path = tmp_path / "edge.toml"
+    path.write_text('kind = "phase"\n' + text)
+    with pytest.raises(InputError) as err:
+        run_phase(load_phase_config(path), tmp_path / "out")
+    message = str(err.value)
+    assert all(w in message for w in words), message
+    assert message.count(". ") <= 1 and "\n" not in message
+    assert not (tmp_path / "out").exists()

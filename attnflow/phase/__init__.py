@@ -22,7 +22,7 @@ _NAMES = {
     "._accuracy": ("convergence_order", "sphere_convergence"),
     "._compare": ("COMPARED", "compare_runs", "crossing_times"),
     "._config": ("DEFAULT_CONFIG", "GRID_KEYS", "PhaseConfig", "PhaseGroup", "check_phase_config", "checkpoint_layers",
-                 "load_phase_config"),
+                 "load_phase_config", "step_scale"),
     "._engine": ("OBSERVABLES", "make_chunk_fn", "pair_index", "start_clouds", "statistics"),
     "._metastability": ("EnergyPlateau", "Plateau", "energy_plateaus", "first_plateaus", "gathered", "kaplan_meier",
                         "lifetime_slope", "lifetime_summary", "merges", "plateaus"),
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the nam
         check_phase_config,
         checkpoint_layers,
         load_phase_config,
+        step_scale,
     )
     from ._engine import OBSERVABLES, make_chunk_fn, pair_index, start_clouds, statistics
     from ._metastability import (
@@ -67,5 +68,5 @@ __all__ = [
     "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn", "start_clouds",
     "pair_index", "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
     "EnergyPlateau", "energy_plateaus", "kaplan_meier", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
-    "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence",
+    "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence", "step_scale",
 ]

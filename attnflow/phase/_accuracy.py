@@ -7,7 +7,9 @@ The field is tangent and the normalisation is a retraction,
 :math:`x + h f + \tfrac{h^2}{2}\dot f + O(h^3)`: the local error is :math:`O(\Delta t^2)` and the global error at a
 fixed time T is :math:`O(\Delta t)` (order 1, like forward Euler). :func:`sphere_convergence` measures it:
 the layer map at a ladder of dt against the same field integrated by diffrax (Tsit5, float64, tight
-tolerances), and :func:`convergence_order` fits the order.
+tolerances), and :func:`convergence_order` fits the order. With the 1/n normalisation it measures the job's
+layers of :math:`f/s(\beta)` (:func:`~attnflow.phase.step_scale`) against the flow of :math:`f/s(\beta)` at the
+rescaled time the job records.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .._x64 import in_float64
 from ..dynamics import normalise, sphere_flow
 from ..errors import InputError
 from ..integrate import EulerStepper, sphere_shift
+from ._config import log_step_scale
 
 
 def convergence_order(dts, errors, confidence: float = 0.95) -> dict:
@@ -73,6 +76,9 @@ def sphere_convergence(x0: Float[Array, "S n d"], beta, t: float, dts, *, Q=None
     ``x0``: S clouds (normalised here), ``beta``: a number or one per cloud; Q, K, V default to the identity
     (the phase job's default weights). The reference is :func:`attnflow.integrate.solve_ode` (Tsit5,
     adaptive at ``rtol`` / ``atol``) on the same field, in float64. Every ``t / dt`` must be a whole number.
+    ``normalisation="mean"``: the field is divided by :func:`~attnflow.phase.step_scale` of each cloud's beta
+    (V / s, exact since the 1/n weights do not involve V), as the phase job steps it; ``t`` and ``dts`` are then
+    in the job's rescaled time.
 
     Returns ``dt``, ``error`` (S, len(dts)): :math:`\max_i |x_i^{\rm Euler}(t) - x_i(t)|`, and the fit of
     :func:`convergence_order` (``order``, ``order_lo``, ``order_hi``).
@@ -104,7 +110,8 @@ def sphere_convergence(x0: Float[Array, "S n d"], beta, t: float, dts, *, Q=None
     @jax.jit
     @jax.vmap
     def measure(x, b):  # one program for the reference and every dt (one compilation)
-        field = sphere_flow(Q, K, V, b, normalisation=normalisation)
+        scaled = V * jnp.exp(-log_step_scale(b)) if normalisation == "mean" else V
+        field = sphere_flow(Q, K, scaled, b, normalisation=normalisation)
         ref = solve_ode(field, x, t0=0.0, t1=t, ts=jnp.array([0.0, t]), rtol=rtol, atol=atol).ys[-1]
         return jnp.stack([jnp.linalg.norm(EulerStepper(h, L, shift=sphere_shift, save_every=L, checkpoint=None)
                                           .solve(field, x).ys[-1] - ref, axis=-1).max()

@@ -102,6 +102,12 @@ class PhaseConfig:
         return out
 
     @property
+    def step_scales(self) -> tuple[float, ...]:
+        """The factor :func:`step_scale` of every beta: the field is divided by it, the layer's step on the
+        unscaled flow is ``dt / step_scale`` (1 for the softmax)."""
+        return tuple(step_scale(b, self.normalisation) for b in self.beta)
+
+    @property
     def checkpoint_layers(self) -> tuple[int, ...]:
         """The layers at which statistics are recorded (increasing, with 0 and the last layer)."""
         return checkpoint_layers(self.num_layers, self.checkpoints, self.spacing)
@@ -109,6 +115,41 @@ class PhaseConfig:
     def as_dict(self) -> dict:
         """A copy of the table this config was parsed from."""
         return copy.deepcopy(self.source)
+
+
+def step_scale(beta: float, normalisation: str = "mean") -> float:
+    r"""The factor s by which the phase job divides the sphere field: 1 for the softmax, and for the 1/n
+    normalisation :math:`s(\beta) = \max(\sqrt\beta\, e^{\beta - 1/2}, 1)`.
+
+    With the 1/n normalisation the field of unit tokens is
+    :math:`f_i = \mathrm{Proj}_{x_i^\perp}\frac1n\sum_j e^{\beta\langle x_i, x_j\rangle} x_j`: a token at angle
+    :math:`\theta` pulls with :math:`e^{\beta\cos\theta}\sin\theta`, up to about :math:`e^{\beta-1/2}/\sqrt\beta`
+    (at :math:`\theta \approx 1/\sqrt\beta`), and that pull changes on the scale :math:`1/\sqrt\beta` in angle.
+    A fixed dt would then step the layer map, not the flow (32 random tokens on the circle at dt = 0.1: largest
+    step :math:`dt|f|` = 0.022 rad at beta = 1, 1.3 at beta = 6, 22 at beta = 9; divided by s: 0.013, 0.0021,
+    0.0015). The job steps :math:`f/s(\beta)` instead, whose
+    largest pull is at most 1.22 (at beta = 0.69) and about :math:`1/\beta` at large beta, as the softmax
+    field's is at most 1: it integrates the time-rescaled flow
+    :math:`dx/d\tau = f(x)/s(\beta)`, the 1/n flow at time :math:`t = \tau/s(\beta)`, and every time of its
+    tables is :math:`\tau`. ``inf`` beyond the float range (beta > 709).
+
+    Example:
+        >>> from attnflow.phase import step_scale
+        >>> step_scale(9.0, "softmax"), round(step_scale(9.0), 1), step_scale(0.1)
+        (1.0, 14744.3, 1.0)
+    """
+    if normalisation == "softmax":
+        return 1.0
+    with np.errstate(over="ignore"):
+        return float(np.exp(log_step_scale(float(beta))))
+
+
+def log_step_scale(beta):
+    r""":math:`\log s(\beta) = \max(\tfrac12\log\beta + \beta - \tfrac12, 0)` of the 1/n normalisation
+    (:func:`step_scale`): finite for every beta > 0; a float for a number, jnp (traceable) for an array."""
+    if isinstance(beta, (int, float, np.integer, np.floating)):
+        return max(0.5 * math.log(beta) + beta - 0.5, 0.0)
+    return jnp.maximum(0.5 * jnp.log(beta) + beta - 0.5, 0.0)
 
 
 def checkpoint_layers(num_layers: int, checkpoints: int, spacing: str) -> tuple[int, ...]:
@@ -189,6 +230,10 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     grid = {}
     rest = dict(config)
     defaults = load_config(None, DEFAULT_CONFIG)
+    for key, default in defaults.items():  # a table key given a number (run = 3) is refused here, by name
+        if key not in GRID_KEYS and isinstance(default, dict) and key in rest and not isinstance(rest[key], dict):
+            raise InputError(f"config key '{key}' in {where} must be a table ([{key}] with its keys, as in "
+                             f"configs/{DEFAULT_CONFIG}), got {type(rest[key]).__name__} {rest[key]!r:.60}.")
     for key in GRID_KEYS:
         if key not in rest:
             raise InputError(f"config key '{key}' is missing from {where}; start from configs/{DEFAULT_CONFIG} "
@@ -198,11 +243,10 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     for key in GRID_KEYS:
         cfg[key] = grid[key]
     for i, b in enumerate(grid["beta"]):
-        if b <= 0:
-            raise InputError(f"beta must be > 0 (an inverse temperature), got beta = {b!r}"
-                             f"{f' (entry {i})' if len(grid['beta']) > 1 else ''}.")
-    for key, low, meaning in (("n", 2, "tokens per cloud"), ("d", 2, "the token dimension"),
-                              ("heads", 1, "independent heads per system")):
+        v.check_beta(f"beta[{i}]" if len(grid["beta"]) > 1 else "beta", b, "an inverse temperature of the grid")
+    for x in grid["n"]:
+        v.check_num_tokens("n", x)
+    for key, low, meaning in (("d", 2, "the token dimension"), ("heads", 1, "independent heads per system")):
         for x in grid[key]:
             v.check_int(key, x, low, meaning)
     for e in grid["epsilon"]:
@@ -211,6 +255,9 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     v.check_int("systems", cfg["systems"], 1, "random clouds per grid cell")
     layers = v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
     v.check_int("checkpoints", cfg["checkpoints"], 2, "the number of layers with statistics")
+    if cfg["checkpoints"] > layers + 1:
+        raise InputError(f"checkpoints = {cfg['checkpoints']} exceeds the {layers + 1} layers of the run (t1 / dt = "
+                         f"{layers} layers and layer 0); give checkpoints <= {layers + 1}, or a longer t1.")
     v.check_choice("spacing", cfg["spacing"], SPACINGS, "how the checkpoint layers are spaced")
     v.check_number("threshold", cfg["threshold"], "the inner product above which two tokens are clustered",
                    low=-1, high=1)

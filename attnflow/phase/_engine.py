@@ -20,6 +20,13 @@ How the work is laid out (measured on a 2-core CPU, n = 32; benchmarks/bench_pha
   checkpoint are computed with the layer that leaves it, whose softmax row sums give the energy
   (:func:`attnflow.observables._pairs.sphere_energy_from_row_sums`: -20% a chunk at n = 32, d = 2).
 
+The 1/n normalisation (``normalisation = "mean"``) steps the field divided by
+:math:`s(\beta) = \max(\sqrt\beta\,e^{\beta-1/2}, 1)` (:func:`~attnflow.phase.step_scale`): a layer advances the
+rescaled time :math:`\tau = s(\beta)\,t` by dt (the 1/n flow's own step is :math:`dt/s(\beta)`), and every time
+the job records is :math:`\tau`. With Q = K = V = I it is computed as the softmax layer times
+:math:`r_i e^{\beta - \log s}/n` (:math:`r_i` the row sums of the max-shifted exponentials), so no
+:math:`e^\beta` is formed and every beta is finite.
+
 Common random numbers: system s of a group starts from the same cloud (and, with
 ``weights = "per_system"``, draws the same weights) for every beta.
 """
@@ -46,7 +53,7 @@ from ..observables import directions, gram_statistics, span_dimension
 from ..observables._pairs import sphere_energy_from_row_sums
 from ..sweep._fields import head_seeds
 from ..sweep._mesh import sharded
-from ._config import PhaseConfig, PhaseGroup
+from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
 OBSERVABLES = ("pairs_clustered", "clusters", "energy", "span", "ip_min", "ip_mean", "ip_max")
@@ -253,10 +260,28 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     identity = _identity_sphere(config, group)
     stepper = EulerStepper(dt, layers, shift=entry.shift, checkpoint=None)
 
+    mean = config.normalisation == "mean"
+
     def one(beta, seed, x0, *weights):
-        beta, step = beta.astype(dtype), jnp.asarray(dt, dtype)
+        beta = beta.astype(dtype)
+        # the 1/n normalisation steps f / s(beta) (step_scale): its layers advance the rescaled time by dt
+        log_s = log_step_scale(beta) if mean else jnp.zeros((), dtype)
+        step = jnp.asarray(dt, dtype) * (jnp.exp(-log_s) if mean and not identity else 1)
         layer_and_stats = None
-        if identity:
+        if identity and mean:
+            def rescaled(y):  # f / s without e^beta: P_ij / s = softmax_ij r_i e^{beta - log s} / n (max score beta)
+                out, row_sums = attend_with_row_sums(beta * y, y, y, "softmax")
+                scale = row_sums * jnp.exp(beta - log_s - math.log(n))
+                return tangent_projection(y, out * scale[:, None]), row_sums
+
+            def drift(t, y):
+                return rescaled(y)[0]
+
+            def layer_and_stats(k, y):  # the energy from the same row sums (tokens of unit norm)
+                f, row_sums = rescaled(y)
+                y_next = stepper.shift(y, step * f)
+                return y_next, statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
+        elif identity:
             def drift(t, y):
                 return tangent_projection(y, attend(beta * y, y, y, normalisation=config.normalisation))
 
@@ -273,7 +298,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
             def drift(t, y):
                 return field.vector_field(t, y, None)
 
-        def layer(k, y):  # EulerStepper's layer k (t0 = 0)
+        def layer(k, y):  # EulerStepper's layer k (t0 = 0); k * step is the unscaled field's time
             return stepper.shift(y, step * drift(k.astype(dtype) * step, y))
 
         stats, t_bad = _checkpoint_run(layer, lambda y: statistics(y, beta, threshold), x0, ckpt, dt,
