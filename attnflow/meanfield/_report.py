@@ -165,10 +165,12 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
         life = ", ".join(("> " if cen else "") + _fmt(x) for x, cen in zip(r["lifetimes"], r["censored"]))
         lines.append(f"| {r['normalisation']} | {r['beta']:g} | {r['k_star']} | {r['runner_up']} "
                      f"({_fmt(100 * r['margin'], '.2g')}%) | {r['clusters_formed']} | {life} | {r['horizon']:.3g} |")
-    lines += ["", "Reading: within the joint window every mode is still small, so each grows at its own "
-              "linearised rate lambda_k, in the particles and in the PDE alike; the remaining departures come from "
-              "the window's end, where the largest mode's square (the quadratic term rho v) is no longer small "
-              "against the slowest modes. The margin is the relative gap (lambda_k* - lambda_runner-up) / "
+    lines += ["", "Reading: the window ends for every mode when the largest one leaves the linear regime, so each "
+              "mode is fitted while the quadratic term rho v is still small; the modes near k* then grow at "
+              "lambda_k in the particles and in the PDE alike. A mode far slower than the fastest barely grows "
+              "within the window, and the products of the fast modes (modes j and k - j drive mode k at "
+              "lambda_j + lambda_{k-j}) overtake it before the window ends: its fitted rate is no measurement of "
+              "lambda_k (growth.csv holds every mode with its predicted rate). The margin is the relative gap (lambda_k* - lambda_runner-up) / "
               "lambda_k*: where it is a few percent, two modes grow alike and the number of clusters that form "
               "may follow either.", "",
               "## The largest run", "",
