@@ -8,7 +8,7 @@ after minutes with ``RESOURCE_EXHAUSTED`` or ``MemoryError``.
 
 Every job also counts its work before it starts (:func:`attention_flops` per evaluation of the field,
 times layers, clouds and systems) and calls :func:`check_work`: a run that even at the machine's peak
-rate would take longer than :func:`work_limit` (one day; ``ATTNFLOW_WORK_LIMIT`` seconds overrides it)
+rate would take longer than :func:`work_limit` (one hour; ``ATTNFLOW_WORK_LIMIT`` seconds overrides it)
 is refused with the size that would finish, and :func:`describe_work` gives the one-line estimate a job
 prints before it starts.
 
@@ -26,14 +26,15 @@ from .errors import InputError
 
 __all__ = ["available_memory", "usable_memory", "check_memory", "check_fits", "check_count", "format_bytes",
            "INT32_MAX", "attention_flops", "peak_rate", "work_limit", "work_seconds", "check_work", "describe_work",
-           "format_seconds"]
+           "format_seconds", "announce_work"]
 
 #: largest value of a 32-bit signed counter (step and layer counters, array sizes inside jit)
 INT32_MAX = 2**31 - 1
 #: fraction of the available memory one run may plan to hold (room for XLA's temporaries)
 USABLE_FRACTION = 0.8
-#: the longest run a job starts, in seconds of its lower-bound estimate (:func:`work_seconds`)
-WORK_LIMIT_S = 86400.0
+#: the longest run a job starts, in seconds of its lower-bound estimate (:func:`work_seconds`): an hour at the
+#: peak rate is many hours at the rates the attention flow reaches (4-90% of a matmul's, benchmarks/RESULTS.md)
+WORK_LIMIT_S = 3600.0
 #: flop/s one CPU core cannot exceed (float32 FMA on 512-bit vectors at 4 GHz is 2.6e11; the 2-core Intel
 #: Xeon of benchmarks/NOTES.md reaches 1.0e11 a core on a large matmul): a rate above every core's
 CORE_FLOPS = 3e11
@@ -41,6 +42,8 @@ CORE_FLOPS = 3e11
 ACCELERATOR_FLOPS = 2e15
 #: seconds one sequential step of a compiled loop (a layer, a solver step) takes at the least
 STEP_SECONDS = 1e-6
+#: a job whose work takes at least this many seconds says so before it starts (:func:`announce_work`)
+ANNOUNCE_S = 60.0
 
 
 def available_cores() -> int:
@@ -302,3 +305,17 @@ def check_work(what: str, flops: float, keys: list[tuple[str, float, float, floa
         f"{float(steps):.3g} sequential steps, at this machine's peak rate), more than the "
         f"{format_seconds(limit)} a run may take; {fix} (ATTNFLOW_WORK_LIMIT, in seconds, sets the limit)."
     )
+
+
+def announce_work(what: str, flops: float, steps: float = 0.0) -> None:
+    """Say on stderr, before a long job starts, what it will compute (:func:`describe_work`), when even at the
+    peak rate that takes at least :data:`ANNOUNCE_S` seconds (a shorter job starts without a word).
+
+    Example:
+        >>> from attnflow._resources import announce_work
+        >>> announce_work("a small run", 1e6)
+    """
+    if work_seconds(flops, steps) >= ANNOUNCE_S:
+        import sys
+
+        print(f"{what}: {describe_work(flops, steps)}", file=sys.stderr, flush=True)

@@ -34,6 +34,7 @@ from ..runio import (
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
+    count_kept,
     load_verified_npz,
     provenance,
     releases_output_dirs,
@@ -213,6 +214,7 @@ class _Units:
         self.resumed = 0
         self.cache: dict = {}  # compiled particle solves, shared by the units of one n
         self.kept: dict = {}  # the verified units found in the folder, read before any unit runs
+        self.tally = None  # the units stored so far (attnflow.runio.count_kept), for an interrupted command's line
 
     def _identity(self, name: str) -> dict:
         return {"kind": "meanfield-unit", "name": name, "fingerprint": self.fingerprint}
@@ -241,6 +243,8 @@ class _Units:
         arrays["seconds"] = np.asarray(time.perf_counter() - t)
         save_verified_npz(path, arrays, identity)
         self.computed += 1
+        if self.tally is not None:
+            self.tally.add()
         if self.progress is not None:
             self.progress.set_postfix_str(name)
             self.progress.update(1)
@@ -477,6 +481,7 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     atomic_write_json(out / "config.json", config.as_dict())
     units = _Units(out, config.fingerprint)
     kept = units.read_kept(u["name"] for u in _plan(config))
+    units.tally = count_kept(sizes["units"], "units", kept=kept)
     bar = None
     if progress:
         from tqdm.auto import tqdm

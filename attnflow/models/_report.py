@@ -26,6 +26,7 @@ from ..runio import (
     atomic_write_text,
     claim_output_dir,
     config_fingerprint,
+    count_kept,
     load_verified_npz,
     provenance,
     releases_output_dirs,
@@ -147,6 +148,7 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
         sent_dir = out / "sentences"
         sent_dir.mkdir(exist_ok=True)
         records = []
+        kept = count_kept(len(items), "sentences")
         bar = tqdm(items, desc="attnflow track", unit="sentence", disable=not progress or len(items) == 1)
         for i, item in enumerate(bar):
             path = sent_dir / f"{i:05d}.npz"
@@ -156,6 +158,7 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
                 rec = analyse_sentence(net, w64, item.input_ids, selected, cfg)
                 save_verified_npz(path, rec, identity, compress=True)
             records.append(rec)
+            kept.add()
         _save_npz(out / "forward.npz", {**{k: records[0][k] for k in _NPZ_KEYS_FORWARD},
                                         "tokens": np.asarray(list(items[0].tokens), dtype=np.str_)})
         wo, wv = (np.asarray(a, np.float64) for a in head_factors(net))

@@ -35,7 +35,7 @@ from jaxtyping import PyTree
 
 from ..errors import InputError, NonFiniteError
 from .._batching import lapack_needs_loop, map_over_batch
-from ..runio import load_verified_npz, save_verified_npz, set_aside
+from ..runio import count_kept, load_verified_npz, save_verified_npz, set_aside
 
 __all__ = ["OptimizationResult", "NonFiniteLossError", "optimize", "finite_guard", "failure_reason"]
 
@@ -203,6 +203,8 @@ def optimize(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=num_steps, initial=step, desc=desc, disable=not progress, leave=False)
+    kept = count_kept(num_steps, f"optimiser steps of {desc}", kept=step if path is not None else 0,
+                      resumes=path is not None)
     done_here = 0
     try:
         while step < num_steps:
@@ -224,6 +226,9 @@ def optimize(
             bar.update(1)
             if path is not None and (step % checkpoint_every == 0 or step == num_steps):
                 _save(path, step, state, losses, fingerprint)
+                kept.kept = step
+            elif path is None:
+                kept.kept = step
             if interrupt_after is not None and done_here >= interrupt_after:
                 if path is not None:
                     _save(path, step, state, losses, fingerprint)

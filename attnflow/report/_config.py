@@ -14,12 +14,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .. import _validate as v
-from .._resources import check_count, check_fits
+from .._resources import attention_flops, check_count, check_fits, check_work
 from ..runio import load_config
 from ._base import CaseSettings
 from ._catalogue import CASES, EULER_STEPS
 
-__all__ = ["ReproduceConfig", "parse_reproduce_config", "resolve_settings", "GLOBAL_KEYS"]
+__all__ = ["ReproduceConfig", "parse_reproduce_config", "resolve_settings", "case_work", "GLOBAL_KEYS"]
 
 #: the settings every case has (the config's top level; a case's table or [quick] may override them)
 GLOBAL_KEYS = ("dtype", "batch", "rel_tol", "rank_tol", "num_saves", "max_steps", "gif_frames")
@@ -105,20 +105,61 @@ def parse_reproduce_config(cfg: dict) -> ReproduceConfig:
         _source=json.dumps(cfg))
 
 
+def _saves(name: str, s: CaseSettings) -> int:
+    """The states case ``name`` saves: every layer of an Euler case, else ``num_saves``."""
+    return round(s.t1 / EULER_STEPS[name]) + 1 if name in EULER_STEPS else s.num_saves
+
+
+def case_work(name: str, s: CaseSettings) -> tuple[float, float, list]:
+    """The least work of case ``name`` with settings ``s``, for :func:`attnflow._resources.check_work`: (flops,
+    sequential steps, the keys it grows with). Per run of the batch: the field at every layer of an Euler case
+    (:func:`attnflow._resources.attention_flops`; an adaptive solve takes at least one step), and at every
+    save the diagnostics of P (its singular values, about 4 n^3 flops) and P itself.
+
+    Example:
+        >>> from attnflow.report import parse_reproduce_config
+        >>> from attnflow.report._config import case_work
+        >>> from attnflow.runio import load_config
+        >>> c = parse_reproduce_config(load_config(None, "reproduce.toml"))
+        >>> flops, steps, keys = case_work("thm3_1_euler_dt01", c.full["thm3_1_euler_dt01"])
+        >>> f"{flops:.3g}", steps
+        ('6.02e+07', 100.0)
+    """
+    n = 2 if s.n is None else s.n  # the cases without n: two tokens (Remark 7.9)
+    d = 3 if s.d is None else s.d  # cases without d: d <= 3
+    saves = _saves(name, s)
+    steps = float(saves - 1) if name in EULER_STEPS else 1.0
+    flops = s.batch * (steps * attention_flops(n, d) + saves * (4.0 * n**3 + attention_flops(n, d)))
+    default = load_config(None, "reproduce.toml")
+    keys = [("batch", s.batch, default["batch"], 1), ("num_saves", s.num_saves, default["num_saves"], 1)]
+    if s.n is not None:
+        keys.append((f"{name}.n", n, default[name]["n"], 3))
+    if name in EULER_STEPS:
+        keys.append((f"{name}.t1", s.t1, default[name]["t1"], 1))
+    return flops, steps, keys
+
+
 def resolve_settings(config: ReproduceConfig | dict, name: str, quick: bool) -> CaseSettings:
     """Case ``name``'s settings (with ``--quick``: overlaid by [quick]); refuses an Euler case whose t1
-    is not a whole number of its layers, and a saved trajectory (P at every save: batch x num_saves x
-    n x n) that cannot fit in memory. A dict is parsed first (:func:`parse_reproduce_config`)."""
+    is not a whole number of its layers, a saved trajectory (P at every save: batch x saves x n x n; an
+    Euler case saves every layer) that cannot fit in memory, and work that cannot finish
+    (:func:`case_work`, :func:`attnflow._resources.check_work`). A dict is parsed first
+    (:func:`parse_reproduce_config`)."""
     if not isinstance(config, ReproduceConfig):
         config = parse_reproduce_config(config)
     s = (config.quick if quick else config.full)[name]
     if name in EULER_STEPS:
         v.check_layers(f"{name}.t1", s.t1, "its Euler step dt", EULER_STEPS[name])
+    default = load_config(None, "reproduce.toml")
+    saves = _saves(name, s)
     if s.n is not None:
-        n, saves, batch, d = s.n, s.num_saves, s.batch, 3 if s.d is None else s.d  # cases without d: d <= 3
-        default = load_config(None, "reproduce.toml")
+        n, batch, d = s.n, s.batch, 3 if s.d is None else s.d  # cases without d: d <= 3
+        keys = [(f"{name}.n", n, default[name]["n"], 2), ("batch", batch, default["batch"], 1)]
+        keys.append((f"{name}.t1", s.t1, default[name]["t1"], 1) if name in EULER_STEPS else
+                    ("num_saves", saves, default["num_saves"], 1))
         check_fits(f"case {name} ({batch} runs of {n} tokens, {saves} saves)",
-                   3.0 * batch * saves * n * n * 8 + 4.0 * batch * saves * n * d * 8,  # P; tokens, states
-                   [(f"{name}.n", n, default[name]["n"], 2), ("batch", batch, default["batch"], 1),
-                    ("num_saves", saves, default["num_saves"], 1)])
+                   3.0 * batch * saves * n * n * 8 + 4.0 * batch * saves * n * d * 8, keys)  # P; tokens, states
+    flops, steps, keys = case_work(name, s)
+    check_work(f"case {name} ({s.batch} runs of {2 if s.n is None else s.n} tokens, {saves} saves)", flops, keys,
+               steps=steps)
     return s

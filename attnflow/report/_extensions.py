@@ -54,15 +54,17 @@ from ..runio import (
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
+    count_kept,
     load_config,
     provenance,
     releases_output_dirs,
     write_marker,
 )
+from .._resources import announce_work
 from .._weights import AttentionWeights
 from ._draws import good_qk
 from ._extensions_config import (AlbertSettings, MultiheadSettings, Sec12_2Settings, SphereSettings,
-                                check_extensions_config, parse_extensions_config, save_every)
+                                check_extensions_config, parse_extensions_config, save_every, study_work)
 
 __all__ = ["run_extensions", "STUDIES", "Study", "DEFAULT_OUT", "check_extensions_config"]
 
@@ -617,13 +619,18 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     cfg = load_config(config, "extensions.toml")
     parsed = parse_extensions_config(cfg)  # every key checked, before any work
     selected = list(studies or parsed.studies or STUDIES)
-    settings = check_extensions_config(parsed, selected, quick)
+    settings = check_extensions_config(parsed, selected, quick)  # sizes and work checked
+    if progress:
+        work = [study_work(name, settings[name]) for name in selected]
+        announce_work(f"extensions ({len(selected)} stud{'y' if len(selected) == 1 else 'ies'})",
+                      sum(w[1] for w in work), sum(w[2] for w in work))
     folder, _ = claim_output_dir(out, KIND)
     write_marker(folder, KIND, {"complete": False})
     prov = provenance(seed=parsed.seed, config=cfg)
     results = []
     from tqdm.auto import tqdm
 
+    done = count_kept(len(selected), "studies", resumes=False)  # the summary is written when all have run
     with float64_scope():
         for name in tqdm(selected, desc="extensions", disable=not progress):
             start = time.perf_counter()
@@ -631,6 +638,7 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
             st = STUDIES[name][1](settings[name], rng, folder)
             st.seconds = time.perf_counter() - start
             results.append(st)
+            done.add()
     graded = [c for st in results for c in st.checks if c["passed"] is not None]
     summary = {
         "kind": KIND,

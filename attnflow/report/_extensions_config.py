@@ -16,7 +16,7 @@ from typing import Mapping, Union
 import numpy as np
 
 from .. import _validate as v
-from .._resources import check_count, check_fits
+from .._resources import attention_flops, check_count, check_fits, check_work
 from ..errors import InputError
 from ..runio import load_config
 from ..spectral import check_good_triple
@@ -209,10 +209,39 @@ def _check_memory(name: str, s: StudySettings) -> None:
     check_fits(f"a layer stack of the {name} study ({clouds} clouds of {n} tokens, {saves} saves)", nbytes, keys)
 
 
+def study_work(name: str, s: StudySettings) -> tuple[str, float, float, list]:
+    """The least work of study ``name`` with settings ``s``, for :func:`attnflow._resources.check_work`: (what,
+    flops, sequential steps, the keys it grows with). Each of the study's layer stacks (sec12_2: two readings
+    x four (sigma, W); multihead: one per head count, its heads each; albert: one per epsilon; causal: causal
+    and full per beta; sphere: one per beta) runs ``clouds`` clouds through ``layers`` evaluations of the
+    attention field (:func:`attnflow._resources.attention_flops`), one stack after another.
+
+    Example:
+        >>> from attnflow.report._extensions_config import parse_extensions_config, study_work
+        >>> from attnflow.runio import load_config
+        >>> what, flops, steps, keys = study_work("sphere", parse_extensions_config(load_config(None,
+        ...     "extensions.toml")).full["sphere"])
+        >>> what, f"{flops:.3g}", steps
+        ('the sphere study (7 layer stack(s) of 4 clouds of 32 tokens, 600 layers)', '2.35e+08', 4200.0)
+    """
+    V = getattr(s, "V", None)
+    d = len(V) if V is not None else getattr(s, "d", 2)
+    stacks, fields_ = {"sec12_2": (8, 8), "multihead": (len(getattr(s, "heads", ())), sum(getattr(s, "heads", ()))),
+                       "albert": (len(getattr(s, "epsilons", ())),) * 2,
+                       "causal": (2 * len(getattr(s, "betas", ())),) * 2,
+                       "sphere": (len(getattr(s, "betas", ())),) * 2}[name]
+    flops = float(s.clouds) * s.layers * fields_ * attention_flops(s.n, d)
+    default = load_config(None, "extensions.toml")[name]
+    keys = [(f"{name}.layers", s.layers, default["layers"], 1), (f"{name}.n", s.n, default["n"], 2),
+            (f"{name}.clouds", s.clouds, default["clouds"], 1)]
+    what = f"the {name} study ({stacks} layer stack(s) of {s.clouds} clouds of {s.n} tokens, {s.layers} layers)"
+    return what, flops, float(s.layers) * stacks, keys
+
+
 def check_extensions_config(config: ExtensionsConfig | dict, selected: list[str],
                             quick: bool) -> dict[str, StudySettings]:
-    """The studies ``selected`` checked (a dict config is parsed first, every key checked), and the
-    memory of their layer stacks; returns their settings, in the order selected.
+    """The studies ``selected`` checked (a dict config is parsed first, every key checked), the memory of
+    their layer stacks and their work (:func:`study_work`); returns their settings, in the order selected.
 
     Example:
         >>> from attnflow.report._extensions_config import check_extensions_config
@@ -226,4 +255,6 @@ def check_extensions_config(config: ExtensionsConfig | dict, selected: list[str]
     settings = config.quick if quick else config.full
     for name in selected:
         _check_memory(name, settings[name])
+        what, flops, steps, keys = study_work(name, settings[name])
+        check_work(what, flops, keys, steps=steps)
     return {name: settings[name] for name in selected}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..runio import (
-    MARKER,
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
+    count_kept,
     discard_output_dir,
     releases_output_dirs,
     load_config,
@@ -29,7 +29,8 @@ from ..runio import (
 )
 from ._base import CaseResult, CaseSettings, Context
 from ._catalogue import CASES
-from ._config import ReproduceConfig, parse_reproduce_config, resolve_settings
+from .._resources import announce_work
+from ._config import ReproduceConfig, case_work, parse_reproduce_config, resolve_settings
 from ._render import render_markdown
 
 __all__ = ["reproduce", "case_names", "resolve_settings"]
@@ -86,7 +87,10 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
     if unknown:
         raise InputError(f"unknown case name(s) {', '.join(map(repr, unknown))}; known cases: {', '.join(known)}.")
     selected = [c for c in known if c in selected]  # report order, no duplicates
-    settings = {name: resolve_settings(parsed, name, quick) for name in selected}
+    settings = {name: resolve_settings(parsed, name, quick) for name in selected}  # sizes and work checked
+    if progress:
+        work = [case_work(name, settings[name]) for name in selected]
+        announce_work(f"reproduce ({len(selected)} case(s))", sum(w[0] for w in work), sum(w[1] for w in work))
 
     out = Path(out)
     existed = out.exists()
@@ -128,6 +132,7 @@ def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings
                                                "resolved": {name: s.as_dict() for name, s in settings.items()}})
     atomic_write_json(folder / "provenance.json", prov)
     results: list[CaseResult] = []
+    done = count_kept(len(selected), "cases", resumes=False)  # the report is swapped in only at the end
     bar = tqdm(selected, desc="reproduce", unit="case", disable=not progress)
     for name in bar:
         bar.set_postfix_str(name)
@@ -144,6 +149,7 @@ def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings
         res.seconds = time.time() - t
         res.settings.setdefault("resolved", settings[name].as_dict())
         results.append(res)
+        done.add()
     seconds = time.time() - start
     checks = [c.to_json() for r in results for c in r.checks]
     graded = [c for c in checks if c["passed"] is not None]
@@ -182,5 +188,4 @@ def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings
         atomic_write_text(folder / "systems.csv", buf.getvalue())
     atomic_write_text(folder / "report.md", render_markdown(results, prov, config.defaults, quick, seconds))
     write_marker(folder, KIND, {"git_commit": prov["git_commit"], "quick": quick})
-    assert (folder / MARKER).exists()
     return summary

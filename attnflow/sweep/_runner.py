@@ -34,7 +34,7 @@ from typing import Callable
 from jax.sharding import Mesh
 
 from .. import _validate as v
-from .._resources import check_fits, check_work, describe_work
+from .._resources import ANNOUNCE_S, check_fits, check_work, describe_work
 from .._batching import loop_over_systems
 from ..errors import InputError
 from ..runio import load_config, merge_config
@@ -99,7 +99,7 @@ class SweepRun:
     formats: list
     process_index: int
     process_count: int
-    #: the work estimate printed before the chunks run (with the progress bar), or None
+    #: the work estimate printed before the chunks run (with the progress bar, or for a long sweep), or None
     estimate: str | None = None
 
     def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str) -> tuple[list[dict], dict]:
@@ -108,7 +108,7 @@ class SweepRun:
         computed here, chunks in all). A run that finds finished chunks of its share says so on
         stderr before it computes the others."""
         resumed = [0]
-        if self.progress and self.estimate:
+        if self.estimate:
             print(self.estimate, file=sys.stderr, flush=True)
 
         def on_start(stored: int, share: int) -> None:
@@ -144,11 +144,11 @@ def start_sweep(config, out: str | Path, kind: str, *, num_devices: int | None =
     if check_sizes is not None:
         check_sizes(int(mesh.shape["batch"]))
     estimate = None
-    if work is not None:
+    show = run.progress if progress is None else bool(progress)
+    if work is not None:  # said before the chunks run with the progress bar, and always for a long sweep
         what, flops, steps, keys = work()
-        check_work(what, flops / pcount, keys, steps=steps / pcount)
-        estimate = f"{what}: {describe_work(flops / pcount, steps / pcount)}"
+        if check_work(what, flops / pcount, keys, steps=steps / pcount) >= ANNOUNCE_S or show:
+            estimate = f"{what}: {describe_work(flops / pcount, steps / pcount)}"
     out, _ = open_run(out, kind, config.source, config.seed, pidx)
     return SweepRun(out=out, seed=config.seed, route=route, mesh=mesh, formats=formats, process_index=pidx,
-                    process_count=pcount, progress=run.progress if progress is None else bool(progress),
-                    estimate=estimate)
+                    process_count=pcount, progress=show, estimate=estimate)
