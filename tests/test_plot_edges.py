@@ -241,3 +241,12 @@ def test_the_staircase_legend_covers_neither_axis_nor_the_time_label():
         assert not box.overlaps(other.get_window_extent(r))
     assert not box.overlaps(ax.xaxis.label.get_window_extent(r))
     assert fig.bbox.y0 <= box.y0
+
+
+def test_excluded_triples_are_counted_in_the_failure_figure_not_drawn():
+    rows = [dict(OK_ROW, status="ok"), dict(OK_ROW, rho_clustering=5.0, status="excluded: not clustered")]
+    fig = ap.failure_distances(rows, [0.5])
+    assert "1 of 2 triple(s) excluded" in fig._suptitle.get_text()
+    assert sum(p.get_height() for p in fig.axes[0].patches) == 2  # the kept triple's two radii only
+    fig = ap.failure_distances([dict(OK_ROW, status="excluded: not clustered")] * 2, [])
+    assert fig._suptitle.get_text().endswith("no triple to draw")

@@ -81,7 +81,8 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
 
     Args:
         rows: one dict per triple with ``rho_clustering``, ``rho_def41`` (None: not reached)
-            and ``margin0``.
+            and ``margin0``; a row whose ``status`` is given and is not ``"ok"`` (an excluded
+            triple) is left out and counted in the figure's title.
         ratio: rho_clustering / rho_Def4.1 of the triples where both were reached.
         fig: Figure to draw in (default: a new one).
 
@@ -99,8 +100,10 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
     import matplotlib.pyplot as plt
 
     check = Inputs("failure_distances")
-    rows = check.fields("rows", check.sequence("rows", rows), ("rho_clustering", "rho_def41", "margin0"))
+    given = check.fields("rows", check.sequence("rows", rows), ("rho_clustering", "rho_def41", "margin0"))
     ratio = check.array("ratio", ratio, ("ratio",), empty=True)
+    rows = [r for r in given if r.get("status", "ok") == "ok"]
+    excluded = len(given) - len(rows)
     if fig is None:
         fig = plt.figure(figsize=(13.5, 3.9), layout="constrained")
     axes = fig.subplots(1, 3, squeeze=True)
@@ -145,6 +148,9 @@ def failure_distances(rows: list[dict], ratio, *, fig=None):
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     label(axes[2], "relative Def 4.1 margin of $V_0$", r"$\rho$ (radius of the first failure)")
     legend(axes[2])
+    if excluded:
+        fig.suptitle(f"{excluded} of {len(given)} triple(s) excluded (status not ok), not shown"
+                     + ("" if rows else ": no triple to draw"), fontsize="medium")
     return fig
 
 

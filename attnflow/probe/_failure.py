@@ -261,7 +261,8 @@ def run_failure(config: FailureConfig, out, progress: bool = True, interrupt_aft
     ratio = np.array([r["rho_clustering"] / r["rho_def41"] for r in ok if r["clustering_vs_def41"] is not None])
     from .. import plot as ap
 
-    figs = ap.save(ap.failure_distances(ok, ratio), out / "distance_to_failure.png", dpi=110, close=True)[:1]
+    figs = ap.save(ap.failure_distances(summary["rows"], ratio), out / "distance_to_failure.png", dpi=110,
+                   close=True)[:1]  # the excluded triples are counted in its title
     return summary, _markdown(summary, config, figs, out), figs
 
 
