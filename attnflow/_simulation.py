@@ -685,6 +685,17 @@ def load(path) -> Simulation:
     if not os.path.isfile(path):
         raise InputError(f"{path} does not exist (or is not a file); give a file written by Simulation.save.")
     not_ours = f"{path} is not an attnflow simulation (write one with Simulation.save)"
+    try:  # what the file is, from its first bytes: numpy would read a text file as a pickle, an empty one not at all
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as err:
+        raise InputError(f"{path} cannot be read ({err.strerror or err}); give a file written by Simulation.save.") from None
+    if not head:
+        raise InputError(f"{not_ours}: it is an empty file (0 bytes), not the .npz archive Simulation.save writes.")
+    if head == b"\x93NUMPY":
+        raise InputError(f"{not_ours}: it is a single NumPy array, not an .npz archive.")
+    if head[:4] != b"PK\x03\x04":
+        raise InputError(f"{not_ours}: it is not an .npz archive (a zip file, which Simulation.save writes).")
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
@@ -701,7 +712,7 @@ def load(path) -> Simulation:
             arrays = {k: data[k] for k in data.files if k != _META_KEY}
     except InputError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as err:
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as err:
         raise InputError(f"{not_ours}: {err}") from None
     try:
         fields = {name: _decode_tree(meta["fields"][name], arrays) for name in _ARRAY_FIELDS}
