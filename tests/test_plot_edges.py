@@ -250,3 +250,10 @@ def test_excluded_triples_are_counted_in_the_failure_figure_not_drawn():
     assert sum(p.get_height() for p in fig.axes[0].patches) == 2  # the kept triple's two radii only
     fig = ap.failure_distances([dict(OK_ROW, status="excluded: not clustered")] * 2, [])
     assert fig._suptitle.get_text().endswith("no triple to draw")
+
+
+def test_the_phase_staircase_without_a_finite_system_says_so(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(ap, "save", lambda fig, path, close=False: figures.append(fig) or ["s.png"])
+    phase_figures.staircase(tmp_path / "s.png", T5, np.ones((0, 5)), np.ones((0, 5)), r"$\beta$ = 1")
+    assert any("no finite system" in t.get_text() for a in figures[0].axes for t in a.texts)

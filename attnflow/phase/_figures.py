@@ -105,9 +105,18 @@ def staircase(path: Path, t, energy, clusters, title: str) -> list[str]:
         >>> t = np.linspace(0, 5, 6)
         >>> staircase(pathlib.Path(tempfile.mkdtemp()) / "s.png", t, np.ones((2, 6)), np.ones((2, 6)), "steps")
         ['s.png']
+        >>> staircase(pathlib.Path(tempfile.mkdtemp()) / "s.png", t, np.ones((0, 6)), np.ones((0, 6)), "none finite")
+        ['s.png']
     """
     from .. import plot as ap
 
+    if np.size(energy) == 0:  # no finite system at this beta: the figure says so instead of staying blank
+        fig, ax = ap.new_axes(figsize=(6.0, 3.8))
+        ax.text(0.5, 0.5, "no finite system at this beta: no staircase to draw", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        ax.set_title(title, fontsize="medium")
+        return ap.save(fig, path, close=True)
     ax = ap.staircase(t, energy, clusters=clusters, title=title)
     return ap.save(ax.figure, path, close=True)
 
