@@ -183,12 +183,12 @@ def test_mean_normalisation_steps_the_rescaled_flow(weights):
     from attnflow.phase._engine import _weights
     from attnflow.sweep import make_mesh
 
-    config = check_phase_config(_small_phase(qk_ensemble=weights))
+    config = check_phase_config(_small_phase(qk_ensemble=weights, beta=[1.0, 9.0], systems=1))
     group = config.groups[0]
-    cols = make_chunk_fn(config, group, make_mesh())(0, 6)
+    cols = make_chunk_fn(config, group, make_mesh())(0, 2)
     seeds = system_seeds(config.seed, group.label, 0, config.systems)
     Q, K, V = (np.asarray(w) for w in _weights(config, group, np.arange(config.systems)))
-    for k in range(6):
+    for k in range(2):
         b, s = int(cols["beta_index"][k]), int(cols["system"][k])
         beta = config.beta[b]
         x0 = normalise(jax.random.normal(token_key(seeds[s]), (8, 2), jnp.float64) / jnp.sqrt(2.0))
