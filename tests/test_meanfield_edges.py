@@ -192,10 +192,10 @@ def test_gallery_example_09_stops_where_the_pde_is_resolved(tmp_path, capsys):
     t_end = float(re.search(r"at t = ([0-9.]+)", line).group(1))
     assert "no longer resolved" not in line and t_end < 10.0
     with jax.enable_x64(True):
-        theta0, phases = example.near_uniform_start(400, example.MODES, example.EPSILON, np.random.default_rng(0))
+        _, phases = example.near_uniform_start(400, example.MODES, example.EPSILON, np.random.default_rng(0))
         grid, k = (2 * np.pi / 128) * np.arange(128), np.arange(1, example.MODES + 1)
         rho0 = (1 + example.EPSILON * np.cos(k * (grid[:, None] - phases)).sum(1)) / (2 * np.pi)
         pde = solve_continuity(jnp.asarray(rho0), example.BETA, jnp.linspace(0.0, 10.0, 11), dt=0.01)
     low = np.minimum.accumulate(np.asarray(pde.min_density))
-    at = int(round(t_end))  # saves every 1.0
+    at = round(t_end)  # saves every 1.0
     assert low[at] >= 0 and low[at + 1] < 0  # the last saved time the PDE resolves

@@ -61,9 +61,9 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
+from .._x64 import keeps_float64
 from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
-from .._x64 import keeps_float64
 from ..integrate import RESULT_NONFINITE, RESULT_SUCCESS, SOLVERS, solve_ode
 from ._kernel import kernel_modes
 

@@ -129,7 +129,7 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
     from ..integrate import solve_ode
 
     probe = np.zeros(0, np.float64) if wants_float64(ts) else None  # float64 save times: float64 solves
-    scope = lambda: float64_scope_for(probe)  # noqa: E731
+    scope = lambda: float64_scope_for(probe)
     with scope():
         ts = jnp.asarray(ts)
     t0, t1 = float(ts[0]), float(ts[-1])
