@@ -30,8 +30,8 @@ help:
 	@echo "                 (about 2-2.5 min after the install; OUT=folder writes elsewhere)"
 	@echo "make test        install the test, docs and benchmark extras if needed, then the whole suite"
 	@echo "                 (about 25 min on 2 cores from a fresh clone, installs included)"
-	@echo "make docs        the documentation site in site/, gallery at smoke size (about 2 min the first"
-	@echo "                 time, about 20 s after); make docs-full: gallery at full size (about 15 min)"
+	@echo "make docs        the documentation site in site/, gallery at smoke size (a few minutes the first"
+	@echo "                 time, about 15 s after); make docs-full: gallery at full size (about 15 min)"
 	@echo "make bench       the benchmark suite (BENCH_ARGS=--quick for a smoke run)"
 	@echo "make clean       remove .venv, results/, site/ and the gallery's cached runs"
 
@@ -74,10 +74,11 @@ bench: $(BENCH_STAMP)
 # make docs: the documentation site (mkdocs-material + mkdocstrings) into site/, offline
 # (no fonts or scripts from a CDN). --strict turns every warning (broken link, missing
 # reference, docstring that griffe cannot parse, maths that would stay TeX) into an error, as
-# tests/test_gallery.py does. The gallery's figures come from its scripts' smoke runs (about
-# 2 min the first time on 2 cores, then kept in build/gallery/ and rerun only when a script or
-# attnflow changes: a rebuild takes about 20 s); make docs-full draws them at the scripts'
-# default size (about 15 min on 2 cores). docs/hooks/gallery.py lists the switches.
+# tests/test_gallery.py does. The gallery's figures come from its scripts' smoke runs (10-13 s
+# each, 3.7-4.7 min for the first build on a shared 2-core Intel Xeon), kept in build/gallery/ and
+# rerun only when a script or attnflow's code changes: a rebuild takes about 15 s. make docs-full
+# draws them at the scripts' default size (about 15 min on 2 cores). docs/hooks/gallery.py lists
+# the switches (ATTNFLOW_GALLERY_SIZE, _CACHE, _JOBS, _FROM).
 DOCS_STAMP := $(VENV)/.attnflow-docs-installed
 # the docs extra is in already where `make test` installed it (after the last install)
 $(DOCS_STAMP): $(STAMP)

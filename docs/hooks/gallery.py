@@ -7,8 +7,8 @@ thumbnail. Nothing is written into ``docs/``: the pages and figures are mkdocs g
 Where the figures come from (environment variables):
 
 * ``ATTNFLOW_GALLERY_SIZE``: the size each example runs at, in its own process with this Python:
-  ``smoke`` (the default: tiny sizes, seconds each, about 2 min for the whole gallery on 2 cores the
-  first time) or ``default`` (the scripts' own size, about 15 min on 2 cores: ``make docs-full``).
+  ``smoke`` (the default: tiny sizes, 10-13 s each on 2 cores, a few minutes for the whole gallery
+  the first time) or ``default`` (the scripts' own size, about 15 min on 2 cores: ``make docs-full``).
   The pages say which size drew their figures.
 * ``ATTNFLOW_GALLERY_CACHE=DIR`` (default ``build/gallery`` in the repository, ignored by git):
   every run's figures and printed output are kept there, under a key made of the size, the
@@ -240,7 +240,7 @@ def _size_note(size: str | None) -> list[str]:
     if size == "smoke":
         return ["!!! note \"Figures at smoke size\"", "",
                 "    This build drew the figures with `--size smoke` (tiny sizes, so that the site builds in "
-                "about a minute). `make docs-full` draws them at each script's default size.", ""]
+                "minutes). `make docs-full` draws them at each script's default size.", ""]
     return []
 
 
