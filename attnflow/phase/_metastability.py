@@ -338,41 +338,50 @@ def lifetime_summary(first: dict) -> dict:
             "censored_fraction": float(cen.mean()), "median_censored": med is None, "pending": pending}
 
 
-def _log_tail_terms(z, s):
+def _log_tail_terms(z, s, hessian: bool = True):
     r"""Per entry: :math:`\log\Phi(-z)` (the log-survival of :math:`y` at :math:`z = (y - \mu)/\sigma`) and its
     derivatives in :math:`\mu` and :math:`\tau = \log\sigma`, with the inverse Mills ratio
     :math:`\lambda = \varphi(z)/\Phi(-z)`, :math:`\lambda' = \lambda(\lambda - z)`: :math:`\ell_\mu = \lambda/\sigma`,
     :math:`\ell_\tau = \lambda z`, :math:`\ell_{\mu\mu} = -\lambda'/\sigma^2`,
-    :math:`\ell_{\mu\tau} = -(\lambda' z + \lambda)/\sigma`, :math:`\ell_{\tau\tau} = -z(\lambda' z + \lambda)`."""
+    :math:`\ell_{\mu\tau} = -(\lambda' z + \lambda)/\sigma`, :math:`\ell_{\tau\tau} = -z(\lambda' z + \lambda)`
+    (the second derivatives with ``hessian`` only)."""
     log_tail = _special.log_ndtr(-z)
     mills = np.exp(-0.5 * z**2 - 0.5 * np.log(2 * np.pi) - log_tail)  # phi(z) / Phi(-z)
+    if not hessian:
+        return log_tail, mills / s, mills * z
     slope = mills * (mills - z)  # lambda'(z)
     return (log_tail, mills / s, mills * z, -slope / s**2, -(slope * z + mills) / s, -z * (slope * z + mills))
 
 
-def _likelihood_terms(theta, x, y, observed, lower=None):
+def _likelihood_terms(theta, x, y, observed, lower=None, *, hessian: bool = True):
     r"""Per system: the log-likelihood of :math:`y = a + bx + \sigma\varepsilon` and its derivatives in
-    :math:`\mu = a + bx` and :math:`\tau = \log\sigma`: ``(ell, ell_mu, ell_tau, ell_mumu, ell_mutau, ell_tautau)``.
+    :math:`\mu = a + bx` and :math:`\tau = \log\sigma`: ``(ell, ell_mu, ell_tau, ell_mumu, ell_mutau, ell_tautau)``
+    (the last three with ``hessian`` only).
 
     Observed y: :math:`\log\varphi(z) - \tau` (:math:`\ell_\mu = z/\sigma`, :math:`\ell_\tau = z^2 - 1`,
     :math:`\ell_{\mu\mu} = -1/\sigma^2`, :math:`\ell_{\mu\tau} = -2z/\sigma`, :math:`\ell_{\tau\tau} = -2z^2`);
     right-censored y (a lower bound): :math:`\log\Phi(-z)` (:func:`_log_tail_terms`). With a finite ``lower``
-    bound l (left truncation: y is seen only when it is at least l) every term has :math:`\log\Phi(-z_l)`,
+    bound l (left truncation: y is seen only when it is at least l) the term has :math:`\log\Phi(-z_l)`,
     :math:`z_l = (l - \mu)/\sigma`, subtracted, derivatives and all; ``-inf`` or NaN: no truncation.
     """
     a, b, log_s = theta
     s = np.exp(log_s)
     z = (y - a - b * x) / s
-    tail = _log_tail_terms(z, s)
-    obs = (-log_s - 0.5 * z**2 - 0.5 * np.log(2 * np.pi), z / s, z**2 - 1.0, np.full(z.shape, -1.0 / s**2),
-           -2.0 * z / s, -2.0 * z**2)
-    terms = [np.where(observed, o, c) for o, c in zip(obs, tail)]
+    obs = np.asarray(observed, bool)
+    cen = ~obs
+    zo = z[obs]
+    terms = [np.empty(z.shape) for _ in range(6 if hessian else 3)]
+    parts = [-log_s - 0.5 * zo**2 - 0.5 * np.log(2 * np.pi), zo / s, zo**2 - 1.0]
+    if hessian:
+        parts += [np.full(zo.shape, -1.0 / s**2), -2.0 * zo / s, -2.0 * zo**2]
+    for term, o, c in zip(terms, parts, _log_tail_terms(z[cen], s, hessian)):
+        term[obs], term[cen] = o, c
     if lower is not None:
-        lower = np.asarray(lower, float)
-        cut = np.isfinite(lower)
-        if cut.any():
-            z_l = np.where(cut, (np.where(cut, lower, 0.0) - a - b * x) / s, 0.0)
-            terms = [term - np.where(cut, t_l, 0.0) for term, t_l in zip(terms, _log_tail_terms(z_l, s))]
+        cut = np.flatnonzero(np.isfinite(np.asarray(lower, float)))
+        if cut.size:
+            z_l = (np.asarray(lower, float)[cut] - a - b * np.asarray(x)[cut]) / s
+            for term, t_l in zip(terms, _log_tail_terms(z_l, s, hessian)):
+                term[cut] -= t_l
     return terms
 
 
@@ -382,11 +391,13 @@ def _censored_normal_nll(theta, x, y, observed, lower=None, *, hessian: bool = F
     ``observed`` and, where ``lower`` is finite, left-truncated at it (:func:`_likelihood_terms`); theta =
     (a, b, log sigma). a and b enter through :math:`\mu = a + bx` (weights 1 and x).
     """
-    ell, d_mu, d_tau, mu_mu, mu_tau, tau_tau = _likelihood_terms(theta, x, y, observed, lower)
+    terms = _likelihood_terms(theta, x, y, observed, lower, hessian=hessian)
+    ell, d_mu, d_tau = terms[:3]
     nll = -np.sum(ell)
     gradient = -np.array([d_mu.sum(), (d_mu * x).sum(), d_tau.sum()])
     if not hessian:
         return nll, gradient
+    mu_mu, mu_tau, tau_tau = terms[3:]
     H = -np.array([[mu_mu.sum(), (mu_mu * x).sum(), mu_tau.sum()],
                    [(mu_mu * x).sum(), (mu_mu * x * x).sum(), (mu_tau * x).sum()],
                    [mu_tau.sum(), (mu_tau * x).sum(), tau_tau.sum()]])
@@ -516,7 +527,7 @@ def lifetime_slope(beta: np.ndarray, lifetime: np.ndarray, censored: np.ndarray,
                                   f"{np.exp(theta[2]):.3g}: it extrapolates far below the recorded lifetimes"}
     H = nll(theta, hessian=True)[2]  # the observed information
     H_inv = np.linalg.pinv(H)
-    _, d_mu, d_tau, *_ = _likelihood_terms(theta, x, y, obs, lower)
+    _, d_mu, d_tau = _likelihood_terms(theta, x, y, obs, lower, hessian=False)
     scores = np.stack([np.bincount(codes, weights=w, minlength=G) for w in (d_mu, d_mu * x, d_tau)], axis=1)
     robust = H_inv @ (scores.T @ scores) @ H_inv * (G / max(G - 1, 1))
     wald = _special.ndtri(0.5 + confidence / 2) * np.sqrt(max(H_inv[1, 1], 0.0))
