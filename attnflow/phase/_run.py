@@ -531,6 +531,9 @@ def _precision_lines(config: PhaseConfig, check: dict | None) -> list[str]:
             m = e.get(name)
             if m is None:
                 continue
+            if m["ratio"] == 0:
+                moves.append(f"the {label} not at all")
+                continue
             moves.append(f"the {label} by up to {m['diff']:+.{digits}f} [{m['diff_lo']:+.{digits}f}, "
                          f"{m['diff_hi']:+.{digits}f}] (beta = {m['beta']:g}, t = {m['t']:g}; the cell's interval "
                          f"is +-{m['half_width']:.{digits}f}: {'**beyond it**' if m['beyond'] else 'within it'})")
