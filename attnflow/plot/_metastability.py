@@ -49,7 +49,7 @@ def staircase(t, energy, *, clusters=None, ax=None, names=None, title: str | Non
         missing += int((keep & ~np.isfinite(E[s])).sum())
         ax.plot(tt[ok], E[s, ok], color=cs[s], lw=1.4, label=names[s])
     ax.set_xscale("log")
-    log_ticks(ax.xaxis)
+    log_ticks(ax.xaxis, minor_decades=1.2)
     if C is not None:
         right = ax.twinx()
         for s in range(C.shape[0]):

@@ -155,7 +155,7 @@ def levels(ts, s, *, ax=None, ylabel: str = r"$\varphi_1^*(z_i)$", title: str | 
         >>> t = np.linspace(0, 1, 5)
         >>> ax = ap.levels(t, np.outer(1 - t / 2, [1.0, -0.5, 0.2]))
         >>> ax.get_xlabel(), len(ax.lines)
-        ('t', 4)
+        ('$t$', 4)
     """
     check = Inputs("levels")
     t = finite(check.array("ts", ts, ("T",)))

@@ -210,23 +210,30 @@ def plain_ticks(axis, *, log_too: bool = False) -> None:
         axis.set_major_formatter(fmt)
 
 
-def log_ticks(axis) -> None:
-    """Plain numbers (``2``, ``10``, ``30``) at the major and the labelled minor ticks of a log axis, never
-    ``2 x 10^0``.
+def log_ticks(axis, *, minor_decades: float = 2.0) -> None:
+    """Plain numbers (``0.2``, ``2``, ``10``, ``30``) at the major ticks of a log axis, never ``2 x 10^0`` or
+    ``2e-01``, and at the minor ticks 2, 3, ... when the axis spans at most ``minor_decades`` decades
+    (fewer for a horizontal axis, whose labels sit side by side).
 
     Example:
         >>> import attnflow.plot as ap
         >>> from attnflow.plot._style import log_ticks
         >>> fig, ax = ap.new_axes()
         >>> ax.set_yscale("log")
+        >>> ax.set_ylim(0.15, 3.0)
+        (0.15, 3.0)
         >>> log_ticks(ax.yaxis)
-        >>> type(ax.yaxis.get_minor_formatter()).__name__
-        'LogFormatter'
+        >>> [ax.yaxis.get_minor_formatter()(x) for x in (0.2, 0.3, 2.0)]
+        ['0.2', '0.3', '2']
     """
     from matplotlib.ticker import LogFormatter
 
-    axis.set_major_formatter(LogFormatter())
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    class PlainLog(LogFormatter):
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(PlainLog())
+    axis.set_minor_formatter(PlainLog(labelOnlyBase=False, minor_thresholds=(minor_decades, 0.4 * minor_decades)))
 
 
 def finite(values, what: str = "values") -> np.ndarray:
