@@ -604,8 +604,10 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
               "per-count fits. The energy staircase's "
               f"steps are runs over which E_beta stays within {rule['energy_rel_tol']:.0%} of its value at the "
               "run's start and which pass the same hold test (`mean_energy_plateaus`).", "",
-              "The dashed line on the first heat map (sphere, Q = K = V = I) is the time an equiangular cloud with "
-              "the cells' initial mean inner product needs to reach the threshold.", "",
+              "The dashed line on the first heat map (sphere, Q = K = V = I; on a grid of fewer than 8 betas, a "
+              "diamond on each beta's curve) is the time an equiangular cloud with the cells' initial mean inner "
+              "product needs to reach the threshold: exact for n <= d, where such a cloud exists, a heuristic for "
+              "n > d, where a random cloud is read as if it were equiangular (the figure's legend says which).", "",
               "Files: cells.csv (per cell and checkpoint: means and intervals), metastability.csv, systems/*.npz "
               "(per-system arrays), summary.json, config.json, provenance.json."]
     runio.atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
