@@ -43,6 +43,7 @@ from ._metastability import (
     HOLD_RATIO,
     MIN_FIT_CELLS,
     MIN_FIT_CLUSTERS,
+    MIN_RETAINED,
     first_plateaus,
     lifetime_slope,
     lifetime_summary,
@@ -422,7 +423,7 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
             "cells": sizes["cells"], "runs": sizes["pairs"], "nonfinite_runs": nonfinite,
             "plateau_rule": {"hold_ratio": HOLD_RATIO, "min_duration": 0.0, "energy_rel_tol": ENERGY_REL_TOL,
                              "fit_min_plateau_fraction": FIT_MIN_PLATEAU_FRACTION, "min_fit_cells": MIN_FIT_CELLS,
-                             "min_fit_clusters": MIN_FIT_CLUSTERS},
+                             "min_fit_clusters": MIN_FIT_CLUSTERS, "min_retained": MIN_RETAINED},
             "groups": heads, "lifetime_fits": fits}
 
 
@@ -597,7 +598,9 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
               f"divided by the survival at the least lifetime the hold test admits, {rule['hold_ratio']:g} t_a: the "
               "lifetimes are left-truncated there) over the cells where at least "
               f"{rule['fit_min_plateau_fraction']:.0%} of the systems reach a plateau (`in_fit`), and not on fewer "
-              f"than {rule['min_fit_cells']} betas or {rule['min_fit_clusters']} clouds. System s starts from the "
+              f"than {rule['min_fit_cells']} betas or {rule['min_fit_clusters']} clouds, nor where it would say that "
+              f"fewer than {rule['min_retained']:.0%} of the states reached pass their bound (not identified: the "
+              "recorded lifetimes then say nothing of the states below it). System s starts from the "
               "same cloud at every beta, so b's interval is clustered by cloud (a sandwich of the clouds' score "
               "sums). For a fixed configuration of well-separated clusters the lifetime grows exponentially in "
               "beta; the pooled fit mixes configurations (their number of clusters grows with beta), hence the "
