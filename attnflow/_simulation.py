@@ -243,7 +243,8 @@ def simulate(
     r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j`.
 
     Args:
-        x0: initial tokens (n, d) (or (B, n, d) with ``batch`` naming ``"x0"``).
+        x0: initial tokens (n, d) (or (B, n, d) with ``batch`` naming ``"x0"``), n >= 2 (one token does
+            not interact: P = [1] and :math:`x(t) = e^{tV}x_0`).
         Q, K, V: (m, d), (m, d), (d, d) weights; or ``Q`` an :class:`~attnflow.AttentionWeights`
             (biases, several heads) and K, V omitted.
         t1, t0: time span (layers, for the Euler stepper: ``(t1 - t0)/dt`` layers).
@@ -255,10 +256,11 @@ def simulate(
         ts / num_saves: save times, or their number on a uniform grid (diffrax).
         save_every: Euler saves every this many layers (default: every layer).
         rtol, atol: adaptive tolerances (defaults depend on dtype).
-        beta: inverse temperature (default 1, the paper's model); with an AttentionWeights
-            it is part of the weights.
+        beta: inverse temperature, finite and > 0 (default 1, the paper's model; for a negative one
+            pass -Q); with an AttentionWeights it is part of the weights.
         dtype: ``"float32"`` (default) or ``"float64"`` (computed in a scoped float64 mode;
-            JAX's global configuration is never changed). Under jit/vmap/grad a float64 run needs
+            JAX's global configuration is never changed): the precision of the run and of every
+            output, whatever the inputs' dtype. Under jit/vmap/grad a float64 run needs
             float64 around the transformation (``with jax.enable_x64(True):``); without it
             ``dtype="float64"`` with traced inputs is an ``InputError``.
         batch: which inputs carry a leading axis of B independent systems: ``"x0"``, a tuple
@@ -685,17 +687,11 @@ def load(path) -> Simulation:
     if not os.path.isfile(path):
         raise InputError(f"{path} does not exist (or is not a file); give a file written by Simulation.save.")
     not_ours = f"{path} is not an attnflow simulation (write one with Simulation.save)"
-    try:  # what the file is, from its first bytes: numpy would read a text file as a pickle, an empty one not at all
-        with open(path, "rb") as fh:
-            head = fh.read(6)
-    except OSError as err:
-        raise InputError(f"{path} cannot be read ({err.strerror or err}); give a file written by Simulation.save.") from None
-    if not head:
-        raise InputError(f"{not_ours}: it is an empty file (0 bytes), not the .npz archive Simulation.save writes.")
-    if head == b"\x93NUMPY":
-        raise InputError(f"{not_ours}: it is a single NumPy array, not an .npz archive.")
-    if head[:4] != b"PK\x03\x04":
-        raise InputError(f"{not_ours}: it is not an .npz archive (a zip file, which Simulation.save writes).")
+    from .runio import npz_problem
+
+    problem = npz_problem(path)  # numpy would read a text file as a pickle, an empty one not at all
+    if problem is not None:
+        raise InputError(f"{not_ours}: {problem}.")
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):

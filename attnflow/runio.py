@@ -65,6 +65,7 @@ __all__ = [
     "KeptWork",
     "count_kept",
     "interrupted_sentence",
+    "npz_problem",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -606,6 +607,33 @@ def _describe(identity: Any) -> str:
     return " ".join(str(identity[k]) for k in ("kind", "name") if k in identity) or "an unknown file"
 
 
+def npz_problem(path: str | os.PathLike) -> str | None:
+    """Why the file ``path`` is not an ``.npz`` archive, from its first bytes (None: it begins as one), so that a
+    reader says what the file is instead of numpy's errors (an empty file's ``EOFError``, a text file's advice
+    to unpickle it); raises :class:`InputError` when it cannot be read.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runio import npz_problem
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.npz"
+        >>> _ = path.write_text("t, x")
+        >>> npz_problem(path)
+        'it is not an .npz file (it does not begin as a zip archive does)'
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as err:
+        raise InputError(f"{path} cannot be read ({err.strerror or err}).") from None
+    if not head:
+        return "it is an empty file (0 bytes)"
+    if head == b"\x93NUMPY":
+        return "it is a single NumPy array (.npy), not an .npz archive"
+    if head[:4] != b"PK\x03\x04":
+        return "it is not an .npz file (it does not begin as a zip archive does)"
+    return None
+
+
 def _verify_npz(path: Path, identity: dict) -> tuple[dict | None, str]:
     """(the arrays, "") of a stored file of ``identity``; (None, why not) otherwise."""
     import numpy as np
@@ -613,12 +641,9 @@ def _verify_npz(path: Path, identity: dict) -> tuple[dict | None, str]:
     if path.is_dir():
         return None, "a folder, not a file"
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-        if not head:
-            return None, "an empty file (0 bytes)"
-        if head != b"PK\x03\x04":
-            return None, "not an .npz file (it does not begin as a zip archive does)"
+        problem = npz_problem(path)
+        if problem is not None:
+            return None, problem.removeprefix("it is ")
         with np.load(path, allow_pickle=False) as f:
             data = {k: f[k] for k in f.files}
     except Exception as err:

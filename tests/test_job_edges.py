@@ -196,7 +196,7 @@ def test_check_work_names_the_key_and_the_size_that_would_finish(monkeypatch):
 
 
 @pytest.mark.parametrize("content, what", [(b"", "it is an empty file (0 bytes)"),
-                                           (b"t, x\n0, 1\n", "it is not an .npz archive"),
+                                           (b"t, x\n0, 1\n", "it is not an .npz file"),
                                            (None, "it is a single NumPy array")])
 def test_load_of_a_file_that_is_not_a_simulation_says_what_it_is(tmp_path, content, what):
     path = tmp_path / "sim.npz"
@@ -210,3 +210,15 @@ def test_load_of_a_file_that_is_not_a_simulation_says_what_it_is(tmp_path, conte
     text = str(err.value)
     assert text.startswith(f"{path} is not an attnflow simulation") and what in text
     assert "pickle" not in text and text.count(". ") == 0  # one sentence, no advice from numpy
+
+
+def test_a_probe_weights_file_that_is_not_an_npz_archive_is_refused_in_one_sentence(tmp_path):
+    from attnflow.probe import read_probe_config
+
+    weights = tmp_path / "w.npz"
+    weights.write_bytes(b"")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(f'study = "distance-to-failure"\n[system]\nweights_file = "{weights.name}"\n')
+    with pytest.raises(InputError, match=r"system\.weights_file' = .* must be a readable \.npz file with arrays Q, K "
+                                         r"and V .*; it is an empty file \(0 bytes\)\.$"):
+        read_probe_config(cfg)

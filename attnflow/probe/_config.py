@@ -13,6 +13,7 @@ output folder is claimed. The config's fingerprint (the resolved dict and the sh
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import tomllib
 import zipfile
@@ -25,7 +26,7 @@ import numpy as np
 from .. import _validate as v
 from .._resources import check_fits
 from ..errors import InputError
-from ..runio import config_fingerprint, load_config
+from ..runio import config_fingerprint, load_config, npz_problem
 from .._weights import check_shapes
 from ._systems import num_layers
 
@@ -116,12 +117,16 @@ def user_weights(config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
         return None
     if file:
         where = f"system.weights_file {file}"
+        expected = (f"config key 'system.weights_file' = {file!r} must be a readable .npz file with arrays Q, K and "
+                    "V (a relative path is read from the config file's folder)")
+        problem = npz_problem(file) if os.path.isfile(file) else None
+        if problem is not None:
+            raise InputError(f"{expected}; {problem}.")
         try:
             with np.load(file, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as err:
-            raise InputError(f"config key 'system.weights_file' = {file!r} must be a readable .npz file with "
-                             f"arrays Q, K and V (a relative path is read from the config file's folder): {err}.") from None
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
+            raise InputError(f"{expected}: {err}.") from None
     else:
         where, arrays = "[weights]", table
     if sorted(arrays) != ["K", "Q", "V"]:
