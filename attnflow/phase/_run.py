@@ -382,7 +382,10 @@ def _dtype_check(config: PhaseConfig, sw, by_group: dict, cells: dict, t: np.nda
                      clusters_t1_changed=int((np.asarray(a["clusters"])[ok, -1]
                                               != np.asarray(r["clusters"])[ok, -1]).sum()))
         out.append(entry)
-    return {"run": True, "betas": list(betas), "systems": m, "groups": out,
+    spec = config.dynamics  # its per-system draws are made in the run's dtype: the check's float64 ones differ
+    own = {"layered": "per-layer perturbations", "block": "MLP weights"}.get(spec.name) or (
+        "feed-forward W" if spec.name == "feedforward" and spec.ff_weight == "random" else None)
+    return {"run": True, "betas": list(betas), "systems": m, "groups": out, "other_draws": own,
             "beyond_interval": any(e[n] is not None and e[n]["beyond"] for e in out for n in names)}
 
 
@@ -518,7 +521,9 @@ def _precision_lines(config: PhaseConfig, check: dict | None) -> list[str]:
     """The report's paragraph on the run's precision (:func:`_dtype_check`)."""
     if config.dtype == "float64":
         return ["**Precision.** float64. (A float32 run re-runs a sample of its cells in float64 from the same "
-                "start clouds and says here whether the precision moved its statistics beyond their intervals.)"]
+                "start clouds and says here whether the precision moved its statistics beyond their intervals; a "
+                "float32 run of the same seed starts from other clouds, so attnflow.phase.compare_runs compares the "
+                "two folders unpaired.)"]
     if check is None or not check.get("run"):
         why = "it was not asked for" if check is None else check["reason"]
         return ["**Precision: float32, not checked** (" + why + "). Float32 results at large beta are "
@@ -547,9 +552,12 @@ def _precision_lines(config: PhaseConfig, check: dict | None) -> list[str]:
                "The means stay within the diagram's intervals on this sample" + (
                    "; single clouds change, so per-cloud results (lifetimes, merges) at these betas depend on the "
                    "precision." if changed else "."))
+    other = "" if not check.get("other_draws") else (
+        f" (the dynamics' {check['other_draws']} are drawn in each precision: the re-run's differ, so the check "
+        "also holds their sampling error)")
     return [f"**Precision: float32.** A float64 re-run of {len(check['betas'])} betas "
             f"({', '.join(f'{b:g}' for b in check['betas'])}) x {check['systems']} clouds per group from the same "
-            "float32 start clouds (paired differences, as attnflow.phase.compare_runs computes them): "
+            f"float32 start clouds{other} (paired differences, as attnflow.phase.compare_runs computes them): "
             + "; ".join(parts) + ". " + verdict]
 
 
