@@ -77,18 +77,18 @@ _WIDE = (np.dtype(np.float64), np.dtype(np.complex128))
 
 def _is_float64(leaf: Any) -> bool:
     """An array of at least one axis in float64 / complex128, or a request for that dtype (``dtype=``)."""
+    dtype = getattr(leaf, "dtype", None)
+    if isinstance(dtype, np.dtype) and not isinstance(leaf, type):  # arrays (NumPy, JAX, tracers), NumPy scalars
+        return dtype in _WIDE and getattr(leaf, "ndim", 0) > 0
     if isinstance(leaf, str):
         return leaf in ("float64", "complex128")
     if isinstance(leaf, np.dtype):
         return leaf in _WIDE
-    if isinstance(leaf, type):  # np.float64, jnp.float64 (whose dtype is an attribute), float (no request)
+    if isinstance(leaf, type):  # np.float64, or jnp.float64 whose dtype is an attribute (float: no request)
         if issubclass(leaf, np.generic):
             return np.dtype(leaf) in _WIDE
-        return isinstance(getattr(leaf, "dtype", None), np.dtype) and leaf.dtype in _WIDE
-    dtype = getattr(leaf, "dtype", None)
-    if dtype is None or np.ndim(leaf) == 0:
-        return False
-    return np.dtype(dtype) in _WIDE
+        return isinstance(dtype, np.dtype) and dtype in _WIDE
+    return False
 
 
 def wants_float64(*trees: Any, **kwargs: Any) -> bool:

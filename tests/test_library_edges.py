@@ -203,6 +203,19 @@ def test_float64_input_gives_float64_results_with_float64_off(name):
             np.testing.assert_array_equal(g, w, err_msg=name)
 
 
+def test_what_asks_for_float64():
+    """Arrays of at least one axis and dtype requests decide; scalars are parameters (as in JAX's promotion)."""
+    from attnflow._x64 import wants_float64
+
+    for yes in ([np.ones(2)], {"a": (np.ones((2, 2), np.complex128),)}, jnp.asarray(np.ones(2, np.float32))[None]):
+        assert wants_float64(yes) == (not isinstance(yes, jax.Array))
+    for request in ("float64", np.float64, jnp.float64, np.dtype("complex128")):
+        assert wants_float64(dtype=request)
+    for no in (1.0, np.float64(1.0), np.array(2.0), None, "x", float, jnp.float32, np.ones(2, np.float32),
+               np.arange(3)):
+        assert not wants_float64(no) and not wants_float64(dtype=no)
+
+
 def test_float64_results_match_independent_numpy_references():
     """Three results against plain NumPy in float64 (rtol 1e-13: a few roundings of O(1) sums)."""
     d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))

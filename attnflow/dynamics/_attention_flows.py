@@ -211,7 +211,7 @@ class AttentionFlow(_AttentionField):
         Q: (m, d) query matrix, or an :class:`~attnflow.AttentionWeights` (then omit K, V, beta);
             weights with a ``"head"`` axis give multi-head attention (sum over heads).
         K: (m, d) key matrix.  V: (d, d) value matrix.
-        beta: inverse temperature (the paper's model is beta = 1).
+        beta: inverse temperature, finite and > 0 (the paper's model is beta = 1).
         attention_impl: ``attend``'s implementation, or ``"fourier"``: on the circle (d = 2) with
             :math:`\beta Q^T K = c R(\alpha)` a scaled rotation, no mask and no query/key bias, the
             O(n K) Fourier path of :mod:`attnflow._fourier` (exact to rounding for unit tokens; it
