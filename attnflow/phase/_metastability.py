@@ -51,7 +51,8 @@ factor per unit of beta of the median lifetime. The slope's interval is cluster-
 reuses system s's cloud at every beta, so the lifetimes of one cloud are not independent, and the
 interval comes from the sandwich :math:`H^{-1} (\sum_g s_g s_g^T) H^{-1}` with the score sums
 :math:`s_g` of each cloud g. No fit is made on fewer than :data:`MIN_FIT_CELLS` betas or
-:data:`MIN_FIT_CLUSTERS` clouds.
+:data:`MIN_FIT_CLUSTERS` clouds, nor reported when it says that fewer than :data:`MIN_RETAINED` of the states
+reached pass their bounds (not identified).
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ MIN_FIT_CLUSTERS = 10
 #: the least fraction of all the states reached that the fit may say were recorded (``retained``: the states
 #: that lasted past their truncation bound, estimated as :math:`m / \sum_i 1/S(L_i)`): below it the fit explains
 #: the recorded lifetimes by a distribution almost all of whose mass lies below the bounds, an extrapolation the
-#: data cannot check (a window of recorded lifetimes a few times wide lets the spread run away), and it is
-#: reported as not identified
+#: data cannot check, and it is reported as not identified (recorded log lifetimes that fall off from their
+#: bounds like an exponential, as the first plateaus pooled over cluster counts do, are fitted by a truncated
+#: log-normal only as sigma -> infinity)
 MIN_RETAINED = 0.05
 
 
