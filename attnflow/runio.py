@@ -628,7 +628,7 @@ def npz_problem(path: str | os.PathLike) -> str | None:
     if not head:
         return "it is an empty file (0 bytes)"
     if head == b"\x93NUMPY":
-        return "it is a single NumPy array (.npy), not an .npz archive"
+        return "it is a single NumPy array (.npy), not an .npz file"
     if head[:4] != b"PK\x03\x04":
         return "it is not an .npz file (it does not begin as a zip archive does)"
     return None
