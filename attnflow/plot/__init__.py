@@ -2,7 +2,8 @@
 
 Each function takes data first (a :class:`attnflow.Simulation`, arrays, or a run folder's
 table), keyword-only options and an optional matplotlib ``ax`` (or ``fig``), and returns the
-Axes or Figure it drew; none saves or shows. :func:`save` writes a figure as PNG, with PDF /
+Axes or Figure it drew; none saves or shows. Each checks its inputs before it draws: shapes that
+disagree, an empty input or a missing key raise :class:`attnflow.errors.InputError` in one sentence. :func:`save` writes a figure as PNG, with PDF /
 SVG beside it when asked (argument, or :func:`figure_formats` around a whole job).
 """
 
@@ -14,7 +15,7 @@ from ._animation import animate, frame_indices
 from ._spectrum import EIGEN_CLASSES, STATUS_COLOURS, STATUS_LABELS, eigenvalue_classes, eigenvalues, head_spectra
 from ._sweep import (bars_with_spread, crosstab, fraction_vs_d, predicted_vs_observed, read_table, sweep_fractions,
                      sweep_means)
-from ._phase import cell_edges, curves_at_fixed_t, phase_diagram
+from ._phase import COARSE_BETAS, cell_edges, curves_at_fixed_t, phase_diagram
 from ._metastability import lifetime_vs_beta, staircase
 from ._models import flow_vs_spectrum, head_maps, model_vs_flow
 from ._probe import beyond_pd_tokens, failure_distances, sensitivity_maps
@@ -55,6 +56,7 @@ __all__ = [
     "phase_diagram",
     "curves_at_fixed_t",
     "cell_edges",
+    "COARSE_BETAS",
     "staircase",
     "lifetime_vs_beta",
     "model_vs_flow",
