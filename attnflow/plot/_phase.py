@@ -198,7 +198,7 @@ def _curves_over_t(ax, V, b, tt, overlay, *, log_color, log_t, vmin, vmax, ylabe
     for i, c in enumerate(cs):
         ok = np.isfinite(V[i]) & (tt > 0 if log_t else True)
         ax.plot(tt[ok], V[i, ok], color=c, lw=1.4, marker="o" if ok.sum() <= 12 else None, ms=3,
-                label=rf"$\beta$ = {b[i]:g}")
+                label=rf"$\beta$ = {b[i]:.3g}")
     if overlay is not None:  # the overlay's time for each beta, as a marker on that beta's curve
         ct, cb, cl = (np.asarray(overlay[0], float), np.asarray(overlay[1], float), overlay[2])
         shown = 0
