@@ -302,10 +302,14 @@ def jit_entry(fn: Callable) -> Callable:
 MIN_TOKENS = 2
 
 
-def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature") -> None:
+def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature; for beta < 0 pass -Q instead", *,
+               scalar: bool = False) -> None:
     r"""The one rule for an inverse temperature :math:`\beta` (a scalar, or one per head, layer or
     system): real, finite and > 0, checked on concrete values only, so that a traced beta
-    (``jax.jit``, ``jax.vmap``, ``jax.grad`` over it) passes with its dtype checked.
+    (``jax.jit``, ``jax.vmap``, ``jax.grad`` over it) passes with its dtype checked; ``scalar``: one
+    number only, not one per head, layer or system.
+
+    ``scalar``: one number only (no array of them).
 
     :math:`\beta \le 0` is refused on purpose: :math:`\beta = 0` makes P uniform whatever the
     tokens, and a negative :math:`\beta` is the model with :math:`Q \to -Q`, which is better
@@ -321,7 +325,9 @@ def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature") -
         beta must be finite and > 0 (the inverse temperature; for beta < 0 pass -Q instead), got -1.0.
     """
     if isinstance(beta, (str, bytes, bool, np.bool_)) or beta is None or dtype_of(beta).kind not in "iuf":
-        raise InputError(f"{name} must be a real number ({meaning}), got {beta!r:.60}.")
+        raise InputError(f"{name} must be a real number > 0 ({meaning}), got {beta!r:.60}.")
+    if scalar and shape_of(name, beta) != ():
+        raise InputError(f"{name} must be one number > 0 ({meaning}), got shape {shape_of(name, beta)}.")
     if not is_concrete(beta):
         return
     arr = np.asarray(beta, np.float64)
@@ -329,8 +335,7 @@ def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature") -
     if np.any(bad):
         shown = arr.item() if arr.ndim == 0 else arr[bad].ravel()[0].item()
         where = "" if arr.ndim == 0 else f" (entry {tuple(int(i) for i in np.argwhere(bad)[0])} of shape {arr.shape})"
-        raise InputError(f"{name} must be finite and > 0 ({meaning}; for beta < 0 pass -Q instead), "
-                         f"got {shown!r}{where}.")
+        raise InputError(f"{name} must be finite and > 0 ({meaning}), got {shown!r}{where}.")
 
 
 def check_num_tokens(name: str, n: Any) -> int:

@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 import warnings
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -334,6 +333,19 @@ def test_one_token_is_refused_with_one_sentence_everywhere_simulate_runs():
     with pytest.raises(af.InputError, match=want):
         af.simulate(X0[:1], I2, I2, I2, t1=1.0, method="euler", dt=0.5)
     assert af.simulate(X0[:2], I2, I2, I2, t1=1.0, num_saves=2).states.shape == (2, 2, 2)
+
+
+def test_the_meanfield_kernel_and_the_energies_take_the_same_rule():
+    """kernel_modes used to take beta = 0; the energies refused it with another sentence."""
+    for call in (lambda b: meanfield.kernel_modes(b, 3), lambda b: observables.interaction_energy(XS, b),
+                 lambda b: meanfield.interaction_energy_tiled(XS, b),
+                 lambda b: meanfield.interaction_energy_fourier(TH, b)):
+        call(1.5)
+        for bad in (0.0, -1.0, np.nan):
+            with pytest.raises(af.InputError, match="beta must be finite and > 0"):
+                call(bad)
+        with pytest.raises(af.InputError, match="beta must be one number"):
+            call(np.array([1.0, 2.0]))
 
 
 def test_the_validation_rules_are_the_helpers_the_jobs_share():

@@ -25,7 +25,6 @@ from jaxtyping import Array, Float
 from .. import _validate as v
 from .._x64 import keeps_float64
 from .._fourier import kernel_coefficients
-from ..errors import InputError
 
 __all__ = ["kernel_modes", "quadrature_nodes"]
 
@@ -60,9 +59,7 @@ def kernel_modes(beta, num_modes: int, dtype=None) -> Float[Array, " M"]:
         [0.0, 0.0, 0.0, 0.0, 0.0]
     """
     num_modes = v.check_int("num_modes", num_modes, minimum=0, meaning="the highest Fourier mode")
-    v.check_real("beta", beta, "the inverse temperature, a finite scalar >= 0")
-    if v.is_concrete(beta) and float(beta) < 0:
-        raise InputError(f"beta must be >= 0 (the inverse temperature), got {float(beta)!r}.")
+    v.check_beta("beta", beta, "the inverse temperature of the kernel e^(beta <x, y>)", scalar=True)
     dtype = jnp.result_type(beta, float) if dtype is None else jnp.dtype(dtype)
     return _kernel_modes(beta, num_modes, dtype)
 

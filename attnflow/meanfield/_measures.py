@@ -316,7 +316,7 @@ def _sphere_histogram(x, weights, num_z: int, num_phi: int):
 
 
 def _check_beta(beta):
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature of the kernel e^(beta <x, y>)", scalar=True)
 
 
 @keeps_float64

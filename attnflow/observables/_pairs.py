@@ -257,7 +257,7 @@ def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
         (1.84726, 1.84726)
     """
     x = _tokens(x)
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature of the energy", scalar=True)
     return _energy(x @ x.T, beta)
 
 
