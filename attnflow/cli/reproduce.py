@@ -25,7 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.epilog = "Exit status: 0 when every graded check passes, 1 when a check or a case failed (the report is " \
-               "written either way), 2 on bad input."
+               "written either way), 2 on bad input, 130 when interrupted (Ctrl-C; the previous report is kept)."
     p.set_defaults(func=_main)
     return p
 

@@ -620,10 +620,9 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     parsed = parse_extensions_config(cfg)  # every key checked, before any work
     selected = list(studies or parsed.studies or STUDIES)
     settings = check_extensions_config(parsed, selected, quick)  # sizes and work checked
-    if progress:
-        work = [study_work(name, settings[name]) for name in selected]
-        announce_work(f"extensions ({len(selected)} stud{'y' if len(selected) == 1 else 'ies'})",
-                      sum(w[1] for w in work), sum(w[2] for w in work))
+    work = [study_work(name, settings[name]) for name in selected]  # said on stderr when it is long
+    announce_work(f"extensions ({len(selected)} stud{'y' if len(selected) == 1 else 'ies'})",
+                  sum(w[1] for w in work), sum(w[2] for w in work))
     folder, _ = claim_output_dir(out, KIND)
     write_marker(folder, KIND, {"complete": False})
     prov = provenance(seed=parsed.seed, config=cfg)

@@ -88,9 +88,8 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
         raise InputError(f"unknown case name(s) {', '.join(map(repr, unknown))}; known cases: {', '.join(known)}.")
     selected = [c for c in known if c in selected]  # report order, no duplicates
     settings = {name: resolve_settings(parsed, name, quick) for name in selected}  # sizes and work checked
-    if progress:
-        work = [case_work(name, settings[name]) for name in selected]
-        announce_work(f"reproduce ({len(selected)} case(s))", sum(w[0] for w in work), sum(w[1] for w in work))
+    work = [case_work(name, settings[name]) for name in selected]  # said on stderr when it is long
+    announce_work(f"reproduce ({len(selected)} case(s))", sum(w[0] for w in work), sum(w[1] for w in work))
 
     out = Path(out)
     existed = out.exists()
