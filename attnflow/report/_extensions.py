@@ -95,7 +95,8 @@ class Study:
                "passed": None if passed is None else bool(passed), "tolerance": tolerance}
         if verdict is not None:
             if passed is not None:
-                raise ValueError("a verdict text is only for ungraded rows")
+                raise InputError(f"check {name!r}: a verdict text is only for an ungraded row (passed=None), got "
+                                 f"passed={passed!r}.")
             row["verdict"] = verdict
         self.checks.append(row)
 

@@ -121,7 +121,8 @@ def _gather_into(a: jax.Array, dest: np.ndarray, b: int) -> np.ndarray:
     """Copy the first ``b`` rows of the sharded array ``a`` into ``dest`` (shape (b, ...)), shard by shard
     (a shard on a CPU device is read without a copy)."""
     if dest.shape != (b, *a.shape[1:]):
-        raise ValueError(f"the output array to fill has shape {dest.shape}, expected {(b, *a.shape[1:])}")
+        raise InputError(f"the output array to fill has shape {dest.shape}; it must have the chunk's shape "
+                         f"{(b, *a.shape[1:])}.")
     for shard in a.addressable_shards:
         rows = shard.index[0] if shard.index else slice(None)
         start, stop, _ = rows.indices(a.shape[0])
