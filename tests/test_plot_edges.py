@@ -111,7 +111,7 @@ CASES = {
                          lambda: ap.beyond_pd_tokens(np.ones((4, 2)), [], -np.eye(2))),
     "failure_distances": (lambda: ap.failure_distances([{"rho_clustering": 0.1}], [0.5]),
                           lambda: ap.failure_distances([], [])),
-    "sensitivity_maps": (lambda: ap.sensitivity_maps(np.ones((2, 3, 3)), np.ones((2, 4, 4))),
+    "sensitivity_maps": (lambda: ap.sensitivity_maps(np.ones((2, 3, 3)), np.ones((2, 2, 3))),
                          lambda: ap.sensitivity_maps(np.ones((2, 0, 0)), np.ones((2, 0, 0)))),
     "circle_density": (lambda: ap.circle_density(np.ones((4, 16)), t=T5), lambda: ap.circle_density(np.ones((5, 0)), t=T5)),
     "distance_vs_n": (lambda: ap.distance_vs_n([100, 400], np.ones((3, 2, 2)), times=[0.0, 1.0]),
@@ -257,3 +257,10 @@ def test_the_phase_staircase_without_a_finite_system_says_so(tmp_path, monkeypat
     monkeypatch.setattr(ap, "save", lambda fig, path, close=False: figures.append(fig) or ["s.png"])
     phase_figures.staircase(tmp_path / "s.png", T5, np.ones((0, 5)), np.ones((0, 5)), r"$\beta$ = 1")
     assert any("no finite system" in t.get_text() for a in figures[0].axes for t in a.texts)
+
+
+def test_sensitivity_maps_draw_a_truncated_eigenbasis():
+    """A real head keeps only V's k leading modes: S is (2, k, k) with k < d (the probe's real-head study)."""
+    rng = np.random.default_rng(3)
+    fig = ap.sensitivity_maps(rng.normal(size=(2, 6, 6)), rng.normal(size=(2, 3, 3)) + 0j)
+    assert len(fig.axes) == 8

@@ -160,7 +160,8 @@ def sensitivity_maps(G, S, *, title: str | None = None, fig=None):
 
     Args:
         G: ``(2, d, d)`` gradients (non-finite entries masked and noted).
-        S: ``(2, d, d)`` the gradients in the eigenbasis (complex; their moduli are drawn).
+        S: ``(2, k, k)`` the gradients in the eigenbasis of V's ``k`` leading modes (complex; their
+            moduli are drawn; ``k = d`` when every mode is kept).
         title: figure title (e.g. the system's name).
         fig: Figure to draw in (default: a new one).
 
@@ -179,7 +180,7 @@ def sensitivity_maps(G, S, *, title: str | None = None, fig=None):
 
     check = Inputs("sensitivity_maps")
     G = check.array("G", G, (2, "d", "d"))
-    S = np.abs(check.array("S", S, (2, "d", "d"), dtype=complex))
+    S = np.abs(check.array("S", S, (2, "k", "k"), dtype=complex))
     if fig is None:
         fig = plt.figure(figsize=(15.5, 3.6), layout="constrained")
     axes = fig.subplots(1, 4, squeeze=True)
