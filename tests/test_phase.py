@@ -386,6 +386,8 @@ def test_cli_runs_one_cpu_device_per_core_with_the_same_cells(tmp_path):
     r = subprocess.run([sys.executable, "-m", "attnflow", "phase", str(cfg), "--out", str(tmp_path / "cli")],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    # two betas are fewer cells than a lifetime fit takes: the CLI says so instead of printing nothing
+    assert "first plateau lifetime, pooled over cluster counts: not fitted: " in r.stdout, r.stdout
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["devices"] == cores
     run_phase(load_phase_config(cfg), tmp_path / "one", num_devices=1, figure_workers=0)

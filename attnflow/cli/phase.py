@@ -55,9 +55,14 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
         print(f"n = {g['n']}, d = {g['d']}: fraction of clustered pairs at t = {s['t_last']:g}: "
               f"{p['beta_min']:.3f} at beta = {s['beta'][0]:g}, {p['beta_max']:.3f} at beta = {s['beta'][-1]:g}")
     for fit in s["lifetime_fits"]:
+        where = f"n = {fit['n']}, d = {fit['d']}: first plateau lifetime"
         if fit["slope"] is not None:
-            print(f"n = {fit['n']}, d = {fit['d']}: first plateau lifetime ~ exp({fit['slope']:.3f} beta) "
-                  f"[{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}]")
+            print(f"{where} ~ exp({fit['slope']:.3f} beta) [{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}] (pooled)")
+        else:
+            print(f"{where}, pooled over cluster counts: not fitted: {fit['not_fitted']}")
+        for p in fit.get("by_count", []):  # a fixed cluster configuration: the law the theory speaks of
+            print(f"{where} with {p['count']} clusters ~ exp({p['slope']:.3f} beta) "
+                  f"[{p['slope_lo']:.3f}, {p['slope_hi']:.3f}]")
     done = s["chunks"] - s["chunks_computed_here"]
     print(f"{s['cells']} cells, {s['runs']} runs ({s['nonfinite_runs']} non-finite, excluded); {s['chunks']} chunks: "
           f"{done} resumed, {s['chunks_computed_here']} computed; results in {args.out}")

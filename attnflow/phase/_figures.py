@@ -35,7 +35,7 @@ def theory_label(label: str, n: int, d: int) -> str:
 
 def heat_maps(path: Path, grids: dict, beta, t, *, log_t: bool, overlay, title: str, n: int | None = None,
               d: int | None = None) -> list[str]:
-    """The 2 x 2 panels of :data:`MAPS` over (beta, t) (:func:`attnflow.plot.phase_diagram`: heat maps, or
+    r"""The 2 x 2 panels of :data:`MAPS` over (beta, t) (:func:`attnflow.plot.phase_diagram`: heat maps, or
     curves per beta on a coarse beta grid): ``grids[name]`` (len(beta), len(t)) cell means; the energy drawn
     relative to its largest value :math:`e^\beta / (2\beta)` (comparable across beta); ``overlay``:
     ``(t, beta, threshold)`` of the equiangular model's line on the first panel, or None, labelled

@@ -84,7 +84,7 @@ def phase_diagram(values, *, beta, t, ax=None, log_color: bool = False, log_t: b
                   vmin: float | None = None, vmax: float | None = None, cmap: str = "viridis",
                   curves: bool | None = None, show_legend: bool = True):
     r"""A quantity on the (beta, t) grid: a heat map of ``values[i, j]`` at (``beta[i]``, ``t[j]``),
-    :math:`eta` on the y axis and t on x, or, on a coarse grid, one curve against t per beta.
+    :math:`\beta` on the y axis and t on x, or, on a coarse grid, one curve against t per beta.
 
     Args:
         values: ``(len(beta), len(t))`` array; non-finite cells (and non-positive ones with

@@ -232,7 +232,7 @@ def _hyperplane_case(ctx: Context, res: CaseResult, V, *, method="tsit5", dt=Non
     standard_figures(res, ctx, run, overlay="hyperplanes", phi_dual=phi_dual, gif=gif, unit=unit)
     if ctx.figures:
         res.figures.append((figures.levels(ctx.out / f"{res.name}_levels.png", ts, s[0], title=f"{res.title}: "
-                            "phi_1^*(z_i(t)) (run 0)", xlabel=unit), "Projections on the dual leading eigenvector: "
+                            r"$\phi_1^*(z_i(t))$ (run 0)", xlabel=unit), "Projections on the dual leading eigenvector: "
                             "max non-increasing, min non-decreasing, limits in {a, 0, b}."))
 
 

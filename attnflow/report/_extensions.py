@@ -515,9 +515,9 @@ def study_causal(cfg: SphereSettings, rng: np.random.Generator, folder: Path) ->
                          f"chordal distance {cfg.cluster_tol}")
             st.check(f"{name}: tokens stay on the sphere", "| |x_i| - 1 | at rounding level",
                      f"{drift.max():.1e}", bool(drift.max() <= ROUNDING_TOL), f"{ROUNDING_TOL:g}")
-    st.figures.append((_fig_curves(folder, "causal_clusters", ts, curves, xlabel="t", ylabel="clusters",
+    st.figures.append((_fig_curves(folder, "causal_clusters", ts, curves, xlabel="$t$", ylabel="clusters",
                                    title="Causal vs full attention on the sphere (mean over clouds)",
-                                   values=[b for b in cfg.betas for _ in (0, 1)], parameter="beta",
+                                   values=[b for b in cfg.betas for _ in (0, 1)], parameter=r"$\beta$",
                                    styles=["-", "--"] * len(cfg.betas), style_labels={"-": "full", "--": "causal"}),
                        "Number of clusters against time, causal and full attention, same starts."))
     return st
@@ -553,12 +553,12 @@ def study_sphere(cfg: SphereSettings, rng: np.random.Generator, folder: Path) ->
     st.check("time in the metastable state grows with beta (beta >= 1)", "non-decreasing in beta",
              ", ".join(f"{b:g}: {m:.1f}" for b, m in zip(cfg.betas, meta)),
              bool(np.all(np.diff(order) >= -grid)), f"one save interval ({grid:g}); censored at t1")
-    st.figures.append((_fig_curves(folder, "sphere_clusters", ts, curves, xlabel="t", ylabel="clusters",
+    st.figures.append((_fig_curves(folder, "sphere_clusters", ts, curves, xlabel="$t$", ylabel="clusters",
                                    title="Sphere: clusters against time (mean over clouds)",
-                                   values=list(cfg.betas), parameter="beta"),
+                                   values=list(cfg.betas), parameter=r"$\beta$"),
                        "Number of clusters against time for each beta."))
     st.figures.append((_fig_curves(folder, "sphere_metastable", cfg.betas, {"time in metastable state": meta},
-                                   xlabel="beta", ylabel="time", title="Sphere: time spent with 2..n/2 clusters",
+                                   xlabel=r"$\beta$", ylabel="time", title="Sphere: time spent with 2..n/2 clusters",
                                    marker="o"),
                        "Time spent in the metastable (few separated clusters) state against beta."))
     return st
