@@ -309,8 +309,6 @@ def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature; fo
     (``jax.jit``, ``jax.vmap``, ``jax.grad`` over it) passes with its dtype checked; ``scalar``: one
     number only, not one per head, layer or system.
 
-    ``scalar``: one number only (no array of them).
-
     :math:`\beta \le 0` is refused on purpose: :math:`\beta = 0` makes P uniform whatever the
     tokens, and a negative :math:`\beta` is the model with :math:`Q \to -Q`, which is better
     written that way.

@@ -361,6 +361,17 @@ def test_the_validation_rules_are_the_helpers_the_jobs_share():
             check_beta("beta", bad)
 
 
+def test_the_mean_field_functions_refuse_a_bad_beta_with_the_one_rule():
+    """The continuity equation, its growth rates and the particle study say the library's one sentence."""
+    from attnflow.meanfield import growth_rates, perturbed_uniform_density, solve_continuity
+
+    for call in (lambda b: growth_rates(b, 4), lambda b: solve_continuity(perturbed_uniform_density(16, 2, 0.1), b,
+                                                                           np.array([0.0, 0.1]), dt=0.05)):
+        for bad in (-1.0, 0.0, np.inf):
+            with pytest.raises(af.InputError, match=r"^beta must be finite and > 0 \(the inverse temperature\)"):
+                call(bad)
+
+
 # ----------------------------------------------------------------------------------------------
 # soft counterparts of the hard counts
 

@@ -75,7 +75,7 @@ SPHERE_BETA_MAX = 1024.0
 
 
 def _check(beta, normalisation):
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     return v.check_choice("normalisation", normalisation, NORMALISATIONS, "how attention weights are normalised")
 
 
@@ -208,7 +208,7 @@ def sphere_kernel_modes(beta, d: int, max_degree: int, *, beta_max: float | None
     """
     d = v.check_int("d", d, minimum=2, meaning="the dimension of the ambient space of the sphere S^{d-1}")
     max_degree = v.check_int("max_degree", max_degree, minimum=0, meaning="the highest harmonic degree")
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     if beta_max is not None:
         beta_max = v.check_number("beta_max", beta_max, "an upper bound of a traced beta", low=0)
     if v.is_concrete(beta):

@@ -187,7 +187,7 @@ class CircleContinuity(AbstractDynamics):
     normalisation: str = eqx.field(static=True)
 
     def __init__(self, beta, num_points: int, *, normalisation: str = "softmax", dealias: bool = True, dtype=None):
-        v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+        v.check_beta("beta", beta, "the inverse temperature", scalar=True)
         num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
         if num_points < 4:
             raise InputError(f"num_points must be at least 4 (grid points of the density), got {num_points}.")
@@ -232,7 +232,7 @@ def circle_velocity(density: Float[Array, " G"], beta, normalisation: str = "sof
         True
     """
     density = _check_density(density)
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     return _velocity(density, beta, _check_normalisation(normalisation))
 
 
@@ -368,7 +368,7 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
         ((2, 32), True, False)
     """
     density0 = _check_density(density0, "density0")
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     _check_normalisation(normalisation)
     if dt is not None:
         v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")

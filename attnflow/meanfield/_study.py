@@ -188,7 +188,7 @@ def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int =
     normalisation = _check_normalisation(normalisation)
     ns = [v.check_int("ns", int(n), meaning="particle numbers") for n in np.atleast_1d(ns)]
     seeds = v.check_int("seeds", seeds, meaning="independent draws per n")
-    v.check_positive("beta", beta, "the inverse temperature, a finite positive scalar")
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     ts = jnp.asarray(ts, density0.dtype)
     pde = solve_continuity(density0, beta, ts, normalisation=normalisation, steps_per_save=steps_per_save)
     fine = jax.vmap(lambda r: interpolate_density(r, density0.shape[0] * refine))(pde.density)
