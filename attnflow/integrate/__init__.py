@@ -1,7 +1,9 @@
-"""Integrators: diffrax ODE solves and the forward-Euler layer stepper, one shape, one result type.
+"""Integrators: diffrax ODE solves and the fixed-step layer steppers (Euler, Runge-Kutta), one shape, one result type.
 
 Both are :class:`AbstractIntegrator`: ``bind(field)`` then ``solve(field, y0, *, save_fn, args)``
 returning a :class:`Trajectory`. :func:`solve_ode` and :func:`solve_euler` are their one-call forms.
+:class:`RKStepper` runs an explicit Runge-Kutta :class:`ButcherTableau` on the same layer grid, and
+:class:`SaveLayers` says which layers a stepper saves.
 """
 
 from typing import TYPE_CHECKING
@@ -9,6 +11,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names as _lazy_names
 from ._base import AbstractIntegrator
 from ._euler import EulerStepper, plain_shift, solve_euler, sphere_shift
+from ._rk import RK_TABLEAUX, ButcherTableau, RKStepper
+from ._save import SaveLayers
 from ._solution import (
     RESULT_NONFINITE,
     RESULT_SOLVER_STOPPED,
@@ -30,6 +34,10 @@ __getattr__, __dir__ = _lazy_names(__name__, dict.fromkeys(_ODE_NAMES, "._ode"),
 __all__ = [
     "AbstractIntegrator",
     "EulerStepper",
+    "RKStepper",
+    "ButcherTableau",
+    "RK_TABLEAUX",
+    "SaveLayers",
     "ODESolver",
     "plain_shift",
     "sphere_shift",

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PyTree
 
 from .. import _validate as v
@@ -29,6 +30,7 @@ from .._x64 import check_float64_kept
 from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
 from ._base import AbstractIntegrator, check_dynamics
+from ._save import SaveLayers
 from ._solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
 
 __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
@@ -66,65 +68,57 @@ def sphere_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array
     return out / jnp.sqrt(squares)
 
 
-class EulerStepper(AbstractIntegrator):
-    r"""Forward Euler on the layer grid :math:`t_k = t_0 + k\Delta t`, k = 0..num_layers.
-
-    Args:
-        dt: layer step (> 0; dt = 1 is one transformer layer). A JAX scalar is fine
-            (forward-mode derivatives in dt).
-        num_layers: number of steps (layers).
-        t0: start time.
-        shift: ``(y, dy) -> y_next`` (default :func:`plain_shift`; :func:`sphere_shift` for
-            tokens on the sphere).
-        save_every: save every this many layers (a divisor of ``num_layers``).
-        checkpoint: reverse-mode memory. ``"auto"`` (default): between two saves, layers run in
-            segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
-            them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
-            every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
-            an extra forward pass; a forward-only run pays nothing for it). On CPU a segment's loop is
-            unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): the
-            backward sweep then slices no residuals out of stacked buffers (~20% off the gradient,
-            ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
-            int: that segment length.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from attnflow import AttentionFlow
-        >>> from attnflow.integrate import EulerStepper
-        >>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
-        >>> traj = EulerStepper(dt=0.1, num_layers=10).solve(AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2)), x0)
-        >>> traj.ys.shape, traj.ts.shape
-        ((11, 8, 2), (11,))
-    """
-
-    dt: Float[Array, ""] | float
-    t0: Float[Array, ""] | float
-    num_layers: int = eqx.field(static=True)
-    save_every: int = eqx.field(static=True)
-    shift: Callable = eqx.field(static=True)
-    checkpoint: int | str | None = eqx.field(static=True)
-
-    def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int = 1,
-                 checkpoint: int | str | None = "auto"):
-        v.check_positive("dt", dt, "the layer step, a finite positive scalar")
-        v.check_real("t0", t0, "the start time, a finite real scalar")
-        num_layers = v.check_int("num_layers", num_layers, meaning="the number of layers")
-        check_count("num_layers", num_layers, fix="use fewer layers (a larger dt)")
-        save_every = v.check_int("save_every", save_every, meaning="layers per save")
+def check_save_layers(save_every, save_at, num_layers: int) -> tuple[int | None, SaveLayers]:
+    """The saved layers of a stepper from ``save_every`` (shorthand, default 1) or ``save_at``."""
+    if save_at is not None and save_every is not None:
+        raise InputError(f"save_every and save_at name the saved layers twice: give one of them, got "
+                         f"save_every={save_every!r} and save_at={save_at!r}.")
+    if save_at is None:
+        save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
         if num_layers % save_every:
             raise InputError(
                 f"save_every must be a positive divisor of num_layers = {num_layers}, got {save_every!r}."
             )
+        return save_every, SaveLayers.uniform(save_every, num_layers)
+    save_at = save_at if isinstance(save_at, SaveLayers) else SaveLayers(save_at)
+    save_at.check_within(num_layers)
+    runs = save_at.runs()
+    uniform = save_at.layers[0] == 0 and save_at.layers[-1] == num_layers and len(runs) == 1
+    return (runs[0][1] if uniform else None), save_at
+
+
+class _GridStepper(AbstractIntegrator):
+    """A fixed step on the layer grid :math:`t_k = t_0 + k\\Delta t` (shared by the layer steppers)."""
+
+    dt: Float[Array, ""] | float
+    t0: Float[Array, ""] | float
+    num_layers: int = eqx.field(static=True)
+    #: layers between two saves when the saved layers are 0, s, 2s, ..., num_layers (else None)
+    save_every: int | None = eqx.field(static=True)
+    shift: Callable = eqx.field(static=True)
+    checkpoint: int | str | None = eqx.field(static=True)
+    save_at: SaveLayers = eqx.field(static=True)
+    save_aux: bool = eqx.field(static=True)
+
+    def _grid_init(self, dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint):
+        v.check_positive("dt", dt, "the layer step, a finite positive scalar")
+        v.check_real("t0", t0, "the start time, a finite real scalar")
+        num_layers = v.check_int("num_layers", num_layers, meaning="the number of layers")
+        check_count("num_layers", num_layers, fix="use fewer layers (a larger dt)")
+        save_every, save_at = check_save_layers(save_every, save_at, num_layers)
         if not callable(shift):
             raise InputError(f"shift must be a function (y, dy) -> y_next, got {type(shift).__name__}.")
         if not (checkpoint is None or checkpoint == "auto" or (isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 1)):
             raise InputError(f"checkpoint must be 'auto', None or a positive int (segment length), got {checkpoint!r}.")
+        if not isinstance(save_aux, bool):
+            raise InputError(f"save_aux must be True or False (hand the field's by-product to save_fn), got {save_aux!r}.")
         self.dt, self.t0, self.num_layers, self.save_every, self.shift = dt, t0, num_layers, save_every, shift
-        self.checkpoint = checkpoint
+        self.checkpoint, self.save_at, self.save_aux = checkpoint, save_at, save_aux
 
-    def segment_length(self) -> int | None:
-        """Layers per ``jax.checkpoint`` segment between two saves (None: no checkpointing)."""
-        every = self.save_every
+    def segment_length(self, every: int | None = None) -> int | None:
+        """Layers per ``jax.checkpoint`` segment in a stretch of ``every`` layers between two saves
+        (default: :attr:`save_every`; None: no checkpointing)."""
+        every = self.save_every if every is None else every
         if self.checkpoint is None:
             return None
         if self.checkpoint == "auto":
@@ -136,9 +130,13 @@ class EulerStepper(AbstractIntegrator):
             return min(divisors, key=lambda s: abs(s - root)) if divisors else int(math.ceil(root))
         return min(int(self.checkpoint), every)
 
-    def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
-        """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""
-        return check_dynamics(dynamics).on_grid(self.dt, self.t0, self.num_layers)
+    def _step(self, field, t, y, dt, args):
+        """One layer: ``y_next`` from ``y`` at time ``t``."""
+        raise NotImplementedError
+
+    def _step_with_aux(self, field, t, y, dt, args):
+        """One layer and the by-product of the field's evaluation at ``(t, y)``: ``(y_next, aux)``."""
+        raise NotImplementedError
 
     def solve(
         self,
@@ -148,45 +146,56 @@ class EulerStepper(AbstractIntegrator):
         save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
         args: PyTree = None,
     ) -> Trajectory:
-        r"""Run the layers from ``y0``; saves at layers 0, s, 2s, ..., num_layers.
+        r"""Run the layers from ``y0``; saves at the layers of ``save_at`` (default 0, s, 2s, ..., num_layers).
 
-        ``save_fn(t, y, args)`` replaces the saved state by any pytree of observables.
-        Pure JAX: jit-, vmap- and grad-compatible. A non-finite state is recorded
-        (``Trajectory.result``, ``t_nonfinite``: the first non-finite layer), never raised inside
-        jit. A float64 ``y0`` while JAX's float64 mode is off is an ``InputError`` (it would run
-        in float32).
+        ``save_fn(t, y, args)`` replaces the saved state by any pytree of observables; with
+        ``save_aux=True`` it is called as ``save_fn(t, y, aux)``, ``aux`` the by-product of the
+        field's evaluation at that state (``vector_field_with_aux``). Every layer up to
+        ``num_layers`` runs, whichever layers are saved. Pure JAX: jit-, vmap- and grad-compatible.
+        A non-finite state is recorded (``Trajectory.result``, ``t_nonfinite``: the first non-finite
+        layer), never raised inside jit. A float64 ``y0`` while JAX's float64 mode is off is an
+        ``InputError`` (it would run in float32).
         """
         shape = v.check_array("y0", y0, "tokens (n, d) (batch with jax.vmap)", min_rank=1)
+        layers = self.save_at.layers
         if save_fn is None:
-            saves = self.num_layers // self.save_every + 1
-            check_memory(f"EulerStepper saving {saves} states of shape {shape}",
-                         saves * math.prod(shape) * jnp.result_type(y0, float).itemsize,
-                         fix="raise save_every (fewer saved layers)", scale=1)
+            check_memory(f"{type(self).__name__} saving {len(layers)} states of shape {shape}",
+                         len(layers) * math.prod(shape) * jnp.result_type(y0, float).itemsize,
+                         fix="raise save_every or save fewer layers", scale=1)
         field = self.bind(dynamics)
+        if self.save_aux and not callable(getattr(field, "vector_field_with_aux", None)):
+            raise InputError(f"save_aux=True needs a field with vector_field_with_aux(t, y, args) -> (dy, aux), "
+                             f"got {type(field).__name__}, which has none.")
         save_fn = save_state if save_fn is None else save_fn
         check_float64_kept("y0", y0)
         dtype = jnp.result_type(y0.dtype, float)
         y0 = jnp.asarray(y0, dtype)
         dt = jnp.asarray(self.dt, dtype)
         t0 = jnp.asarray(self.t0, dtype)
-        every = self.save_every
-        num_saves = self.num_layers // every
+
+        def mark(t, y_next, t_bad):
+            newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
+            return jnp.where(newly_bad, t + dt, t_bad)
 
         def layer(carry, k):
             y, t_bad = carry
             t = t0 + k.astype(dtype) * dt
-            y_next = self.shift(y, dt * field.vector_field(t, y, args))
-            newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
-            t_bad = jnp.where(newly_bad, t + dt, t_bad)
-            return (y_next, t_bad), None
+            y_next = self._step(field, t, y, dt, args)
+            return (y_next, mark(t, y_next, t_bad)), None
 
-        seg = self.segment_length()
+        def aux_layer(carry, k):  # layer k and the by-product of the field at the state it leaves
+            y, t_bad = carry
+            t = t0 + jnp.asarray(k).astype(dtype) * dt
+            y_next, aux = self._step_with_aux(field, t, y, dt, args)
+            return (y_next, mark(t, y_next, t_bad)), aux
+
         # one layer's n x n attention residual (times any folded batch axes of the state)
         residual_bytes = math.prod(y0.shape[:-2]) * y0.shape[-2] ** 2 * dtype.itemsize if y0.ndim >= 2 else 0
         heavy = residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES and jax.default_backend() in UNROLL_BACKENDS
-        unroll = min(seg, UNROLL_SEGMENT) if (heavy and seg is not None) else 1
 
         def run_layers(carry, first, count):
+            seg = self.segment_length(count)
+            unroll = min(seg, UNROLL_SEGMENT) if (heavy and seg is not None) else 1
             if seg is None or seg >= count:
                 carry, _ = jax.lax.scan(layer, carry, first + jnp.arange(count))
                 return carry
@@ -212,14 +221,52 @@ class EulerStepper(AbstractIntegrator):
             carry, _ = jax.lax.scan(step, carry, first + (num_seg - 1) * seg + jnp.arange(seg), unroll=unroll)
             return carry
 
-        def block(carry, b):
-            carry = run_layers(carry, b * every, every)
-            return carry, save_fn(t0 + ((b + 1) * every) * dt, carry[0], args)
+        def time_of(k):  # t0 itself at layer 0
+            return t0 if isinstance(k, int) and k == 0 else t0 + k * dt
 
-        (_, t_bad), saved = jax.lax.scan(block, (y0, jnp.asarray(jnp.inf, dtype)), jnp.arange(num_saves))
-        first = save_fn(t0, y0, args)
-        ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], axis=0), first, saved)
-        ts = t0 + dt * (every * jnp.arange(num_saves + 1)).astype(dtype)
+        carry = (y0, jnp.asarray(jnp.inf, dtype))
+        if layers[0] > 0:
+            carry = run_layers(carry, 0, layers[0])
+        pieces = []
+        if not self.save_aux:
+            first = save_fn(time_of(layers[0]), carry[0], args)
+            pieces.append(jax.tree_util.tree_map(lambda a: a[None], first))
+            for start, gap, count in self.save_at.runs():
+                def block(carry, b, start=start, gap=gap):
+                    at = (lambda x: x) if start == 0 else (lambda x: start + x)
+                    carry = run_layers(carry, at(b * gap), gap)
+                    return carry, save_fn(t0 + at((b + 1) * gap) * dt, carry[0], args)
+
+                carry, saved = jax.lax.scan(block, carry, jnp.arange(count))
+                pieces.append(saved)
+            if layers[-1] < self.num_layers:
+                carry = run_layers(carry, layers[-1], self.num_layers - layers[-1])
+        else:
+            # saved layer k takes the by-product of layer k (the one that leaves it), so a block
+            # starts at a saved layer: one layer with aux, then the rest of the gap
+            for start, gap, count in self.save_at.runs():
+                def block(carry, b, start=start, gap=gap):
+                    k = start + b * gap
+                    y = carry[0]
+                    carry, aux = aux_layer(carry, k)
+                    if gap > 1:
+                        carry = run_layers(carry, k + 1, gap - 1)
+                    return carry, save_fn(t0 + k * dt, y, aux)
+
+                carry, saved = jax.lax.scan(block, carry, jnp.arange(count))
+                pieces.append(saved)
+            last, y = layers[-1], carry[0]
+            if last < self.num_layers:
+                carry, aux = aux_layer(carry, last)
+                if self.num_layers - last > 1:
+                    carry = run_layers(carry, last + 1, self.num_layers - last - 1)
+            else:  # past the last layer: one more evaluation of the field, for its by-product only
+                aux = field.vector_field_with_aux(time_of(last), y, args)[1]
+            final = save_fn(time_of(last), y, aux)
+            pieces.append(jax.tree_util.tree_map(lambda a: a[None], final))
+        t_bad = carry[1]
+        ys = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
+        ts = t0 + dt * jnp.asarray(np.asarray(layers)).astype(dtype)
         return Trajectory(
             ts=ts,
             ys=ys,
@@ -229,6 +276,66 @@ class EulerStepper(AbstractIntegrator):
         )
 
 
+class EulerStepper(_GridStepper):
+    r"""Forward Euler on the layer grid :math:`t_k = t_0 + k\Delta t`, k = 0..num_layers.
+
+    Args:
+        dt: layer step (> 0; dt = 1 is one transformer layer). A JAX scalar is fine
+            (forward-mode derivatives in dt).
+        num_layers: number of steps (layers).
+        t0: start time.
+        shift: ``(y, dy) -> y_next`` (default :func:`plain_shift`; :func:`sphere_shift` for
+            tokens on the sphere).
+        save_every: save every this many layers (a divisor of ``num_layers``; default 1), the
+            shorthand for ``save_at=SaveLayers.uniform(save_every, num_layers)``.
+        save_at: the saved layers instead (a :class:`~attnflow.integrate.SaveLayers` or a
+            sequence of ints in ``[0, num_layers]``, strictly increasing), like diffrax's
+            ``SaveAt(ts=...)``: the saves are at :math:`t_0 + k\Delta t`, k in the set.
+        save_aux: call ``save_fn(t, y, aux)`` with the by-product ``aux`` of the field's
+            evaluation at the saved state ``y``: the field's ``vector_field_with_aux(t, y, args)
+            -> (dy, aux)`` steps every layer that leaves a saved state (e.g. the softmax row sums
+            from which the sphere energy of ``y`` follows, without a second softmax); a save at
+            ``num_layers`` evaluates the field once more.
+        checkpoint: reverse-mode memory. ``"auto"`` (default): between two saves, layers run in
+            segments of about sqrt(layers) under ``jax.checkpoint`` when there are at least 64 of
+            them, so a gradient keeps O(sqrt(L)) states instead of L (the backward sweep recomputes
+            every segment but the last, whose residuals the forward pass keeps: 1 - 1/sqrt(L) of
+            an extra forward pass; a forward-only run pays nothing for it). On CPU a segment's loop is
+            unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): the
+            backward sweep then slices no residuals out of stacked buffers (~20% off the gradient,
+            ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
+            int: that segment length.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import AttentionFlow
+        >>> from attnflow.integrate import EulerStepper, SaveLayers
+        >>> x0 = jax.random.normal(jax.random.key(0), (8, 2))
+        >>> flow = AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+        >>> traj = EulerStepper(dt=0.1, num_layers=10).solve(flow, x0)
+        >>> traj.ys.shape, traj.ts.shape
+        ((11, 8, 2), (11,))
+        >>> EulerStepper(0.1, 100, save_at=SaveLayers.log_spaced(4, 100)).solve(flow, x0).ts
+        Array([ 0.,  1.,  1., 10.], dtype=float32)
+    """
+
+    def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int | None = None,
+                 save_at: SaveLayers | Sequence[int] | None = None, save_aux: bool = False,
+                 checkpoint: int | str | None = "auto"):
+        self._grid_init(dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint)
+
+    def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
+        """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""
+        return check_dynamics(dynamics).on_grid(self.dt, self.t0, self.num_layers)
+
+    def _step(self, field, t, y, dt, args):
+        return self.shift(y, dt * field.vector_field(t, y, args))
+
+    def _step_with_aux(self, field, t, y, dt, args):
+        dy, aux = field.vector_field_with_aux(t, y, args)
+        return self.shift(y, dt * dy), aux
+
+
 def solve_euler(
     dynamics: AbstractDynamics,
     y0: Float[Array, "n d"],
@@ -236,7 +343,7 @@ def solve_euler(
     dt: float,
     num_steps: int,
     t0: float = 0.0,
-    save_every: int = 1,
+    save_every: int | None = None,
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
     args: PyTree = None,
     shift: Callable = plain_shift,
