@@ -316,7 +316,7 @@ class EulerStepper(_GridStepper):
         >>> traj.ys.shape, traj.ts.shape
         ((11, 8, 2), (11,))
         >>> EulerStepper(0.1, 100, save_at=SaveLayers.log_spaced(4, 100)).solve(flow, x0).ts
-        Array([ 0.,  1.,  1., 10.], dtype=float32)
+        Array([ 0. ,  0.1,  1. , 10. ], dtype=float32)
     """
 
     def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int | None = None,

@@ -1,0 +1,188 @@
+"""The layer steppers' saved-layer sets (save_at), the by-product hook (save_aux) and the
+fixed-step Runge-Kutta stepper (RKStepper): agreement, convergence orders, validation."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow import AttentionFlow, RescaledFlow
+from attnflow._x64 import float64_scope
+from attnflow.errors import InputError, NonFiniteError
+from attnflow.integrate import (RESULT_NONFINITE, RK_TABLEAUX, ButcherTableau, EulerStepper, RKStepper, SaveLayers,
+                                raise_if_failed, sphere_shift)
+
+
+def _weights(d, seed, scale=1.0):
+    return [scale * w for w in jax.random.normal(jax.random.key(seed), (3, d, d)) / np.sqrt(d)]
+
+
+def _tokens(n, d, seed, dtype=jnp.float64):
+    return jax.random.normal(jax.random.key(seed), (n, d), dtype)
+
+
+class AuxFlow(AttentionFlow):
+    """The attention flow handing its own velocity (and its squared norm) to save_fn."""
+
+    def vector_field_with_aux(self, t, y, args):
+        dy = self.vector_field(t, y, args)
+        return dy, {"velocity": dy, "speed2": jnp.sum(dy * dy)}
+
+
+# ---- save_at ---------------------------------------------------------------------------------------
+
+def test_save_every_is_shorthand_for_uniform_save_at():
+    with float64_scope():
+        f, x0 = AttentionFlow(*_weights(3, 0)), _tokens(7, 3, 1)
+        a = EulerStepper(0.05, 20, save_every=5).solve(f, x0)
+        for save_at in (SaveLayers.uniform(5, 20), [0, 5, 10, 15, 20]):
+            stepper = EulerStepper(0.05, 20, save_at=save_at)
+            assert stepper.save_every == 5
+            b = stepper.solve(f, x0)
+            assert jnp.array_equal(a.ys, b.ys) and jnp.array_equal(a.ts, b.ts)
+        assert hash(SaveLayers.uniform(5, 20)) == hash(SaveLayers.given(range(0, 21, 5)))
+
+
+@pytest.mark.parametrize("layers", [(0, 3, 7, 20), (2, 5), (1, 2, 4, 8, 16), (20,)])
+@pytest.mark.parametrize("stepper_cls", ["euler", "rk4"])
+def test_save_at_rows_are_those_of_every_layer(layers, stepper_cls):
+    with float64_scope():
+        f, x0 = AttentionFlow(*_weights(3, 2)), _tokens(6, 3, 3)
+        make = (lambda **kw: EulerStepper(0.05, 20, **kw)) if stepper_cls == "euler" else \
+            (lambda **kw: RKStepper("rk4", 0.05, 20, **kw))
+        full = make().solve(f, x0)
+        some = make(save_at=SaveLayers.given(layers)).solve(f, x0)
+        # the same layers in other scan blocks: equal to rounding (float64; 20 layers of O(1) steps)
+        np.testing.assert_allclose(some.ys, full.ys[np.array(layers)], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(some.ts, full.ts[np.array(layers)], rtol=0, atol=1e-15)
+        assert int(some.num_steps) == 20
+
+
+def test_log_spaced_layers():
+    assert SaveLayers.log_spaced(5, 100).layers == (0, 1, 5, 22, 100)
+    assert SaveLayers.log_spaced(2, 7).layers == (0, 7)
+    layers = SaveLayers.log_spaced(30, 40).layers  # rounding merges the first ones
+    assert layers[0] == 0 and layers[-1] == 40 and list(layers) == sorted(set(layers))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"save_at": [0, 5, 21]}, "in [0, num_layers = 20]"),
+    ({"save_at": [-1, 5]}, "in [0, num_layers = 20]"),
+    ({"save_at": [0, 7, 5]}, "strictly increasing"),
+    ({"save_at": [0, 5, 5]}, "strictly increasing"),
+    ({"save_at": []}, "at least one layer"),
+    ({"save_at": [0, 2.5]}, "layer indices (ints)"),
+    ({"save_at": "0,5"}, "sequence of layer indices"),
+    ({"save_at": [0, 5], "save_every": 5}, "give one of them"),
+    ({"save_every": 3}, "divisor of num_layers = 20"),
+    ({"save_aux": 1}, "save_aux must be True or False"),
+])
+@pytest.mark.parametrize("make", [lambda **kw: EulerStepper(0.1, 20, **kw), lambda **kw: RKStepper("heun", 0.1, 20, **kw)])
+def test_save_layers_refused_in_one_sentence(kwargs, words, make):
+    with pytest.raises(InputError, match="^[^\n]*$") as err:
+        make(**kwargs)
+    assert words in str(err.value)
+
+
+# ---- save_aux ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tableau", [None, "rk4"])
+@pytest.mark.parametrize("layers", [(0, 4, 8, 12), (3, 7, 12), (5,)])
+def test_save_aux_hands_the_fields_by_product_at_the_saved_state(tableau, layers):
+    with float64_scope():
+        f, x0 = AuxFlow(*_weights(3, 4)), _tokens(6, 3, 5)
+        kw = dict(save_at=layers)
+        make = (lambda **k: EulerStepper(0.1, 12, **k)) if tableau is None else (lambda **k: RKStepper(tableau, 0.1, 12, **k))
+        states = make(**kw).solve(f, x0)
+        traj = make(save_aux=True, **kw).solve(f, x0, save_fn=lambda t, y, aux: {"y": y, "t": t, **aux})
+        assert jnp.array_equal(traj.ys["y"], states.ys)  # the states themselves are unchanged
+        want = jax.vmap(lambda t, y: f.vector_field(t, y, None))(states.ts, states.ys)
+        # the by-product of the evaluation at (t_k, y_k), the first stage of the layer leaving y_k
+        np.testing.assert_allclose(traj.ys["velocity"], want, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(traj.ys["t"], states.ts, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(traj.ys["speed2"], jnp.sum(want ** 2, axis=(1, 2)), rtol=1e-13)
+
+
+def test_save_aux_needs_a_field_with_a_by_product():
+    with pytest.raises(InputError, match="vector_field_with_aux"):
+        EulerStepper(0.1, 4, save_aux=True).solve(AttentionFlow(*_weights(2, 0)), _tokens(3, 2, 0, jnp.float32))
+
+
+# ---- RKStepper -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shift", [None, sphere_shift])
+def test_rk_euler_tableau_is_the_euler_stepper(shift):
+    with float64_scope():
+        f, x0 = AttentionFlow(*_weights(3, 6)), _tokens(9, 3, 7)
+        x0 = x0 / jnp.linalg.norm(x0, axis=1, keepdims=True)
+        kw = {"shift": shift} if shift else {}
+        for save in ({}, {"save_every": 4}, {"save_at": (1, 6, 15)}):
+            a = EulerStepper(0.07, 24, **kw, **save).solve(f, x0)
+            b = RKStepper("euler", 0.07, 24, **kw, **save).solve(f, x0)
+            assert jnp.array_equal(a.ys, b.ys) and jnp.array_equal(a.ts, b.ts)  # the weight 1 multiplies nothing
+
+
+def _observed_order(field, tableau, x0, T=1.0, steps=(8, 16, 32, 64)):
+    """Least-squares slope of log(error at T) against log(dt) over a dt ladder; the reference is
+    RK4 with 16 times the finest step count (its error is < 1e-3 of the finest rung's here)."""
+    ref = RKStepper("rk4", T / (16 * steps[-1]), 16 * steps[-1], save_every=16 * steps[-1]).solve(field, x0).ys[-1]
+    errors = [float(jnp.max(jnp.abs(RKStepper(tableau, T / m, m, save_every=m).solve(field, x0).ys[-1] - ref)))
+              for m in steps]
+    assert all(np.isfinite(errors)) and min(errors) > 0
+    return -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+
+
+@pytest.mark.parametrize("name, order", [("euler", 1), ("heun", 2), ("midpoint", 2), ("rk4", 4)])
+@pytest.mark.parametrize("picture", [AttentionFlow, RescaledFlow])
+def test_convergence_orders_on_the_attention_flow(name, order, picture):
+    """The SPEC trap: on the rescaled flow the drift depends on differences z_j - z_i only, so a
+    scheme whose stages shift every token alike would show order 1; the order must still show."""
+    with float64_scope():
+        Q = K = V = _weights(3, 8)[0]  # Q = K = V, one random matrix
+        field, x0 = picture(Q, K, V), _tokens(6, 3, 9)
+        assert abs(_observed_order(field, name, x0) - order) < 0.2
+
+
+def test_an_rk4_whose_stages_cancel_shows_order_one():
+    """The convergence measurement catches the trap: RK4's weights on stages all taken at y."""
+    fake = ButcherTableau(np.zeros((4, 4)), RK_TABLEAUX["rk4"].b, np.zeros(4), order=4, name="fake")
+    with float64_scope():
+        Q = K = V = _weights(3, 8)[0]
+        assert abs(_observed_order(RescaledFlow(Q, K, V), fake, _tokens(6, 3, 9)) - 1) < 0.2
+
+
+def test_rk_non_finite_state_reported_as_the_euler_stepper_does():
+    f, x0 = AttentionFlow(*_weights(2, 1)[:2], 40.0 * jnp.eye(2)), _tokens(5, 2, 2, jnp.float32)
+    euler = EulerStepper(0.1, 60, save_every=10).solve(f, x0)
+    same = RKStepper("euler", 0.1, 60, save_every=10).solve(f, x0)
+    rk4 = RKStepper("rk4", 0.1, 60, save_at=(0, 30)).solve(f, x0)
+    assert int(euler.result) == int(same.result) == int(rk4.result) == RESULT_NONFINITE
+    assert float(same.t_nonfinite) == float(euler.t_nonfinite)
+    t_bad = float(rk4.t_nonfinite)  # the end of the first non-finite layer, on the grid
+    assert 0 < t_bad <= 6.0 and abs(t_bad / 0.1 - round(t_bad / 0.1)) < 1e-4
+    with pytest.raises(NonFiniteError, match="non-finite"):
+        raise_if_failed(rk4)
+
+
+@pytest.mark.parametrize("args, words", [
+    (dict(a=[[0, 1], [1, 0]], b=[0.5, 0.5], c=[1, 1], order=2), "strictly lower-triangular"),
+    (dict(a=[[0, 0], [1, 0]], b=[0.5, 0.6], c=[0, 1], order=2), "sum to 1"),
+    (dict(a=[[0, 0], [1, 0]], b=[0.5, 0.5], c=[0, 0.5], order=2), "row sums of a"),
+    (dict(a=[[0, 0], [1, 0]], b=[0.5, 0.5, 0.0], c=[0, 1], order=2), "shape (s, s)"),
+    (dict(a=[[0, 0], [1, 0]], b=[0.5, 0.5], c=[0, 1], order=0), "positive int"),
+])
+def test_tableau_refused_in_one_sentence(args, words):
+    with pytest.raises(InputError, match="^[^\n]*$") as err:
+        ButcherTableau(**args)
+    assert words in str(err.value)
+
+
+def test_rk_stepper_refuses_unknown_tableau_and_is_a_jit_argument():
+    with pytest.raises(InputError, match="one of"):
+        RKStepper("rk5", 0.1, 4)
+    f, x0 = AttentionFlow(*_weights(2, 3)), _tokens(4, 2, 4, jnp.float32)
+    run = eqx.filter_jit(lambda stepper, x: stepper.solve(f, x).ys)
+    stepper = RKStepper("heun", 0.1, 8, save_at=SaveLayers.log_spaced(3, 8))
+    assert run(stepper, x0).shape == (3, 4, 2)
+    assert jnp.array_equal(run(stepper, x0), stepper.solve(f, x0).ys)
