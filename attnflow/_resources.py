@@ -95,14 +95,9 @@ def available_memory() -> int:
         >>> available_memory() > 0
         True
     """
-    override = os.environ.get("ATTNFLOW_MEMORY_LIMIT")
-    if override:
-        try:
-            return int(float(override))
-        except ValueError:
-            raise InputError(
-                f"ATTNFLOW_MEMORY_LIMIT must be a number of bytes (e.g. 8e9), got {override!r}."
-            ) from None
+    override = _env_positive("ATTNFLOW_MEMORY_LIMIT", "a positive number of bytes (e.g. 8e9)")
+    if override is not None:
+        return int(override)
     import jax
 
     device = jax.devices()[0]
@@ -223,15 +218,22 @@ def work_limit() -> float:
         >>> work_limit() > 0
         True
     """
-    override = os.environ.get("ATTNFLOW_WORK_LIMIT")
-    if not override:
-        return WORK_LIMIT_S
+    override = _env_positive("ATTNFLOW_WORK_LIMIT", "a positive number of seconds (e.g. 86400)")
+    return WORK_LIMIT_S if override is None else override
+
+
+def _env_positive(name: str, meaning: str) -> float | None:
+    """The environment variable ``name`` as a finite number > 0, None when unset or empty; otherwise
+    :class:`~attnflow.errors.InputError` saying it must be ``meaning``."""
+    given = os.environ.get(name)
+    if not given:
+        return None
     try:
-        value = float(override)
+        value = float(given)
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
-        raise InputError(f"ATTNFLOW_WORK_LIMIT must be a positive number of seconds (e.g. 86400), got {override!r}.")
+        raise InputError(f"{name} must be {meaning}, got {given!r}.")
     return value
 
 

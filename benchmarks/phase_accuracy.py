@@ -49,9 +49,11 @@ def study_config(size: str, dt: float) -> dict:
     return cfg
 
 
-def convergence(size: str, seed: int = 0) -> list[dict]:
-    """Part 1: per (d, beta) the errors at every dt and the fitted order."""
-    from attnflow.phase import sphere_convergence
+def convergence(size: str, seed: int = 0, normalisation: str = "softmax") -> list[dict]:
+    """Part 1: per (d, beta) the errors at every dt and the fitted order. With ``normalisation="mean"``
+    (the job's 1/n layers, whose field is divided by :func:`attnflow.phase.step_scale`) each row also
+    records the largest step dt |f| of the start clouds at dt = 0.1, unscaled and scaled."""
+    from attnflow.phase import sphere_convergence, step_scale
 
     ladder = LADDERS[size]
     out = []
@@ -59,15 +61,36 @@ def convergence(size: str, seed: int = 0) -> list[dict]:
         for k, beta in enumerate(ladder["beta"]):
             x0 = np.random.default_rng([seed, d, k]).standard_normal((ladder["clouds"], ladder["n"], d))
             start = time.perf_counter()
-            r = sphere_convergence(x0, beta, ladder["t"], ladder["dts"])
-            out.append({"d": d, "beta": beta, "t": ladder["t"], "n": ladder["n"], "clouds": ladder["clouds"],
-                        "dt": r["dt"].tolist(), "error_max": r["error"].max(axis=0).tolist(),
-                        "error_median": np.median(r["error"], axis=0).tolist(), "order": r["order"],
-                        "order_lo": r["order_lo"], "order_hi": r["order_hi"], "seconds": time.perf_counter() - start})
-            print(f"d = {d}, beta = {beta:g}: order {r['order']:.3f} [{r['order_lo']:.3f}, {r['order_hi']:.3f}]; "
-                  f"max error {r['error'].max(axis=0)[0]:.2e} at dt = {ladder['dts'][0]:g}, "
-                  f"{r['error'].max(axis=0)[-1]:.2e} at dt = {ladder['dts'][-1]:g}", flush=True)
+            r = sphere_convergence(x0, beta, ladder["t"], ladder["dts"], normalisation=normalisation)
+            row = {"d": d, "beta": beta, "t": ladder["t"], "n": ladder["n"], "clouds": ladder["clouds"],
+                   "dt": r["dt"].tolist(), "error_max": r["error"].max(axis=0).tolist(),
+                   "error_median": np.median(r["error"], axis=0).tolist(), "order": r["order"],
+                   "order_lo": r["order_lo"], "order_hi": r["order_hi"]}
+            line = (f"d = {d}, beta = {beta:g}: order {r['order']:.3f} [{r['order_lo']:.3f}, {r['order_hi']:.3f}]; "
+                    f"max error {r['error'].max(axis=0)[0]:.2e} at dt = {ladder['dts'][0]:g}, "
+                    f"{r['error'].max(axis=0)[-1]:.2e} at dt = {ladder['dts'][-1]:g}")
+            if normalisation == "mean":
+                unscaled, scale = _largest_step(x0, beta, 0.1), step_scale(beta)
+                row.update({"step_scale": scale, "largest_step_unscaled_dt0.1": unscaled,
+                            "largest_step_scaled_dt0.1": unscaled / scale})
+                line += (f"; s = {scale:.4g}, largest step at dt = 0.1: {unscaled:.3g} rad unscaled, "
+                         f"{unscaled / scale:.3g} scaled")
+            out.append({**row, "seconds": time.perf_counter() - start})
+            print(line, flush=True)
     return out
+
+
+def _largest_step(x0: np.ndarray, beta: float, dt: float) -> float:
+    """max_i dt |f_i| of the unscaled 1/n sphere field on the normalised clouds ``x0`` (float64)."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow.dynamics import normalise, sphere_flow
+
+    with jax.enable_x64(True):
+        I = jnp.eye(x0.shape[-1], dtype=jnp.float64)
+        f = jax.vmap(lambda x: sphere_flow(I, I, I, beta, normalisation="mean")(0.0, x))(normalise(jnp.asarray(x0)))
+        return float(dt * jnp.linalg.norm(f, axis=-1).max())
 
 
 def phase_pair(size: str, out: Path) -> dict:
