@@ -186,3 +186,25 @@ def test_rk_stepper_refuses_unknown_tableau_and_is_a_jit_argument():
     stepper = RKStepper("heun", 0.1, 8, save_at=SaveLayers.log_spaced(3, 8))
     assert run(stepper, x0).shape == (3, 4, 2)
     assert jnp.array_equal(run(stepper, x0), stepper.solve(f, x0).ys)
+
+
+@pytest.mark.parametrize("save_aux", [False, True])
+def test_save_at_gradient_through_checkpointed_gaps(save_aux):
+    """Gaps of >= 64 layers run in jax.checkpoint segments ("auto"): the same values and gradient
+    as storing every layer (float64; only the order of the backward sweep's work differs)."""
+    with float64_scope():
+        f, x0 = AuxFlow(*_weights(2, 5)), _tokens(4, 2, 6)
+        save_fn = (lambda t, y, aux: aux["speed2"] + jnp.sum(y)) if save_aux else (lambda t, y, args: jnp.sum(y * y))
+
+        def loss(x, checkpoint):
+            stepper = RKStepper("heun", 0.01, 200, save_at=(0, 3, 70, 200), save_aux=save_aux, checkpoint=checkpoint)
+            return jnp.sum(stepper.solve(f, x, save_fn=save_fn).ys)
+
+        np.testing.assert_allclose(loss(x0, "auto"), loss(x0, None), rtol=1e-13)
+        np.testing.assert_allclose(jax.grad(loss)(x0, "auto"), jax.grad(loss)(x0, None), rtol=1e-11, atol=1e-13)
+
+
+def test_auto_checkpoint_engages_in_long_gaps_only():
+    stepper = EulerStepper(0.01, 200, save_at=(0, 3, 70, 200))
+    assert stepper.save_every is None and stepper.segment_length(3) is None and stepper.segment_length(130) == 10
+    assert stepper.segment_length() == EulerStepper(0.01, 200, save_every=200).segment_length()

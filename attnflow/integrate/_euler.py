@@ -117,8 +117,9 @@ class _GridStepper(AbstractIntegrator):
 
     def segment_length(self, every: int | None = None) -> int | None:
         """Layers per ``jax.checkpoint`` segment in a stretch of ``every`` layers between two saves
-        (default: :attr:`save_every`; None: no checkpointing)."""
-        every = self.save_every if every is None else every
+        (default: :attr:`save_every`, or ``num_layers`` when the saves are not uniform; None: no
+        checkpointing)."""
+        every = (self.save_every or self.num_layers) if every is None else every
         if self.checkpoint is None:
             return None
         if self.checkpoint == "auto":
@@ -161,7 +162,8 @@ class _GridStepper(AbstractIntegrator):
         if save_fn is None:
             check_memory(f"{type(self).__name__} saving {len(layers)} states of shape {shape}",
                          len(layers) * math.prod(shape) * jnp.result_type(y0, float).itemsize,
-                         fix="raise save_every or save fewer layers", scale=1)
+                         fix="raise save_every (fewer saved layers)" if self.save_every else "save fewer layers (save_at)",
+                         scale=1)
         field = self.bind(dynamics)
         if self.save_aux and not callable(getattr(field, "vector_field_with_aux", None)):
             raise InputError(f"save_aux=True needs a field with vector_field_with_aux(t, y, args) -> (dy, aux), "
