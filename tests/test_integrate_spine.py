@@ -208,3 +208,11 @@ def test_auto_checkpoint_engages_in_long_gaps_only():
     stepper = EulerStepper(0.01, 200, save_at=(0, 3, 70, 200))
     assert stepper.save_every is None and stepper.segment_length(3) is None and stepper.segment_length(130) == 10
     assert stepper.segment_length() == EulerStepper(0.01, 200, save_every=200).segment_length()
+
+
+def test_a_large_uniform_set_is_never_expanded():
+    """10^9 layers saved every layer: built from its runs (a tuple of 10^9 ints would take ~40 GB)."""
+    layers = SaveLayers.uniform(1, 10**9)
+    assert layers.num_saves == 10**9 + 1 and layers.last == 10**9 and layers.gaps == ((1, 10**9),)
+    assert EulerStepper(0.001, 10**9).save_every == 1
+    assert SaveLayers.given(range(0, 21, 5)) == SaveLayers.uniform(5, 20) == SaveLayers.given([0, 5, 10, 15, 20])

@@ -82,9 +82,8 @@ def check_save_layers(save_every, save_at, num_layers: int) -> tuple[int | None,
         return save_every, SaveLayers.uniform(save_every, num_layers)
     save_at = save_at if isinstance(save_at, SaveLayers) else SaveLayers(save_at)
     save_at.check_within(num_layers)
-    runs = save_at.runs()
-    uniform = save_at.layers[0] == 0 and save_at.layers[-1] == num_layers and len(runs) == 1
-    return (runs[0][1] if uniform else None), save_at
+    uniform = save_at.first == 0 and save_at.last == num_layers and len(save_at.gaps) == 1
+    return (save_at.gaps[0][0] if uniform else None), save_at
 
 
 class _GridStepper(AbstractIntegrator):
@@ -158,10 +157,11 @@ class _GridStepper(AbstractIntegrator):
         ``InputError`` (it would run in float32).
         """
         shape = v.check_array("y0", y0, "tokens (n, d) (batch with jax.vmap)", min_rank=1)
-        layers = self.save_at.layers
+        save_at = self.save_at
+        num_saves, first_layer, last_layer = save_at.num_saves, save_at.first, save_at.last
         if save_fn is None:
-            check_memory(f"{type(self).__name__} saving {len(layers)} states of shape {shape}",
-                         len(layers) * math.prod(shape) * jnp.result_type(y0, float).itemsize,
+            check_memory(f"{type(self).__name__} saving {num_saves} states of shape {shape}",
+                         num_saves * math.prod(shape) * jnp.result_type(y0, float).itemsize,
                          fix="raise save_every (fewer saved layers)" if self.save_every else "save fewer layers (save_at)",
                          scale=1)
         field = self.bind(dynamics)
@@ -227,11 +227,11 @@ class _GridStepper(AbstractIntegrator):
             return t0 if isinstance(k, int) and k == 0 else t0 + k * dt
 
         carry = (y0, jnp.asarray(jnp.inf, dtype))
-        if layers[0] > 0:
-            carry = run_layers(carry, 0, layers[0])
+        if first_layer > 0:
+            carry = run_layers(carry, 0, first_layer)
         pieces = []
         if not self.save_aux:
-            first = save_fn(time_of(layers[0]), carry[0], args)
+            first = save_fn(time_of(first_layer), carry[0], args)
             pieces.append(jax.tree_util.tree_map(lambda a: a[None], first))
             for start, gap, count in self.save_at.runs():
                 def block(carry, b, start=start, gap=gap):
@@ -241,8 +241,8 @@ class _GridStepper(AbstractIntegrator):
 
                 carry, saved = jax.lax.scan(block, carry, jnp.arange(count))
                 pieces.append(saved)
-            if layers[-1] < self.num_layers:
-                carry = run_layers(carry, layers[-1], self.num_layers - layers[-1])
+            if last_layer < self.num_layers:
+                carry = run_layers(carry, last_layer, self.num_layers - last_layer)
         else:
             # saved layer k takes the by-product of layer k (the one that leaves it), so a block
             # starts at a saved layer: one layer with aux, then the rest of the gap
@@ -257,7 +257,7 @@ class _GridStepper(AbstractIntegrator):
 
                 carry, saved = jax.lax.scan(block, carry, jnp.arange(count))
                 pieces.append(saved)
-            last, y = layers[-1], carry[0]
+            last, y = last_layer, carry[0]
             if last < self.num_layers:
                 carry, aux = aux_layer(carry, last)
                 if self.num_layers - last > 1:
@@ -268,7 +268,7 @@ class _GridStepper(AbstractIntegrator):
             pieces.append(jax.tree_util.tree_map(lambda a: a[None], final))
         t_bad = carry[1]
         ys = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
-        ts = t0 + dt * jnp.asarray(np.asarray(layers)).astype(dtype)
+        ts = t0 + dt * jnp.asarray(save_at.indices()).astype(dtype)
         return Trajectory(
             ts=ts,
             ys=ys,

@@ -31,12 +31,24 @@ class SaveLayers(eqx.Module):
 
     Build it with :meth:`uniform`, :meth:`log_spaced` or :meth:`given` (or ``SaveLayers(layers)``,
     the same as :meth:`given`). Whether every layer lies in ``[0, num_layers]`` is checked by the
-    stepper that receives it (:meth:`check_within`).
+    stepper that receives it (:meth:`check_within`). The set is held as its first layer and the
+    runs of equal gaps after it, so a uniform set of any size costs nothing to build (a ``range``
+    is never expanded) and two spellings of one set are equal and hash alike.
     """
 
-    layers: tuple[int, ...] = eqx.field(static=True)
+    first: int = eqx.field(static=True)
+    #: the gaps after ``first`` as runs ``(gap, count)``: ``count`` saves ``gap`` layers apart
+    gaps: tuple[tuple[int, int], ...] = eqx.field(static=True)
 
     def __init__(self, layers: Sequence[int]):
+        if isinstance(layers, range):
+            if len(layers) == 0:
+                raise InputError("save_at must name at least one layer to save, got an empty set.")
+            if layers.step < 0 and len(layers) > 1:
+                raise InputError(f"save_at must be strictly increasing layer indices (sorted, no duplicates), got {layers}.")
+            self.first = int(layers[0])
+            self.gaps = ((layers.step, len(layers) - 1),) if len(layers) > 1 else ()
+            return
         if isinstance(layers, (str, bytes)) or not np.iterable(layers):
             raise InputError(f"save_at must be a sequence of layer indices (ints), got {type(layers).__name__}.")
         layers = tuple(layers)
@@ -48,7 +60,13 @@ class SaveLayers(eqx.Module):
         layers = tuple(int(k) for k in layers)
         if any(b <= a for a, b in zip(layers, layers[1:])):
             raise InputError(f"save_at must be strictly increasing layer indices (sorted, no duplicates), got {layers}.")
-        self.layers = layers
+        gaps: list[list[int]] = []
+        for a, b in zip(layers, layers[1:]):
+            if gaps and gaps[-1][0] == b - a:
+                gaps[-1][1] += 1
+            else:
+                gaps.append([b - a, 1])
+        self.first, self.gaps = layers[0], tuple((g, c) for g, c in gaps)
 
     @classmethod
     def given(cls, layers: Sequence[int]) -> "SaveLayers":
@@ -77,20 +95,38 @@ class SaveLayers(eqx.Module):
         rest = np.unique(np.rint(np.geomspace(1, last, num - 1)).astype(int))
         return cls((0, *(int(k) for k in rest)))
 
+    @property
+    def num_saves(self) -> int:
+        """How many layers the set holds."""
+        return 1 + sum(count for _, count in self.gaps)
+
+    @property
+    def last(self) -> int:
+        """The last saved layer."""
+        return self.first + sum(gap * count for gap, count in self.gaps)
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The saved layers, in order (expanded: mind the size of a large uniform set)."""
+        return tuple(int(k) for k in self.indices())
+
+    def indices(self) -> np.ndarray:
+        """The saved layers as an int array."""
+        parts = [np.array([self.first])]
+        parts += [start + gap * np.arange(1, count + 1) for start, gap, count in self.runs()]
+        return np.concatenate(parts)
+
     def check_within(self, num_layers: int) -> None:
         """An :class:`~attnflow.InputError` unless every layer lies in ``[0, num_layers]``."""
-        outside = [k for k in self.layers if not 0 <= k <= num_layers]
-        if outside:
-            raise InputError(f"save_at must hold layers in [0, num_layers = {num_layers}], got layer {outside[0]}.")
+        for k in (self.first, self.last):
+            if not 0 <= k <= num_layers:
+                raise InputError(f"save_at must hold layers in [0, num_layers = {num_layers}], got layer {k}.")
 
     def runs(self) -> tuple[tuple[int, int, int], ...]:
-        """The gaps between consecutive saved layers grouped into runs ``(start, gap, count)``:
-        ``count`` saves at ``start + gap, ..., start + count * gap`` (one run for a uniform set)."""
-        out, ks = [], self.layers
-        for a, b in zip(ks, ks[1:]):
-            if out and out[-1][1] == b - a:
-                start, gap, count = out[-1]
-                out[-1] = (start, gap, count + 1)
-            else:
-                out.append((a, b - a, 1))
+        """The gaps between consecutive saved layers as runs ``(start, gap, count)``: ``count``
+        saves at ``start + gap, ..., start + count * gap`` (one run for a uniform set)."""
+        out, start = [], self.first
+        for gap, count in self.gaps:
+            out.append((start, gap, count))
+            start += gap * count
         return tuple(out)
