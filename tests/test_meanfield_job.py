@@ -79,7 +79,7 @@ def test_tiny_study_writes_its_results_and_resumes_without_recomputing(tmp_path)
     assert again["convergence"] == first["convergence"]
     other = _tiny()
     other["seed"] = 1
-    with pytest.raises(InputError, match="different config"):
+    with pytest.raises(InputError, match="another config"):
         run_meanfield(other, out, progress=False)
 
 

@@ -79,7 +79,7 @@ def test_beyond_pd_resumes_after_a_kill_and_reproduces_the_seed(tmp_path):
     assert again["horizons"] == ref["horizons"]
     # a different config in the same folder is refused
     other = load_probe_config("probe-beyond-pd.toml", {**TINY["beyond-pd"], "seed": 1})
-    with pytest.raises(af.InputError, match="different config"):
+    with pytest.raises(af.InputError, match="another config"):
         run_probe(other, tmp_path / "killed", progress=False)
 
 

@@ -21,7 +21,9 @@ from attnflow.errors import InputError
 from attnflow.probe import optimize
 from attnflow.report import reproduce
 from attnflow.sweep import load_sweep_config, run_sweep
-from attnflow.sweep._runner import Chunk, plan_chunks, run_chunks
+from attnflow import runs
+from attnflow.runs import Chunk, plan_chunks, run_chunks
+from attnflow.runs import _atomic, _folder, _verified
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -176,8 +178,8 @@ def test_process_0_reads_back_only_the_chunks_it_did_not_compute_or_verify(tmp_p
         return {"row": np.arange(c.start, c.stop), "half": np.arange(c.start, c.stop) / 2}
 
     reads = []
-    load = runio.load_verified_npz
-    monkeypatch.setattr(runio, "load_verified_npz", lambda path, *a, **k: reads.append(Path(path).name) or load(path, *a, **k))
+    load = _verified.load_verified_npz
+    monkeypatch.setattr(runs._units, "load_verified_npz", lambda path, *a, **k: reads.append(Path(path).name) or load(path, *a, **k))
     chunks = plan_chunks([30], 10)
     parts, computed = run_chunks(tmp_path, chunks, compute, progress=False)
     assert computed == 3 and np.concatenate([p["row"] for p in parts]).tolist() == list(range(30))
@@ -261,14 +263,14 @@ def test_unwritable_or_full_folders_are_refused_before_any_work(tmp_path, monkey
     out = tmp_path / "ro"
     out.mkdir()
     if os.geteuid() == 0:  # root writes through file modes: the OS refusal is simulated where files are made
-        real = runio._create_temp
+        real = _atomic._create_temp
 
         def refused(path, suffix=""):
             if path.parent == out:
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
             return real(path, suffix)
 
-        monkeypatch.setattr(runio, "_create_temp", refused)
+        monkeypatch.setattr(_atomic, "_create_temp", refused)
     else:
         out.chmod(0o555)
     try:
@@ -282,7 +284,7 @@ def test_unwritable_or_full_folders_are_refused_before_any_work(tmp_path, monkey
         out.chmod(0o755)
     monkeypatch.undo()
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(runio.shutil, "disk_usage", lambda p: usage(2**40, 2**40 - 10 * 2**20, 10 * 2**20))
+    monkeypatch.setattr(_folder.shutil, "disk_usage", lambda p: usage(2**40, 2**40 - 10 * 2**20, 10 * 2**20))
     full = tmp_path / "full"
     with pytest.raises(InputError, match=rf"^--out {re.escape(str(full))} is on a disk with only 10.0 MiB free, less than the "
                                          r"50.0 MiB a run needs; free some space or choose a folder on another "

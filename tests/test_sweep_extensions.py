@@ -28,7 +28,7 @@ from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.observables import GEOMETRY_LABELS, classify_geometry
 from attnflow.runio import load_config
 from attnflow.sweep import check_dynamics_config, run_dynamics_sweep
-from attnflow.sweep._fields import ff_key, layer_key
+from attnflow._sweep_dynamics import ff_key, layer_key
 
 pytestmark = pytest.mark.usefixtures("x64")  # float64 references
 

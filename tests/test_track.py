@@ -56,7 +56,7 @@ def test_track_default_model_single_sentence(tmp_path, capsys):
 def test_track_multi_sentence_albert_and_resume(albert, tmp_path, capsys):
     """Three sentences on the tiny ALBERT: per-sentence records, aggregates equal the mean of the
     records, the observables recomputed from the stored arrays, and an identical rerun resumes
-    (records untouched) while other settings are refused."""
+    (records untouched) while other settings (another config) are refused."""
     texts = tmp_path / "sentences.txt"
     texts.write_text("\n".join(SENTENCES) + "\n\n")
     out = tmp_path / "run"
@@ -86,7 +86,7 @@ def test_track_multi_sentence_albert_and_resume(albert, tmp_path, capsys):
     s3 = track(str(texts), out, model=albert, progress=False)
     assert "00001.npz" in capsys.readouterr().err and (sent / "00001.npz.damaged").exists()
     assert s3["real"] == s["real"]
-    with pytest.raises(InputError, match="other settings"):
+    with pytest.raises(InputError, match="another config"):
         track(str(texts), out, model=albert, progress=False, cluster_tol=0.3)
 
 

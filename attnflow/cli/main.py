@@ -76,7 +76,7 @@ INTERRUPTED = 130
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names; returns its exit status: the command's own (0, or 1 where a check
     failed), 2 for an :class:`~attnflow.errors.AttnflowError` (one line on stderr), :data:`INTERRUPTED`
-    for Ctrl-C: one line on stderr saying how much of the work was kept (:func:`attnflow.runio.count_kept`,
+    for Ctrl-C: one line on stderr saying how much of the work was kept (:func:`attnflow.runs.count_kept`,
     which every job advances as it stores its units) instead of a traceback.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"attnflow {command}: error: {err}", file=sys.stderr)
             return 2
     except KeyboardInterrupt:
-        from ..runio import interrupted_sentence
+        from ..runs import interrupted_sentence
 
         lead = "\n" if sys.stderr.isatty() else ""  # a terminal's cursor may stand after "^C" or a progress bar
         print(f"{lead}attnflow {command}: {interrupted_sentence()}", file=sys.stderr, flush=True)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The ``attnflow`` command's process: :func:`main`, then the process ends with its exit status.
 
-    Once the command has returned, every result is written and closed (atomically, :mod:`attnflow.runio`)
+    Once the command has returned, every result is written and closed (atomically, :mod:`attnflow.runs`)
     and the figure workers have ended, so the process flushes its streams, runs its ``atexit`` handlers
     (JAX's, logging's, tqdm's, ...) and ends with ``os._exit``: the interpreter's own teardown (module
     globals, then XLA's C++ destructors) took 0.35-0.5 s after every job and writes nothing. An exception

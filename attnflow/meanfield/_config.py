@@ -1,7 +1,7 @@
 """The mean-field study's config, parsed once: TOML -> checked table -> frozen :class:`MeanfieldConfig`.
 
 The shipped ``configs/meanfield.toml`` is the schema (unknown keys and wrong types are refused by
-:func:`attnflow.runio.load_config`); the values are checked here, each refusal one
+:func:`attnflow.runs.load_config`); the values are checked here, each refusal one
 :class:`~attnflow.InputError` sentence naming the key, before anything compiles.
 """
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..runio import config_fingerprint, load_config, merge_config, read_toml
+from ..runs import fingerprint as run_fingerprint, load_config, merge_config, read_toml
 from ._pde import NORMALISATIONS
 
 __all__ = ["MeanfieldConfig", "load_meanfield_config", "check_meanfield_config"]
@@ -84,7 +84,7 @@ class MeanfieldConfig:
     @property
     def fingerprint(self) -> str:
         """A hash of the config: a run folder holds the results of one config only."""
-        return config_fingerprint(self.source)
+        return run_fingerprint(self.source)
 
 
 def load_meanfield_config(path=None) -> dict:
@@ -130,7 +130,7 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     """
     if isinstance(config, MeanfieldConfig):
         return config
-    from ..runio import default_config_path
+    from ..runs import default_config_path
 
     source = merge_config(read_toml(default_config_path(DEFAULT_CONFIG)), config, where="the mean-field config")
     _need(source["kind"] == "meanfield", "kind", '"meanfield"', source["kind"])

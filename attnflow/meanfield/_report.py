@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runio import atomic_write_text
+from ..runs import atomic_write_text
 
 GROWTH_COLUMNS = ("normalisation", "beta", "seed", "k", "predicted", "particles_rate", "particles_lo",
                   "particles_hi", "pde_rate", "pde_lo", "pde_hi", "particles_points", "pde_points", "k_star",

@@ -16,7 +16,7 @@ Three studies (``configs/meanfield.toml``), each for every normalisation:
 Particles run the ODE flow (:func:`~attnflow.meanfield.circle_solver`, Tsit5 with constant steps) with
 ``attention_impl="fourier"``; the PDE is :func:`~attnflow.meanfield.solve_continuity`. Every unit of
 work (one normalisation, study, n or beta, seed) is stored as it finishes in ``units/*.npz``
-(verified: :func:`attnflow.runio.save_verified_npz`), so the same command after an interruption
+(verified: :class:`attnflow.runs.UnitStore`), so the same command after an interruption
 recomputes nothing that finished.
 """
 
@@ -29,18 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..runio import (
-    atomic_write_json,
-    atomic_write_text,
-    claim_output_dir,
-    count_kept,
-    load_verified_npz,
-    provenance,
-    releases_output_dirs,
-    save_verified_npz,
-    write_marker,
-)
+from ..runs import UnitStore, atomic_write_json, count_kept, open_run, releases_output_dirs
 from ._config import MeanfieldConfig, check_meanfield_config
 
 __all__ = ["run_meanfield", "check_meanfield_sizes", "start_density", "near_uniform_start", "time_scale"]
@@ -203,52 +192,53 @@ def check_meanfield_sizes(config: MeanfieldConfig | dict) -> dict:
 
 
 class _Units:
-    """The stored units of one run folder: computed once, then read back (verified)."""
+    """The stored units of one run folder (:class:`attnflow.runs.UnitStore` in ``units/``): computed once,
+    then read back (verified); each computed unit records its ``seconds``."""
 
     def __init__(self, out: Path, fingerprint: str, progress=None):
-        self.folder = out / "units"
-        self.folder.mkdir(exist_ok=True)
-        self.fingerprint = fingerprint
+        self.store = UnitStore(out / "units", "meanfield-unit", fingerprint, on_store=self._stored)
         self.progress = progress
-        self.computed = 0
-        self.resumed = 0
         self.cache: dict = {}  # compiled particle solves, shared by the units of one n
         self.kept: dict = {}  # the verified units found in the folder, read before any unit runs
-        self.tally = None  # the units stored so far (attnflow.runio.count_kept), for an interrupted command's line
+        self.tally = None  # the units stored so far (attnflow.runs.count_kept), for an interrupted command's line
 
-    def _identity(self, name: str) -> dict:
-        return {"kind": "meanfield-unit", "name": name, "fingerprint": self.fingerprint}
+    @property
+    def computed(self) -> int:
+        return self.store.computed
 
-    def read_kept(self, names) -> int:
-        """Read every stored unit among ``names`` that verifies (the others are recomputed); return their count."""
-        for name in names:
-            path = self.folder / f"{name}.npz"
-            if path.is_file():
-                found = load_verified_npz(path, self._identity(name), then="recomputing it")
-                if found is not None:
-                    self.kept[name] = found
-        return len(self.kept)
+    @property
+    def resumed(self) -> int:
+        return self.store.resumed
 
-    def get(self, name: str, compute) -> dict:
-        path = self.folder / f"{name}.npz"
-        identity = self._identity(name)
-        found = self.kept.pop(name, None)
-        if found is None:
-            found = load_verified_npz(path, identity, then="recomputing it")
-        if found is not None:
-            self.resumed += 1
-            return found
-        t = time.perf_counter()
-        arrays = {k: np.asarray(v) for k, v in compute().items()}
-        arrays["seconds"] = np.asarray(time.perf_counter() - t)
-        save_verified_npz(path, arrays, identity)
-        self.computed += 1
+    def _stored(self, name: str) -> None:
         if self.tally is not None:
             self.tally.add()
         if self.progress is not None:
             self.progress.set_postfix_str(name)
             self.progress.update(1)
-        return arrays
+
+    def read_kept(self, names) -> int:
+        """Read every stored unit among ``names`` that verifies (the others are recomputed); return their count."""
+        for name in names:
+            if self.store.path(name).is_file():
+                found = self.store.load(name)
+                if found is not None:
+                    self.kept[name] = found
+        return len(self.kept)
+
+    def get(self, name: str, compute) -> dict:
+        found = self.kept.pop(name, None)
+        if found is not None:
+            self.store.resumed += 1
+            return found
+
+        def timed() -> dict:
+            t = time.perf_counter()
+            arrays = {k: np.asarray(v) for k, v in compute().items()}
+            arrays["seconds"] = np.asarray(time.perf_counter() - t)
+            return arrays
+
+        return self.store.get(name, timed)
 
 
 def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> dict:
@@ -418,7 +408,7 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ..dynamics import sphere_flow
+    from ..fields import build_field
     from ..integrate import EulerStepper, sphere_shift
 
     la = config.largest
@@ -428,7 +418,7 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
         x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
         I = jnp.eye(2, dtype=dtype)
         stepper = EulerStepper(la.dt, la.layers, shift=sphere_shift, save_every=la.layers)
-        field = sphere_flow(I, I, I, la.beta, attention_impl="fourier", fourier_max_score=la.beta)
+        field = build_field("sphere", I, I, I, beta=la.beta, attention_impl="fourier", fourier_max_score=la.beta)
         solve = jax.jit(lambda x: stepper.solve(field, x).ys[-1])
         t = time.perf_counter()
         compiled = solve.lower(x0).compile()
@@ -469,17 +459,9 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
 
     config = check_meanfield_config(config)  # before the folder is claimed or anything compiles
     sizes = check_meanfield_sizes(config)  # every unit fits, before any unit runs
-    out, existed = claim_output_dir(out, "meanfield")
-    marker = out / "attnflow-run.json"
-    if existed and marker.is_file():
-        import json
-
-        old = json.loads(marker.read_text()).get("fingerprint")
-        if old is not None and old != config.fingerprint:
-            raise InputError(f"--out {out} holds a mean-field run with a different config; choose a new folder.")
-    write_marker(out, "meanfield", {"fingerprint": config.fingerprint})
-    atomic_write_json(out / "config.json", config.as_dict())
-    units = _Units(out, config.fingerprint)
+    run = open_run(out, "meanfield", config, seed=config.seed)
+    out = run.out
+    units = _Units(out, run.fingerprint)
     kept = units.read_kept(u["name"] for u in _plan(config))
     units.tally = count_kept(sizes["units"], "units", kept=kept)
     bar = None
@@ -505,8 +487,6 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0,
                    planned={"units": sizes["units"], "peak_bytes": sizes["peak_bytes"],
                             "particle_steps": sizes["work"]})
-    prov = provenance(seed=config.seed, config=config.as_dict())
-    summary["provenance"] = prov
+    summary["provenance"] = run.write_provenance()
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "provenance.json", prov)
     return summary

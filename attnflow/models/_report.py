@@ -19,19 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..runio import (
-    MARKER,
+from ..runs import (
+    UnitStore,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    claim_output_dir,
     config_fingerprint,
     count_kept,
-    load_verified_npz,
-    provenance,
+    open_run,
     releases_output_dirs,
-    save_verified_npz,
-    write_marker,
 )
 
 __all__ = ["track", "read_texts", "KIND"]
@@ -131,33 +127,19 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
         items = [tokenize(tok, t) for t in texts]
         rows = assumption_table(net)
         selected = select_head(rows, head)
-        out, existed = claim_output_dir(out, KIND)  # before any long work: never writes into a foreign folder
         resolved = {"model": str(folder), "head": f"{selected[0]}:{selected[1]}", **cfg,
                     "texts_sha": config_fingerprint({"texts": texts})}
-        fp = config_fingerprint(resolved)
-        if existed:
-            import json
-
-            old = json.loads((out / MARKER).read_text()).get("fingerprint")
-            if old != fp:
-                raise InputError(f"--out {out} holds a track run with other settings, model or texts; "
-                                 "choose a new folder (or repeat the same command to resume).")
-        write_marker(out, KIND, {"fingerprint": fp, "complete": False})
-        atomic_write_json(out / "config.json", {**resolved, "texts": texts})
+        # before any long work: never writes into a foreign folder, nor into a run of other settings
+        run = open_run(out, KIND, resolved, record={**resolved, "texts": texts}, marker={"complete": False})
+        out = run.out
         w64 = head_weights(net, jnp.float64)
-        sent_dir = out / "sentences"
-        sent_dir.mkdir(exist_ok=True)
+        sentences = UnitStore(out / "sentences", "track sentence", run.fingerprint, then="analysing the sentence again",
+                              compress=True)
         records = []
         kept = count_kept(len(items), "sentences")
         bar = tqdm(items, desc="attnflow track", unit="sentence", disable=not progress or len(items) == 1)
         for i, item in enumerate(bar):
-            path = sent_dir / f"{i:05d}.npz"
-            identity = {"kind": "track sentence", "name": path.stem, "fingerprint": fp}
-            rec = load_verified_npz(path, identity, then="analysing the sentence again")
-            if rec is None:
-                rec = analyse_sentence(net, w64, item.input_ids, selected, cfg)
-                save_verified_npz(path, rec, identity, compress=True)
-            records.append(rec)
+            records.append(sentences.get(f"{i:05d}", lambda: analyse_sentence(net, w64, item.input_ids, selected, cfg)))
             kept.add()
         _save_npz(out / "forward.npz", {**{k: records[0][k] for k in _NPZ_KEYS_FORWARD},
                                         "tokens": np.asarray(list(items[0].tokens), dtype=np.str_)})
@@ -169,9 +151,9 @@ def track(text_or_file: str, out: str | os.PathLike, *, model: str | os.PathLike
     summary["figures"] = _figures(out, rows, spectra, selected, items, records, summary)
     summary["assumption_table"] = table_records(rows)
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "provenance.json", provenance(config=resolved))
+    run.write_provenance()
     atomic_write_text(out / "report.md", _markdown(summary, rows, items, records))
-    write_marker(out, KIND, {"fingerprint": fp, "complete": True})
+    run.mark(complete=True)
     return summary
 
 

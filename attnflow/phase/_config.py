@@ -20,10 +20,8 @@ import numpy as np
 from .. import _validate as v
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES
 from ..errors import InputError
-from ..runio import CONFIG_DIR, load_config, read_toml
-from ..sweep._config import RunSettings, run_settings
-from ..sweep._fields import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
-from ..sweep._runner import check_sweep_config
+from ..runs import CONFIG_DIR, RunSettings, check_job_table, load_config, read_toml, run_settings
+from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
 
 #: the shipped default and schema
 DEFAULT_CONFIG = "phase.toml"
@@ -239,7 +237,7 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
             raise InputError(f"config key '{key}' is missing from {where}; start from configs/{DEFAULT_CONFIG} "
                              "(its defaults fill every key).")
         grid[key] = _grid_values(key, rest.pop(key), where)
-    cfg = check_sweep_config({**rest, **{k: defaults[k] for k in GRID_KEYS}}, "phase", DEFAULT_CONFIG)
+    cfg = check_job_table({**rest, **{k: defaults[k] for k in GRID_KEYS}}, "phase", DEFAULT_CONFIG)
     for key in GRID_KEYS:
         cfg[key] = grid[key]
     for i, b in enumerate(grid["beta"]):

@@ -51,8 +51,8 @@ from ..fields import build_field, field_entry
 from ..integrate import EulerStepper
 from ..observables import directions, gram_statistics, span_dimension
 from ..observables._pairs import sphere_energy_from_row_sums
-from ..sweep._fields import head_seeds
-from ..sweep._mesh import sharded
+from .._sweep_dynamics import head_seeds
+from ..runs import sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
@@ -316,7 +316,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
 
     # the sphere's program has no LAPACK call (the span's reduction is jnp): vmapped on every device; the other
     # fields' solves and exponentials are batched LAPACK calls, which can deadlock several CPU devices' shared
-    # pool, so there each device loops over its pairs (attnflow.sweep.needs_per_system_loop)
+    # pool, so there each device loops over its pairs (attnflow.runs.needs_per_system_loop)
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
     betas = np.asarray(config.beta, np.float64)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second

@@ -28,13 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import runio
+from .. import runs
 from .._resources import check_fits
 from .._x64 import in_float64
 from ..plot._workers import FigureWorkers, worker_count
-from ..sweep._chunks import concat, plan_chunks
-from ..sweep._runner import check_table_memory, start_sweep
-from ..sweep._tables import write_table, write_tables
+from ..runs import check_table_memory, concat, plan_chunks, start_chunked, write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config, log_step_scale
 from ._engine import OBSERVABLES, column_layout, group_pairs, make_chunk_fn
 from ._figures import MAPS
@@ -80,7 +78,7 @@ STATE_COPIES = 6
 def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
     """Refuse a grid whose chunk, per-system arrays or cell table cannot fit in memory; return the sizes
     (bytes and counts) that the job prints before it starts."""
-    default = runio.load_config(None, DEFAULT_CONFIG)
+    default = runs.load_config(None, DEFAULT_CONFIG)
     item = 8 if config.dtype == "float64" else 4
     n, d, heads = max(config.n), max(config.d), max(config.heads)
     K = len(config.checkpoint_layers)
@@ -112,7 +110,7 @@ def _gib(b: float) -> str:
 
 
 @in_float64
-@runio.releases_output_dirs
+@runs.releases_output_dirs
 def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int | None = None,
               progress: bool | None = None, processes: dict | None = None,
               figure_workers: int | FigureWorkers | None = None, dtype_check: bool = True) -> dict:
@@ -147,7 +145,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     def check_sizes(devices):
         sizes.update(check_phase_sizes(config, devices))
 
-    sw = start_sweep(config, out, "phase", num_devices=num_devices, progress=progress, processes=processes,
+    sw = start_chunked(config, out, "phase", num_devices=num_devices, progress=progress, processes=processes,
                      check_sizes=check_sizes)
     groups = config.groups
     if sw.progress:
@@ -191,7 +189,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         # their own while this one makes the tables and fits: zlib, hashlib, file writes and NumPy's large
         # loops release the GIL
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-systems-writer") as writer:
-            saved = [writer.submit(runio.save_verified_npz, sw.out / "systems" / f"g{g.index:03d}.npz",
+            saved = [writer.submit(runs.save_verified_npz, sw.out / "systems" / f"g{g.index:03d}.npz",
                                    {k: np.asarray(by_group[g.index][k]) for k in ("beta_index", "system", "finite",
                                                                                   "t_nonfinite", *OBSERVABLES)},
                                    {"kind": "phase-systems", "group": g.label}, compress=True) for g in groups]
@@ -221,7 +219,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             head["per_beta"] = _per_beta(config, g, cell_cols, rows)
         summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
             groups[k].label: v for k, v in theory.items()}, dtype_check=precision)
-        runio.atomic_write_json(sw.out / "summary.json", summary)
+        runs.atomic_write_json(sw.out / "summary.json", summary)
         names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
     _report(config, summary, names, sw.out)
     return dict(summary, **processes_info)
@@ -621,4 +619,4 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
               "n > d, where a random cloud is read as if it were equiangular (the figure's legend says which).", "",
               "Files: cells.csv (per cell and checkpoint: means and intervals), metastability.csv, systems/*.npz "
               "(per-system arrays), summary.json, config.json, provenance.json."]
-    runio.atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    runs.atomic_write_text(out / "report.md", "\n".join(lines) + "\n")

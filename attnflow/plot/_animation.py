@@ -118,7 +118,7 @@ def animate(data, path: str | os.PathLike, *, ts=None, system: int = 0, frames: 
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation, PillowWriter
 
-    from ..runio import atomic_path
+    from ..runs import atomic_path
 
     t, z, symbol = unpack(data, ts, system, function="animate")
     if z.shape[-1] < 2:

@@ -256,7 +256,7 @@ def save(fig, path: str | os.PathLike, *, formats: Sequence[str] | None = None, 
         >>> ap.save(fig, pathlib.Path(tempfile.mkdtemp()) / "line.png", formats=("png", "svg"), close=True)
         ['line.png', 'line.svg']
     """
-    from ..runio import atomic_write_bytes
+    from ..runs import atomic_write_bytes
 
     chosen = tuple(formats) if formats is not None else current_formats()
     path = Path(path)

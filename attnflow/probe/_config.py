@@ -26,7 +26,7 @@ import numpy as np
 from .. import _validate as v
 from .._resources import check_fits
 from ..errors import InputError
-from ..runio import config_fingerprint, load_config, npz_problem
+from ..runs import fingerprint as run_fingerprint, load_config, npz_problem
 from .._weights import check_shapes
 from ._systems import num_layers
 
@@ -385,7 +385,7 @@ def _table(cls, table: dict):
 def _typed(config: dict, identity: dict, weights: tuple | None) -> ProbeConfig:
     dy = config["dynamics"]
     common = dict(seed=config["seed"], dynamics=Dynamics(dy["t1"], dy["dt"], num_layers(dy["t1"], dy["dt"])),
-                  identity=identity, fingerprint=config_fingerprint({**config, **identity}),
+                  identity=identity, fingerprint=run_fingerprint({**config, **identity}),
                   _source=json.dumps(config))
     study = config["study"]
     if study == "distance-to-failure":
@@ -448,7 +448,7 @@ def read_probe_config(path: str | Path, overrides: dict | None = None) -> ProbeC
         >>> c.study, c.system.num_triples
         ('sensitivity', 2)
     """
-    from ..runio import CONFIG_DIR, merge_config
+    from ..runs import CONFIG_DIR, merge_config
 
     p = Path(path)
     if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):

@@ -292,7 +292,7 @@ def distance_to_failure(Q: Any, K: Any, V: Any, *, progress: bool = False, **set
     """
     import tempfile
 
-    from ..runio import CONFIG_DIR, load_config
+    from ..runs import CONFIG_DIR, load_config
     from ._config import STUDIES
 
     schema = load_config(None, STUDIES["distance-to-failure"])

@@ -35,7 +35,7 @@ from jaxtyping import PyTree
 
 from ..errors import InputError, NonFiniteError
 from .._batching import lapack_needs_loop, map_over_batch
-from ..runio import count_kept, load_verified_npz, save_verified_npz, set_aside
+from ..runs import count_kept, load_verified_npz, save_verified_npz, set_aside
 
 __all__ = ["OptimizationResult", "NonFiniteLossError", "optimize", "finite_guard", "failure_reason"]
 

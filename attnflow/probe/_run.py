@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
-from ..runio import (
-    atomic_write_json,
-    atomic_write_text,
-    claim_output_dir,
-    provenance,
-    releases_output_dirs,
-    write_marker,
-)
+from ..runs import atomic_write_json, atomic_write_text, open_run, releases_output_dirs
 from ._beyond_pd import run_beyond_pd
 from ._config import STUDIES, ProbeConfig, load_probe_config, parse_probe_config, read_probe_config
 from ._failure import run_failure
@@ -45,25 +37,14 @@ def run_probe(config: ProbeConfig | dict, out: str | Path, *, progress: bool = T
 
     if isinstance(config, dict):
         config = parse_probe_config(config)  # before the folder is claimed or anything compiles
-    out, existed = claim_output_dir(out, "probe")
-    fingerprint = config.fingerprint
-    marker = out / "attnflow-run.json"
-    if existed and marker.is_file():
-        import json
-
-        old = json.loads(marker.read_text()).get("fingerprint")
-        if old is not None and old != fingerprint:
-            raise InputError(f"--out {out} holds a probe run with a different config; choose a new folder.")
-    resolved = config.as_dict()
-    write_marker(out, "probe", {"study": config.study, "fingerprint": fingerprint})
-    atomic_write_json(out / "config.json", resolved)
+    run = open_run(out, "probe", config, seed=config.seed, identity=config.identity, marker={"study": config.study})
+    out, fingerprint = run.out, run.fingerprint
     with jax.enable_x64(True):
         summary, body, figures = RUNNERS[config.study](config, out, progress=progress,
                                                        interrupt_after=interrupt_after, fingerprint=fingerprint)
-    prov = provenance(seed=config.seed, config=resolved)
+    prov = run.write_provenance()
     summary = {**summary, "figures": figures, "provenance": prov}
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "provenance.json", prov)
     atomic_write_text(out / "report.md", "\n".join([
         f"# attnflow probe: {config.study}", "",
         f"seed {config.seed}, config fingerprint {fingerprint}, commit {prov['git_commit']}; "

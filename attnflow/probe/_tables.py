@@ -34,7 +34,7 @@ def fmt(x: Any, digits: int = 3) -> str:
 def write_rows(path: Path, rows: list[dict], columns: list[Column]) -> list[str]:
     """Write ``rows`` as the CSV ``path`` (full precision; an empty cell for None) and return
     the same rows as markdown table lines."""
-    from ..sweep._tables import write_table
+    from ..runs import write_table
 
     keys = [c[0] for c in columns]
     write_table(path, [{k: ["" if r[k] is None else r[k] for r in rows] for k in keys}], keys)

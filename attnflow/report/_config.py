@@ -15,7 +15,7 @@ from typing import Mapping
 
 from .. import _validate as v
 from .._resources import attention_flops, check_count, check_fits, check_work
-from ..runio import load_config
+from ..runs import load_config
 from ._base import CaseSettings
 from ._catalogue import CASES, EULER_STEPS
 
@@ -59,7 +59,7 @@ class ReproduceConfig:
 
     Example:
         >>> from attnflow.report import parse_reproduce_config
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> c = parse_reproduce_config(load_config(None, "reproduce.toml"))
         >>> c.seed, c.full["thm2_1"].n, c.quick["thm2_1"].n, c.quick["remark7_9"].n
         (0, 20, 8, None)
@@ -119,7 +119,7 @@ def case_work(name: str, s: CaseSettings) -> tuple[float, float, list]:
     Example:
         >>> from attnflow.report import parse_reproduce_config
         >>> from attnflow.report._config import case_work
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> c = parse_reproduce_config(load_config(None, "reproduce.toml"))
         >>> flops, steps, keys = case_work("thm3_1_euler_dt01", c.full["thm3_1_euler_dt01"])
         >>> f"{flops:.3g}", steps

@@ -50,7 +50,7 @@ from ..errors import InputError
 from ..fields import build_field, field_entry, rescaled_from_raw
 from ..integrate import EulerStepper, plain_shift
 from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
-from ..runio import (
+from ..runs import (
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,

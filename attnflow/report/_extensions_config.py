@@ -18,7 +18,7 @@ import numpy as np
 from .. import _validate as v
 from .._resources import attention_flops, check_count, check_fits, check_work
 from ..errors import InputError
-from ..runio import load_config
+from ..runs import load_config
 from ..spectral import check_good_triple
 
 __all__ = ["STUDY_NAMES", "SAVES", "save_every", "Sec12_2Settings", "MultiheadSettings", "AlbertSettings",
@@ -114,7 +114,7 @@ class ExtensionsConfig:
 
     Example:
         >>> from attnflow.report._extensions_config import parse_extensions_config
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> c = parse_extensions_config(load_config(None, "extensions.toml"))
         >>> c.full["sphere"].clouds, c.quick["sphere"].clouds, c.full["sphere"].betas[:2]
         (4, 2, (0.5, 1.0))
@@ -218,7 +218,7 @@ def study_work(name: str, s: StudySettings) -> tuple[str, float, float, list]:
 
     Example:
         >>> from attnflow.report._extensions_config import parse_extensions_config, study_work
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> what, flops, steps, keys = study_work("sphere", parse_extensions_config(load_config(None,
         ...     "extensions.toml")).full["sphere"])
         >>> what, f"{flops:.3g}", steps
@@ -245,7 +245,7 @@ def check_extensions_config(config: ExtensionsConfig | dict, selected: list[str]
 
     Example:
         >>> from attnflow.report._extensions_config import check_extensions_config
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> list(check_extensions_config(load_config(None, "extensions.toml"), ["albert"], True))
         ['albert']
     """

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..runio import (
+from ..runs import (
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
@@ -77,7 +77,7 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
     """
     cfg = load_config(config, "reproduce.toml")
     if overrides:
-        from ..runio import merge_config
+        from ..runs import merge_config
 
         cfg = merge_config(cfg, overrides)
     parsed = parse_reproduce_config(cfg)  # every key checked, before any work

@@ -18,32 +18,14 @@ from pathlib import Path
 import jax.numpy as jnp
 
 from ..errors import InputError
-from ._fields import SweepDynamics
+from .._sweep_dynamics import SweepDynamics
+from ..runs import RunSettings, run_settings
 
 __all__ = ["RunSettings", "SpectralSweepConfig", "DynamicsSweepConfig", "run_settings", "load_sweep_config",
            "DEFAULTS"]
 
 #: the shipped config of each kind (its default and schema)
 DEFAULTS = {"spectral": "ginibre-spectral.toml", "dynamics": "ginibre-dynamics.toml"}
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The ``[run]`` table: how a sweep executes (``devices``, ``progress``, ``distributed`` and
-    ``table_formats`` do not change results and are not fingerprinted)."""
-
-    chunk_size: int
-    devices: int
-    eig_route: str
-    distributed: bool
-    progress: bool
-    table_formats: tuple[str, ...]
-
-
-def run_settings(run: dict) -> RunSettings:
-    """The checked ``[run]`` table as :class:`RunSettings`."""
-    return RunSettings(int(run["chunk_size"]), int(run["devices"]), run["eig_route"], bool(run["distributed"]),
-                       bool(run["progress"]), tuple(run["table_formats"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +101,7 @@ def load_sweep_config(path) -> dict:
         >>> load_sweep_config("ginibre-spectral.toml")["kind"]
         'spectral'
     """
-    from ..runio import CONFIG_DIR, load_config, read_toml
+    from ..runs import CONFIG_DIR, load_config, read_toml
 
     p = Path(path)
     if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):

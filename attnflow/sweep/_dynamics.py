@@ -9,7 +9,7 @@ Per system (seeded, see :mod:`attnflow.ensembles`):
    Remark 3.4) up to ``t1``, with V divided by its spectral radius (a positive rescaling,
    which changes neither the assumptions nor the prediction); the config's ``dynamics`` key
    selects another field instead (causal mask, several heads, Section 12.2 feed-forward,
-   per-layer weights, the sphere: :mod:`attnflow.sweep._fields`);
+   per-layer weights, the sphere: :mod:`attnflow._sweep_dynamics`);
 3. the final configuration classified by :func:`attnflow.observables.classify_configuration`
    (the batched twin of :func:`attnflow.observables.classify_geometry`). A system's observed
    label is the first criterion met by all of its clouds; ``consistent`` says whether all
@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._resources import attention_flops, check_fits
-from .. import runio
+from .. import runs
 from .._batching import group_size, loop_over_systems, vmap_systems
 from .._chunked import DEFAULT_CHUNK
 from .._attention import select_impl
@@ -46,8 +46,8 @@ from ..spectral._eig import sort_by_modulus
 from ..observables._classification import classify_configuration
 from ..spectral._batched import left_eig, projector_from_left_eig
 from ._config import DynamicsSweepConfig, run_settings
-from ._fields import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
-from ._runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
+from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
+from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables
 
 __all__ = ["COLUMNS", "OBSERVED", "SWEEP_DYNAMICS", "run_dynamics_sweep", "make_chunk_fn", "check_dynamics_config",
            "check_dynamics_sizes", "dynamics_work"]
@@ -77,7 +77,7 @@ def check_dynamics_config(config: dict) -> DynamicsSweepConfig:
     naming the key, its value and what is expected); returns the parsed config (the schema's types).
 
     Example:
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import check_dynamics_config
         >>> cfg = check_dynamics_config(load_config(None, "ginibre-dynamics.toml"))
         >>> cfg.n, cfg.num_layers
@@ -85,7 +85,7 @@ def check_dynamics_config(config: dict) -> DynamicsSweepConfig:
     """
     if isinstance(config, DynamicsSweepConfig):
         return config
-    cfg = check_sweep_config(config, "dynamics", "ginibre-dynamics.toml")
+    cfg = check_job_table(config, "dynamics", "ginibre-dynamics.toml")
     v.check_names("v_ensembles", cfg["v_ensembles"], V_ENSEMBLES, "the ensembles of V")
     v.check_names("qk_ensembles", cfg["qk_ensembles"], QK_ENSEMBLES, "the ensembles of Q^T K")
     v.check_list("d", cfg["d"], "the token dimensions", item=lambda name, d: v.check_int(name, d, 1, "a dimension"))
@@ -116,7 +116,7 @@ def check_dynamics_sizes(config: DynamicsSweepConfig, devices: int) -> None:
     holds ``run.chunk_size / devices`` systems; on CPU their scores are computed in groups
     (:func:`attnflow._batching.group_size`) and their eigenproblems one at a time.
     """
-    spec, default = config.dynamics, runio.load_config(None, "ginibre-dynamics.toml")
+    spec, default = config.dynamics, runs.load_config(None, "ginibre-dynamics.toml")
     n, clouds, d, heads = config.n, config.clouds, max(config.d), spec.num_heads
     layers = config.num_layers
     item = 8 if config.dtype == "float64" else 4
@@ -150,7 +150,7 @@ def dynamics_work(config: DynamicsSweepConfig) -> tuple[str, float, float, list]
     30 d^3 for its eigenproblems; the layers of one chunk run one after another, and so do the chunks.
 
     Example:
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import check_dynamics_config
         >>> from attnflow.sweep._dynamics import dynamics_work
         >>> what, flops, steps, keys = dynamics_work(check_dynamics_config(load_config(None, "ginibre-dynamics.toml")))
@@ -159,7 +159,7 @@ def dynamics_work(config: DynamicsSweepConfig) -> tuple[str, float, float, list]
         >>> f"{flops:.3g}", steps
         ('2.13e+10', 1440.0)
     """
-    spec, default = config.dynamics, runio.load_config(None, "ginibre-dynamics.toml")
+    spec, default = config.dynamics, runs.load_config(None, "ginibre-dynamics.toml")
     n, layers, heads = config.n, config.num_layers, spec.num_heads
     flops = 0.0
     for g in config.groups:
@@ -187,7 +187,7 @@ def _draw(seeds, v, qk, d, density):
 
     seeds (B,): one triple per system, returned as (Q, K, V, V). seeds (B, H): H independent heads
     per system, (Q, K, V) of shape (B, H, d, d), and S = sum_h V_h (with head 1's Q, K for the
-    checks; :mod:`attnflow.sweep._fields`)."""
+    checks; :mod:`attnflow._sweep_dynamics`)."""
     if seeds.ndim == 1:
         Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
         return Q, K, V, V
@@ -293,7 +293,7 @@ def make_chunk_fn(group: dict, config: DynamicsSweepConfig | dict, route: str, m
 
 
 @in_float64
-@runio.releases_output_dirs
+@runs.releases_output_dirs
 def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the dynamics sweep of ``config`` (a table, parsed here, or parsed) into ``out``;
@@ -301,7 +301,7 @@ def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, n
 
     Example:
         >>> import tempfile, pathlib
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import run_dynamics_sweep
         >>> cfg = load_config(None, "ginibre-dynamics.toml")
         >>> cfg.update(v_ensembles=["positive"], qk_ensembles=["identity"], d=[2], systems=4, n=8, t1=2.0)
@@ -312,7 +312,7 @@ def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, n
     """
     config = check_dynamics_config(config)
     groups, spec = config.groups, config.dynamics
-    sw = start_sweep(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
+    sw = start_chunked(config, out, "sweep-dynamics", num_devices=num_devices, progress=progress,
                      processes=processes, check_sizes=lambda devices: check_dynamics_sizes(config, devices),
                      work=lambda: dynamics_work(config))
     chunks = plan_chunks([g["systems"] for g in groups], config.run.chunk_size)
@@ -340,7 +340,7 @@ def run_dynamics_sweep(config: DynamicsSweepConfig | dict, out: str | Path, *, n
     summary = summarize(concat(parts), groups)
     summary.update(eig_route=sw.route, devices=int(sw.mesh.shape["batch"]), t1=config.source["t1"],
                    dt=config.source["dt"], dynamics=spec.record())
-    runio.atomic_write_json(sw.out / "summary.json", summary)
+    runs.atomic_write_json(sw.out / "summary.json", summary)
     plot(summary, sw.out)
     return dict(summary, **processes)
 

@@ -21,14 +21,14 @@ import numpy as np
 
 from .. import _validate as v
 from .._resources import check_fits
-from .. import runio
+from .. import runs
 from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
 from ..errors import InputError
 from ..spectral._batched import eigen_stats, _stats_from_eigvals
 from ..spectral._eig import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
 from .._stats import wilson_interval
-from ._runner import check_sweep_config, check_table_memory, concat, plan_chunks, sharded, start_sweep, write_tables
+from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "check_spectral_config", "check_spectral_sizes"]
 
@@ -48,14 +48,14 @@ def check_spectral_config(config: dict) -> SpectralSweepConfig:
     naming the key, its value and what is expected); returns the parsed config (the schema's types).
 
     Example:
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import check_spectral_config
         >>> check_spectral_config(load_config(None, "ginibre-spectral.toml")).confidence
         0.95
     """
     if isinstance(config, SpectralSweepConfig):
         return config
-    cfg = check_sweep_config(config, "spectral", "ginibre-spectral.toml")
+    cfg = check_job_table(config, "spectral", "ginibre-spectral.toml")
     v.check_names("ensembles", cfg["ensembles"], V_ENSEMBLES, "the ensembles of V")
     ds = v.check_list("d", cfg["d"], "the dimensions", item=lambda name, d: v.check_int(name, d, 1, "a dimension"))
     samples = v.check_list("samples", cfg["samples"], "matrices per d: one entry, or one per d", distinct=False,
@@ -76,7 +76,7 @@ def check_spectral_sizes(config: SpectralSweepConfig, devices: int) -> None:
     the eigensolver takes) and the workspace (:data:`EIG_COPIES` complex matrices) of the problems solved at
     once: one on CPU (LAPACK solves a batch one matrix at a time), the device's whole share elsewhere.
     """
-    default = runio.load_config(None, "ginibre-spectral.toml")
+    default = runs.load_config(None, "ginibre-spectral.toml")
     d = max(config.d)
     item = 8 if config.dtype == "float64" else 4
     matrix, workspace = 2.0 * d * d * item, float(EIG_COPIES) * d * d * 2 * item
@@ -98,13 +98,13 @@ def spectral_work(config: SpectralSweepConfig) -> tuple[str, float, float, list]
     QR iterations), the chunks run one after another.
 
     Example:
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import check_spectral_config
         >>> from attnflow.sweep._spectral import spectral_work
         >>> spectral_work(check_spectral_config(load_config(None, "ginibre-spectral.toml")))[0]
         'the spectral sweep (8 group(s), up to 4000 matrices of d = 256)'
     """
-    default = runio.load_config(None, "ginibre-spectral.toml")
+    default = runs.load_config(None, "ginibre-spectral.toml")
     flops = sum(g["samples"] * 25.0 * g["d"] ** 3 for g in config.groups)
     chunks = len(plan_chunks([g["samples"] for g in config.groups], config.run.chunk_size))
     keys = [("samples", max(config.samples), max(default["samples"]), 1), ("d", max(config.d), max(default["d"]), 3)]
@@ -149,7 +149,7 @@ def make_spectral_chunk_fn(ensemble: str, d: int, dtype, density: float, route: 
 
 
 @in_float64
-@runio.releases_output_dirs
+@runs.releases_output_dirs
 def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, num_devices: int | None = None,
                        progress: bool | None = None, processes: dict | None = None) -> dict:
     """Run (or resume) the spectral sweep of ``config`` (a table, parsed here, or parsed) into ``out``;
@@ -157,7 +157,7 @@ def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, n
 
     Example:
         >>> import tempfile, pathlib
-        >>> from attnflow.runio import load_config
+        >>> from attnflow.runs import load_config
         >>> from attnflow.sweep import run_spectral_sweep
         >>> cfg = load_config(None, "ginibre-spectral.toml")
         >>> cfg.update(d=[4], samples=[50]); cfg["run"]["progress"] = False
@@ -167,7 +167,7 @@ def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, n
     """
     config = check_spectral_config(config)
     groups, dtype = config.groups, config.jax_dtype
-    sw = start_sweep(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
+    sw = start_chunked(config, out, "sweep-spectral", num_devices=num_devices, progress=progress,
                      processes=processes, check_sizes=lambda devices: check_spectral_sizes(config, devices),
                      work=lambda: spectral_work(config))
     chunks = plan_chunks([g["samples"] for g in groups], config.run.chunk_size)
@@ -192,7 +192,7 @@ def run_spectral_sweep(config: SpectralSweepConfig | dict, out: str | Path, *, n
     summary = summarize(concat(parts), groups, config.confidence)
     summary["eig_route"] = sw.route
     summary["devices"] = int(sw.mesh.shape["batch"])
-    runio.atomic_write_json(sw.out / "summary.json", summary)
+    runs.atomic_write_json(sw.out / "summary.json", summary)
     plot(summary, sw.out)
     return dict(summary, **processes)
 

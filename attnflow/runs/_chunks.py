@@ -1,4 +1,4 @@
-"""The plan of a sweep in chunks, and their atomic, verified, resumable computation."""
+"""The plan of a chunked run, and the atomic, verified, resumable computation of its chunks."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Callable
 
 import numpy as np
 
-from .. import runio
 from ..errors import InputError
-from ._rundir import run_fingerprint
+from ._atomic import remove_stale_temporaries
+from ._folder import read_marker
+from ._kept import count_kept
+from ._units import UnitStore
 
-__all__ = ["Chunk", "plan_chunks", "run_chunks", "concat"]
+__all__ = ["Chunk", "plan_chunks", "run_chunks"]
 
 
 @dataclass(frozen=True)
@@ -41,53 +43,48 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     number of chunks this process computed.
 
     Every chunk file carries its identity (group, start, stop, the run's config fingerprint) and
-    a checksum (:func:`attnflow.runio.save_verified_npz`). A stored chunk that is unreadable,
+    a checksum (:class:`attnflow.runs.UnitStore`). A stored chunk that is unreadable,
     misplaced or changed is set aside with a line on stderr and computed again, both when this
     process resumes its share and when process 0 reads the other processes' chunks at the end
     (process 0 keeps the columns of its own share as it computed or verified them). The temporary
     files of this share's chunks that a kill left behind are removed first (the caller holds the
-    lock of this share: :func:`attnflow.sweep._runner.open_run`). ``on_start(stored, share)`` is
+    lock of this share: :func:`attnflow.runs.open_run`). ``on_start(stored, share)`` is
     called once the stored chunks of this share are known (before any is computed). The chunks of this share
-    stored so far are counted (:func:`attnflow.runio.count_kept`), for the line an interrupted command prints."""
+    stored so far are counted (:func:`attnflow.runs.count_kept`), for the line an interrupted command prints."""
     from tqdm.auto import tqdm
 
     folder = out / "chunks"
-    folder.mkdir(exist_ok=True)
-    fingerprint = run_fingerprint(out)
+    store = UnitStore(folder, "chunk", (read_marker(out) or {}).get("fingerprint"))
 
-    def identity(c: Chunk) -> dict:
-        return {"kind": "chunk", "name": c.name, "group": c.group, "start": c.start, "stop": c.stop,
-                "fingerprint": fingerprint}
-
-    def stored(c: Chunk) -> dict | None:
-        return runio.load_verified_npz(folder / c.file, identity(c), then="recomputing it")
+    def where(c: Chunk) -> dict:
+        return {"group": c.group, "start": c.start, "stop": c.stop}
 
     # this process's chunks as computed or verified here: not read back at the end (a 2-GiB phase diagram
     # spent 5 s re-reading and re-hashing what it had just written)
     held: dict[str, dict] = {}
     keep = process_index == 0  # the other processes' results are read from their files
 
-    def make(c: Chunk, write: Callable = runio.save_verified_npz) -> dict:
+    def make(c: Chunk, write: Callable | None = None) -> dict:
         cols = {k: np.asarray(v) for k, v in compute(c).items()}
-        write(folder / c.file, cols, identity(c))
+        (write or store.save)(c.name, cols, **where(c))
         return cols
 
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
-    runio.remove_stale_temporaries(folder, {c.file for c in mine})
+    remove_stale_temporaries(folder, {c.file for c in mine})
     todo = []
     for c in mine:
-        cols = stored(c)
+        cols = store.load(c.name, **where(c))
         if cols is None:
             todo.append(c)
         elif keep:
             held[c.name] = cols
     if on_start is not None:
         on_start(len(mine) - len(todo), len(mine))
-    kept = runio.count_kept(len(mine), "chunks" if process_count == 1 else f"chunks of process {process_index}'s share",
-                            kept=len(mine) - len(todo))
+    kept = count_kept(len(mine), "chunks" if process_count == 1 else f"chunks of process {process_index}'s share",
+                      kept=len(mine) - len(todo))
 
-    def save_and_count(*args) -> None:
-        runio.save_verified_npz(*args)
+    def save_and_count(name: str, cols: dict, **extra) -> None:
+        store.save(name, cols, **extra)
         kept.add()
 
     total = sum(c.stop - c.start for c in mine)
@@ -119,7 +116,7 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
         if cols is not None:
             parts.append(cols)
             continue
-        cols = stored(c)
+        cols = store.load(c.name, **where(c))
         if cols is None:  # damaged after it was written: computed again here
             cols = make(c)
             computed += 1
@@ -133,7 +130,7 @@ class _WriteBehind:
     last, also when the block ends in an error (an interrupted run keeps its finished chunks).
 
     Example:
-        >>> from attnflow.sweep._chunks import _WriteBehind
+        >>> from attnflow.runs._chunks import _WriteBehind
         >>> done = []
         >>> with _WriteBehind(done.append) as write:
         ...     write("chunk 0")
@@ -149,9 +146,9 @@ class _WriteBehind:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-chunk-writer")
         self._pending = None
 
-    def __call__(self, *args) -> None:
+    def __call__(self, *args, **kwargs) -> None:
         self.wait()
-        self._pending = self._pool.submit(self._write, *args)
+        self._pending = self._pool.submit(self._write, *args, **kwargs)
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None
@@ -168,18 +165,11 @@ class _WriteBehind:
             self._pool.shutdown(wait=True)
 
 
-def concat(parts: list[dict]) -> dict:
-    """Columns of all chunks, concatenated in plan order."""
-    if not parts:
-        return {}
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
 def plan_chunks(sizes: list[int], chunk_size: int) -> list[Chunk]:
     """Cut groups of ``sizes`` systems into chunks of at most ``chunk_size``.
 
     Example:
-        >>> from attnflow.sweep._runner import plan_chunks
+        >>> from attnflow.runs import plan_chunks
         >>> [c.name for c in plan_chunks([5, 2], 3)]
         ['g000-000000000', 'g000-000000003', 'g001-000000000']
     """

@@ -1,4 +1,4 @@
-"""The device mesh of a sweep and the sharded (shard_map) execution of a chunk."""
+"""The device mesh of a chunked run and the sharded (shard_map) execution of a chunk."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def make_mesh(num_devices: int = 0) -> Mesh:
     """A 1-d mesh ``("batch",)`` over the first ``num_devices`` local devices (0: all).
 
     Example:
-        >>> from attnflow.sweep import make_mesh
+        >>> from attnflow.runs import make_mesh
         >>> make_mesh(1).shape["batch"]
         1
     """
@@ -41,7 +41,7 @@ def needs_per_system_loop(mesh: Mesh) -> bool:
     the devices already occupy the cores. Accelerators keep the vmap.
 
     Example:
-        >>> from attnflow.sweep._runner import make_mesh, needs_per_system_loop
+        >>> from attnflow.runs import make_mesh, needs_per_system_loop
         >>> needs_per_system_loop(make_mesh(1))
         False
     """
@@ -55,7 +55,7 @@ def check_eig_route(route: str, mesh: Mesh) -> None:
     that is busy running the devices, and the sweep hangs (seen with gdb on 2 cores).
 
     Example:
-        >>> from attnflow.sweep._runner import check_eig_route, make_mesh
+        >>> from attnflow.runs import check_eig_route, make_mesh
         >>> check_eig_route("host", make_mesh(1))  # one device: fine
     """
     if route == "host" and needs_per_system_loop(mesh):
@@ -79,7 +79,7 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.sweep import make_mesh, sharded
+        >>> from attnflow.runs import make_mesh, sharded
         >>> f = sharded(lambda a: {"sq": a ** 2}, make_mesh())
         >>> f(jnp.arange(5.0))["sq"].tolist()
         [0.0, 1.0, 4.0, 9.0, 16.0]

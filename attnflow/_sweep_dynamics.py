@@ -1,4 +1,5 @@
-r"""What the dynamics sweep steps: its ``dynamics`` config key, mapped onto the attnflow fields.
+r"""What the dynamics sweep and the phase diagram step: their ``dynamics`` config key, mapped onto the attnflow
+fields (shared by both jobs, so that neither imports the other).
 
 One field, many dynamics: every option below is an entry of the field registry
 (:func:`attnflow.fields.build_field`), built per system from the drawn (and spectrally
@@ -62,11 +63,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dynamics import ACTIVATIONS, FoldedBatch, normalise
-from ..ensembles import system_seeds, token_key
-from ..errors import InputError
-from ..fields import build_field, field_entry, layer_matrix, rescaled_from_raw
-from ..integrate import EulerStepper
+from .dynamics import ACTIVATIONS, FoldedBatch, normalise
+from .ensembles import system_seeds, token_key
+from .errors import InputError
+from .fields import build_field, field_entry, layer_matrix, rescaled_from_raw
+from .integrate import EulerStepper
 
 __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
            "ff_key", "ff_matrix", "block_mlp", "initial_clouds", "run_final_layer"]
@@ -160,7 +161,7 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     """The dynamics options of a sweep config, validated (one InputError sentence per bad key).
 
     Example:
-        >>> from attnflow.sweep._fields import sweep_dynamics
+        >>> from attnflow._sweep_dynamics import sweep_dynamics
         >>> cfg = dict(dynamics="multihead", heads=4, activation="relu", ff_weight="identity", epsilon=0.1,
         ...            ff_reading="z", dtype="float64")
         >>> sweep_dynamics(cfg).num_heads, sweep_dynamics(cfg).predicts
@@ -209,7 +210,7 @@ def head_seeds(seeds: np.ndarray, base_seed: int, group: str, start: int, stop: 
 
     Example:
         >>> from attnflow.ensembles import system_seeds
-        >>> from attnflow.sweep._fields import head_seeds
+        >>> from attnflow._sweep_dynamics import head_seeds
         >>> s = system_seeds(0, "g", 0, 3)
         >>> h = head_seeds(s, 0, "g", 0, 3, 2)
         >>> h.shape, bool((h[:, 0] == s).all())
@@ -241,7 +242,7 @@ def block_mlp(seed, d: int, hidden: int, dtype) -> tuple[jax.Array, jax.Array]:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.sweep._fields import block_mlp
+        >>> from attnflow._sweep_dynamics import block_mlp
         >>> [w.shape for w in block_mlp(0, 3, 12, jnp.float32)]
         [(12, 3), (3, 12)]
     """
@@ -261,7 +262,7 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from attnflow.sweep._fields import SweepDynamics, initial_clouds, run_final_layer
+        >>> from attnflow._sweep_dynamics import SweepDynamics, initial_clouds, run_final_layer
         >>> spec = SweepDynamics("sphere", 1, "relu", "identity", 0.0)
         >>> I = jnp.eye(2)
         >>> z, x = run_final_layer(spec, 0, I, I, I, jax.random.normal(jax.random.key(0), (1, 4, 2)),
@@ -285,7 +286,7 @@ def initial_clouds(spec: SweepDynamics, seed, clouds: int, n: int, d: int, dtype
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.sweep._fields import SweepDynamics, initial_clouds
+        >>> from attnflow._sweep_dynamics import SweepDynamics, initial_clouds
         >>> initial_clouds(SweepDynamics("attention", 1, "relu", "identity", 0.0), 3, 2, 5, 4, jnp.float32).shape
         (2, 5, 4)
     """

@@ -1,4 +1,4 @@
-"""Joining a multi-process (multi-host) sweep with jax.distributed."""
+"""Joining a multi-process (multi-host) run with jax.distributed."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def init_distributed(enabled: bool, coordinator: str | None = None, num_processe
     a second call in one process is a no-op.
 
     Example:
-        >>> from attnflow.sweep._runner import init_distributed
+        >>> from attnflow.runs import init_distributed
         >>> init_distributed(False)
         (0, 1)
     """

@@ -1,0 +1,164 @@
+"""Atomic writes: a temporary file beside the target, then ``os.replace``.
+
+A temporary file is named ``.{name}.{random}.tmp`` (or ``.{stem}.{random}.tmp{suffix}`` for writers that
+need the suffix) and made with the mode the umask gives any new file; an interrupted write never leaves a
+half-written result, and :func:`remove_stale_temporaries` removes the temporaries a kill left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path",
+           "remove_stale_temporaries", "temp_target"]
+
+#: a temporary file of an atomic write: ``.{name}.{random}.tmp`` or ``.{stem}.{random}.tmp{suffix}``
+_TEMP = re.compile(r"^\.(?P<base>.+)\.[a-z0-9_]{8}\.tmp(?P<suffix>\.[^.]+)?$")
+
+
+def temp_target(name: str) -> str | None:
+    """The file an atomic write's temporary file ``name`` was to become (None: not one).
+
+    Example:
+        >>> from attnflow.runs import temp_target
+        >>> temp_target(".table.0a1b2c3d.tmp.parquet"), temp_target("notes.tmp")
+        ('table.parquet', None)
+    """
+    m = _TEMP.match(name)
+    return None if m is None else m["base"] + (m["suffix"] or "")
+
+
+def _create_temp(path: Path, suffix: str = "") -> tuple[int, Path]:
+    """Create ``.{name}.{random}.tmp{suffix}`` beside ``path``, with the mode the umask gives a new
+    file (``0o666 & ~umask``); returns its descriptor (open for writing) and path."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{suffix}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    Example:
+        >>> import os, tempfile, pathlib
+        >>> from attnflow.runs import atomic_write_bytes
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.bin"
+        >>> atomic_write_bytes(target, b"done")
+        >>> target.read_bytes(), os.listdir(target.parent)
+        (b'done', ['a.bin'])
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, else it is removed.
+
+    For writers that need a file name (e.g. an animation writer).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import atomic_path
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> with atomic_path(target) as tmp:
+        ...     _ = tmp.write_text("done")
+        >>> target.read_text()
+        'done'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path.with_name(path.stem), path.suffix)  # .{stem}.{random}.tmp{suffix}
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` as UTF-8.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import atomic_write_text
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.md"
+        >>> atomic_write_text(target, "# done")
+        >>> target.read_text()
+        '# done'
+    """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, complex):
+        return {"re": obj.real, "im": obj.imag}
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomic JSON write (indent 2, a final newline); NumPy scalars and arrays are converted.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import numpy as np
+        >>> from attnflow.runs import atomic_write_json
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.json"
+        >>> atomic_write_json(target, {"n": np.int64(3)})
+        >>> target.read_text()
+        '{\\n  "n": 3\\n}\\n'
+    """
+    atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n")
+
+
+def remove_stale_temporaries(folder: Path, targets: set[str] | None = None) -> None:
+    """Remove the temporary files of atomic writes in ``folder`` (those of ``targets`` only, when
+    given) that a kill left behind. Call it only while holding the lock that covers their writers.
+
+    Example:
+        >>> import os, tempfile, pathlib
+        >>> from attnflow.runs import remove_stale_temporaries
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / ".a.json.0a1b2c3d.tmp").write_text("half")
+        >>> remove_stale_temporaries(folder)
+        >>> os.listdir(folder)
+        []
+    """
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            target = temp_target(entry.name)
+            if target is not None and (targets is None or target in targets) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)

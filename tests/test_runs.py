@@ -1,0 +1,126 @@
+"""The job runtime (attnflow.runs): one way to open a run folder, fingerprints that do not move, and a run
+folder written by an earlier attnflow that resumes."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnflow import runs
+from attnflow.errors import InputError
+
+DATA = Path(__file__).resolve().parent / "data"
+
+#: the fingerprints of the shipped configs, as the attnflow before attnflow.runs stored them in run folders
+#: (a changed value would refuse every earlier run folder of that config)
+SHIPPED_FINGERPRINTS = {
+    "ginibre-spectral.toml": "2281f0355a59c86b",
+    "ginibre-dynamics.toml": "57ee434ba8ae50c8",
+    "phase.toml": "d0f4cba5431dfda3",
+    "meanfield.toml": "c45432449f4feeef",
+    "probe-distance-to-failure.toml": "75407121d545db49",
+    "probe-beyond-pd.toml": "5660c963239034b3",
+    "probe-sensitivity.toml": "4c63fe8395a1f87c",
+}
+
+
+def _shipped(name: str):
+    if name.startswith("ginibre"):
+        from attnflow.sweep import load_sweep_config, parse_sweep_config
+
+        return parse_sweep_config(load_sweep_config(name))
+    if name == "phase.toml":
+        from attnflow.phase import load_phase_config
+        from attnflow.phase._config import check_phase_config
+
+        return check_phase_config(load_phase_config(None))
+    if name == "meanfield.toml":
+        from attnflow.meanfield import load_meanfield_config
+        from attnflow.meanfield._config import check_meanfield_config
+
+        return check_meanfield_config(load_meanfield_config(None))
+    from attnflow.probe import load_probe_config
+    from attnflow.probe._config import parse_probe_config
+
+    return parse_probe_config(load_probe_config(name))
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_FINGERPRINTS))
+def test_the_shipped_configs_keep_their_fingerprints(name):
+    config = _shipped(name)
+    identity = getattr(config, "identity", None) or {}
+    assert runs.fingerprint({**config.as_dict(), **identity}) == SHIPPED_FINGERPRINTS[name]
+    if hasattr(type(config), "fingerprint") or hasattr(config, "fingerprint"):
+        fp = getattr(config, "fingerprint", None)
+        assert fp is None or fp == SHIPPED_FINGERPRINTS[name]
+
+
+def test_a_sweep_folder_written_before_attnflow_runs_resumes(tmp_path):
+    """tests/data/spectral_run_v1 holds the marker, config.json and the first of two chunks that the
+    attnflow before attnflow.runs wrote for sweep.toml, and the table it wrote: the sweep resumes it (one
+    chunk kept, one computed). The kept chunk's rows are the stored table's, byte for byte; the computed
+    chunk's rows are those of an uninterrupted run here (its last digits depend on XLA's flags, which the
+    test suite sets)."""
+    from attnflow.sweep import load_sweep_config, run_sweep
+
+    fixture = DATA / "spectral_run_v1"
+    config = load_sweep_config(fixture / "sweep.toml")
+    out = tmp_path / "run"
+    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("sweep.toml", "table.csv"))
+    marker = (out / runs.MARKER).read_text()
+    summary = run_sweep(config, out)
+    assert summary["chunks_resumed_here"] == 1 and summary["chunks_computed_here"] == 1
+    run_sweep(config, tmp_path / "fresh")
+    rows = (out / "table.csv").read_text().splitlines()
+    stored = (fixture / "table.csv").read_text().splitlines()
+    fresh = (tmp_path / "fresh" / "table.csv").read_text().splitlines()
+    assert rows[:11] == stored[:11] and rows[11:] == fresh[11:] and len(rows) == len(stored) == 21
+    assert (out / runs.MARKER).read_text() == marker
+    assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
+
+
+def test_open_run_refuses_another_config_with_one_sentence(tmp_path):
+    out = tmp_path / "run"
+    first = runs.open_run(out, "demo", {"seed": 0, "run": {"chunk_size": 4, "devices": 1}}, seed=0)
+    assert not first.resumed and runs.read_marker(out) == {"kind": "demo", "fingerprint": first.fingerprint}
+    again = runs.open_run(out, "demo", {"seed": 0, "run": {"chunk_size": 4, "devices": 2, "progress": False}})
+    assert again.resumed and again.fingerprint == first.fingerprint  # execution-only keys: the same run
+    other = runs.fingerprint({"seed": 1, "run": {"chunk_size": 4}})
+    with pytest.raises(InputError, match=rf"^--out {out} holds a demo run of another config \(fingerprint "
+                                         rf"{first.fingerprint}, this config {other}\); repeat the command with "
+                                         r"that run's config \(.*config\.json\) or choose a new folder\.$"):
+        runs.open_run(out, "demo", {"seed": 1, "run": {"chunk_size": 4}})
+    assert json.loads((out / "config.json").read_text())["run"]["devices"] == 1  # written when the folder was new
+    assert json.loads((out / "provenance.json").read_text())["config_fingerprint"] == first.fingerprint
+
+
+def test_open_run_fingerprints_what_the_run_reads_besides_its_config(tmp_path):
+    table = {"seed": 0}
+    run = runs.open_run(tmp_path / "a", "demo", table, identity={"weights_sha256": "ab"}, marker={"study": "x"})
+    assert run.fingerprint == runs.config_fingerprint({"seed": 0, "weights_sha256": "ab"})
+    assert runs.read_marker(run.out) == {"kind": "demo", "fingerprint": run.fingerprint, "study": "x"}
+    with pytest.raises(InputError, match="another config"):
+        runs.open_run(tmp_path / "a", "demo", table, identity={"weights_sha256": "cd"})
+
+
+def test_the_unit_store_sets_aside_a_changed_unit_and_computes_it_again(tmp_path, capfd):
+    store = runs.UnitStore(tmp_path / "units", "demo-unit", "f1")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": np.arange(3.0)}
+
+    store.get("a", compute)
+    other = runs.UnitStore(tmp_path / "units", "demo-unit", "f2")  # a run of another config, same folder
+    assert other.get("a", compute)["x"].tolist() == [0.0, 1.0, 2.0] and len(calls) == 2
+    assert "written by a run of another config (fingerprint f1, this run f2)" in capfd.readouterr().err
+    assert (tmp_path / "units" / "a.npz.damaged").exists()
+
+
+def test_read_csv_reads_back_what_write_table_wrote(tmp_path):
+    parts = [{"d": np.array([2, 3]), "x": np.array([0.1, np.nan]), "ok": np.array([True, False])}]
+    runs.write_table(tmp_path / "t.csv", parts, ["d", "x", "ok"])
+    assert runs.read_csv(tmp_path / "t.csv") == {"d": ["2", "3"], "x": ["0.1", "nan"], "ok": ["true", "false"]}
