@@ -13,7 +13,7 @@ import pytest
 
 import attnflow as af
 from attnflow import InputError, NonFiniteError, SolverError
-from attnflow.integrate import RESULT_NONFINITE, RESULT_SOLVER_STOPPED, raise_if_failed, solve_euler, solve_ode
+from attnflow.integrate import RESULTS, raise_if_failed, solve_euler, solve_ode
 
 N, D, C, T1 = 16, 4, 50.0, 20.0
 I4 = jnp.eye(D, dtype=jnp.float32)
@@ -29,7 +29,7 @@ def _blow_up_time(x: jax.Array, c: float) -> float:
 def test_adaptive_solve_stops_at_the_blow_up_within_one_step():
     same = jnp.tile(X0[:1], (N, 1))
     traj = solve_ode(af.AttentionFlow(I4, I4, C * I4), same, t0=0.0, t1=T1)
-    assert int(traj.result) == RESULT_NONFINITE
+    assert int(traj.result) == RESULTS.nonfinite
     assert int(traj.num_steps) < 500, "the adaptive controller crept towards the blow-up until max_steps"
     t_star = _blow_up_time(same[0], C)
     # the solve ends with the step in which the field turned non-finite: t* lies within it
@@ -42,7 +42,7 @@ def test_every_level_reports_the_same_blow_up_time():
     t_bad = float(traj.t_nonfinite)
     assert int(traj.num_steps) < 500 and 0.5 < t_bad < 1.0
     sim = af.simulate(X0, I4, I4, C * I4, t1=T1, throw=False)
-    assert int(sim.result) == RESULT_NONFINITE and float(sim.t_nonfinite) == t_bad
+    assert int(sim.result) == RESULTS.nonfinite and float(sim.t_nonfinite) == t_bad
     with pytest.raises(NonFiniteError, match=rf"non-finite \(overflow or NaN\) at t = {t_bad:.6g};"):
         af.simulate(X0, I4, I4, C * I4, t1=T1)
     with pytest.raises(NonFiniteError, match=rf"at t = {t_bad:.6g};"):
@@ -50,7 +50,7 @@ def test_every_level_reports_the_same_blow_up_time():
     # inside jit, and in a batch where only one member blows up (the other runs to t1)
     run = jax.jit(jax.vmap(lambda V: solve_ode(af.AttentionFlow(I4, I4, V), X0, t0=0.0, t1=T1, rtol=1e-5, atol=1e-6)))
     batch = run(jnp.stack([0.1 * I4, C * I4]))
-    assert batch.result.tolist() == [0, RESULT_NONFINITE] and float(batch.t_nonfinite[1]) == t_bad
+    assert batch.result.tolist() == [RESULTS.successful, RESULTS.nonfinite] and float(batch.t_nonfinite[1]) == t_bad
     assert np.isfinite(np.asarray(batch.ys[0])).all() and int(batch.num_steps[1]) == int(traj.num_steps)
 
 
@@ -59,7 +59,7 @@ def test_constant_steps_stop_at_the_euler_steppers_first_nonfinite_layer():
     flow = af.AttentionFlow(I4, I4, C * I4)
     ode = solve_ode(flow, X0, t0=0.0, t1=T1, solver="euler_diffrax", adaptive=False, dt0=dt)
     layers = solve_euler(flow, X0, dt=dt, num_steps=int(T1 / dt))
-    assert int(layers.result) == int(ode.result) == RESULT_NONFINITE
+    assert int(layers.result) == int(ode.result) == RESULTS.nonfinite
     np.testing.assert_allclose(float(ode.t_nonfinite), float(layers.t_nonfinite), atol=dt / 10)
     assert int(ode.num_steps) == round(float(layers.t_nonfinite) / dt) - 1  # the finite layers, not 2000
 
@@ -67,7 +67,7 @@ def test_constant_steps_stop_at_the_euler_steppers_first_nonfinite_layer():
 def test_max_steps_reports_the_time_reached_and_failed_is_honest():
     traj = solve_ode(af.AttentionFlow(I4, I4, 0.1 * I4), X0, t0=0.0, t1=T1, ts=jnp.linspace(0.0, T1, 21), max_steps=4)
     t_stop = float(traj.t_nonfinite)
-    assert int(traj.result) == RESULT_SOLVER_STOPPED and 0.0 < t_stop < T1
+    assert int(traj.result) == RESULTS.solver_stopped and 0.0 < t_stop < T1
     reached = np.asarray(traj.ts) <= t_stop
     assert np.isfinite(np.asarray(traj.ys)[reached]).all() and not np.isfinite(np.asarray(traj.ys)[~reached]).any()
     with pytest.raises(SolverError, match=rf"stopped before t1 at t = {t_stop:.6g}: its output is finite up to t = "):

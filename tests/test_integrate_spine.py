@@ -10,7 +10,7 @@ import pytest
 from attnflow import AttentionFlow, RescaledFlow
 from attnflow._x64 import float64_scope
 from attnflow.errors import InputError, NonFiniteError
-from attnflow.integrate import (RESULT_NONFINITE, RK_TABLEAUX, ButcherTableau, EulerStepper, RKStepper, SaveLayers,
+from attnflow.integrate import (RESULTS, RK_TABLEAUX, ButcherTableau, EulerStepper, RKStepper, SaveLayers,
                                 raise_if_failed, sphere_shift)
 
 
@@ -157,7 +157,7 @@ def test_rk_non_finite_state_reported_as_the_euler_stepper_does():
     euler = EulerStepper(0.1, 60, save_every=10).solve(f, x0)
     same = RKStepper("euler", 0.1, 60, save_every=10).solve(f, x0)
     rk4 = RKStepper("rk4", 0.1, 60, save_at=(0, 30)).solve(f, x0)
-    assert int(euler.result) == int(same.result) == int(rk4.result) == RESULT_NONFINITE
+    assert int(euler.result) == int(same.result) == int(rk4.result) == RESULTS.nonfinite
     assert float(same.t_nonfinite) == float(euler.t_nonfinite)
     t_bad = float(rk4.t_nonfinite)  # the end of the first non-finite layer, on the grid
     assert 0 < t_bad <= 6.0 and abs(t_bad / 0.1 - round(t_bad / 0.1)) < 1e-4

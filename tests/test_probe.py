@@ -117,10 +117,10 @@ def test_nan_parameters_are_refused_and_guarded_inside_jit():
     # the core itself reports a NaN parameter inside jit as a non-finite state (its field is found
     # non-finite at t0 and the solve is not run); the probe's guard is a second line of defence
     sim = jax.jit(lambda V: af.simulate(x0, eye, eye, V, t1=1.0, picture="rescaled", throw=False))
-    from attnflow.integrate import RESULT_NONFINITE, RESULT_SUCCESS
+    from attnflow.integrate import RESULTS
 
-    assert int(sim(eye).result) == RESULT_SUCCESS
-    assert int(sim(eye.at[0, 0].set(jnp.nan)).result) == RESULT_NONFINITE
+    assert int(sim(eye).result) == RESULTS.successful
+    assert int(sim(eye.at[0, 0].set(jnp.nan)).result) == RESULTS.nonfinite
 
 
 def test_bad_probe_configs(tmp_path):

@@ -3,7 +3,7 @@
 Both are :class:`AbstractIntegrator`: ``bind(field)`` then ``solve(field, y0, *, save_fn, args)``
 returning a :class:`Trajectory`. :func:`solve_ode` and :func:`solve_euler` are their one-call forms.
 :class:`RKStepper` runs an explicit Runge-Kutta :class:`ButcherTableau` on the same layer grid, and
-:class:`SaveLayers` says which layers a stepper saves.
+:class:`SaveLayers` says which layers a stepper saves, and :class:`RESULTS` names every solve's outcome.
 """
 
 from typing import TYPE_CHECKING
@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names as _lazy_names
 from ._base import AbstractIntegrator
 from ._euler import EulerStepper, plain_shift, solve_euler, sphere_shift
+from ._make import make_integrator
 from ._rk import RK_TABLEAUX, ButcherTableau, RKStepper
 from ._save import SaveLayers
 from ._solution import (
-    RESULT_NONFINITE,
-    RESULT_SOLVER_STOPPED,
-    RESULT_SUCCESS,
+    RESULTS,
     Trajectory,
     error_if_failed,
     first_nonfinite_time,
@@ -46,10 +45,9 @@ __all__ = [
     "SOLVERS",
     "DEFAULT_TOLERANCES",
     "make_solver",
+    "make_integrator",
     "Trajectory",
-    "RESULT_SUCCESS",
-    "RESULT_SOLVER_STOPPED",
-    "RESULT_NONFINITE",
+    "RESULTS",
     "error_if_failed",
     "first_nonfinite_time",
     "raise_if_failed",

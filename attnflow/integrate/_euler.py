@@ -31,7 +31,7 @@ from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
 from ._base import AbstractIntegrator, check_dynamics
 from ._save import SaveLayers
-from ._solution import RESULT_NONFINITE, RESULT_SUCCESS, Trajectory, save_state
+from ._solution import RESULTS, Trajectory, save_state
 
 __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
 
@@ -273,7 +273,7 @@ class _GridStepper(AbstractIntegrator):
             ts=ts,
             ys=ys,
             num_steps=jnp.asarray(self.num_layers),
-            result=jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS),
+            result=jnp.where(jnp.isfinite(t_bad), RESULTS.nonfinite, RESULTS.successful),
             t_nonfinite=t_bad,
         )
 

@@ -24,7 +24,7 @@ from .._x64 import check_float64_kept
 from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
 from ._base import AbstractIntegrator, check_dynamics
-from ._solution import RESULT_NONFINITE, RESULT_SOLVER_STOPPED, RESULT_SUCCESS, Trajectory, first_nonfinite_time
+from ._solution import RESULTS, Trajectory, first_nonfinite_time
 
 __all__ = ["ODESolver", "solve_ode", "SOLVERS", "make_solver", "DEFAULT_TOLERANCES"]
 
@@ -261,8 +261,8 @@ class ODESolver(AbstractIntegrator):
         stopped = (sol.result != diffrax.RESULTS.successful) & ~jnp.isfinite(t_blow_up)  # e.g. max_steps
         t_bad = jnp.where(jnp.isfinite(t_blow_up), t_blow_up,
                           jnp.where(stopped, t_reached, first_nonfinite_time(ts, ys)))
-        result = jnp.where(stopped, RESULT_SOLVER_STOPPED,
-                           jnp.where(jnp.isfinite(t_bad), RESULT_NONFINITE, RESULT_SUCCESS))
+        result = jnp.where(stopped, RESULTS.solver_stopped,
+                           jnp.where(jnp.isfinite(t_bad), RESULTS.nonfinite, RESULTS.successful))
         return Trajectory(
             ts=ts,
             ys=ys,

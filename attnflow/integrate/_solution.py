@@ -1,31 +1,61 @@
 """The result of an integration, and the checks that turn failures into errors.
 
-``Trajectory.result`` is an integer code computed inside jit (0: success,
-:data:`RESULT_SOLVER_STOPPED`: the solver stopped before t1, e.g. ``max_steps`` reached or a
-NaN step size, :data:`RESULT_NONFINITE`: the state overflowed). :func:`raise_if_failed` turns
-it into an exception on the host; :func:`error_if_failed` does the same *inside* jit
+``Trajectory.result`` is a code of :class:`RESULTS`, computed inside jit: ``RESULTS.successful``,
+``RESULTS.solver_stopped`` (the solver stopped before t1, e.g. ``max_steps`` reached or a NaN
+step size) or ``RESULTS.nonfinite`` (the state overflowed). :func:`raise_if_failed` turns it into
+an exception on the host; :func:`error_if_failed` does the same *inside* jit
 (``equinox.error_if``), so that jit/vmap/grad over a solve still report failures.
 """
 
 from __future__ import annotations
 
+import enum
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from ..errors import NonFiniteError, SolverError
 
 
-#: ``Trajectory.result`` codes
-RESULT_SUCCESS = 0
-RESULT_SOLVER_STOPPED = 1
-RESULT_NONFINITE = 2
-RESULT_MESSAGES = {
-    RESULT_SUCCESS: "success",
-    RESULT_SOLVER_STOPPED: "the solver stopped before t1 (max_steps reached, or a non-finite step size)",
-    RESULT_NONFINITE: "the state became non-finite (overflow or NaN)",
-}
+class RESULTS(enum.IntEnum):
+    """The outcome of a solve: named codes with messages, the one result type of every integrator.
+
+    In the spirit of diffrax's ``RESULTS``, but each member is a Python ``int`` (an
+    :class:`enum.IntEnum`): a constant inside jit (``jnp.where(bad, RESULTS.nonfinite,
+    RESULTS.successful)``), comparable with a batch of codes (``traj.result == RESULTS.successful``),
+    and stored as the same integer (0, 1, 2) in every table and ``.npz`` file. ``int(traj.result)``
+    and ``RESULTS(int(traj.result)).message`` read a code on the host. Compare against the names,
+    never against bare numbers.
+
+    Example:
+        >>> from attnflow.integrate import RESULTS
+        >>> int(RESULTS.nonfinite), RESULTS(1).name, RESULTS.successful.message
+        (2, 'solver_stopped', 'success')
+    """
+
+    successful = 0, "success"
+    solver_stopped = 1, "the solver stopped before t1 (max_steps reached, or a non-finite step size)"
+    nonfinite = 2, "the state became non-finite (overflow or NaN)"
+
+    def __new__(cls, code: int, message: str):
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.message = message
+        return member
+
+    @classmethod
+    def failed(cls, result: Int[Array, "*B"]) -> Bool[Array, "*B"]:
+        """Whether each code of ``result`` is a failure (anything but :attr:`successful`); traceable.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from attnflow.integrate import RESULTS
+            >>> RESULTS.failed(jnp.array([RESULTS.successful, RESULTS.nonfinite])).tolist()
+            [False, True]
+        """
+        return jnp.asarray(result) != cls.successful
 
 
 class Trajectory(eqx.Module):
@@ -36,15 +66,15 @@ class Trajectory(eqx.Module):
         ys: what was saved at each time: the states (T, n, d) by default, or the
             pytree returned by ``save_fn(t, y, args)`` with a leading T axis.
         num_steps: number of accepted steps (Euler: layers) taken.
-        result: 0 on success, else one of the ``RESULT_*`` codes of this module.
+        result: a :class:`RESULTS` code (an integer array: ``RESULTS.successful`` = 0 on success).
         t_nonfinite: where the solution stops being finite, ``inf`` when it never does. For
-            :data:`RESULT_NONFINITE`: the end of the first step whose state (or field) is
+            :attr:`RESULTS.nonfinite`: the end of the first step whose state (or field) is
             non-finite, so that the blow-up lies within the step that ends there: the Euler
             stepper's first non-finite layer :math:`t_k + \Delta t`; a diffrax solve's
             :math:`t + dt`, where t is its last finite state and dt the step at which it stopped
             (after shrinking it to the time resolution, when adaptive); t0 for a field that is
             non-finite at the start; or, when only ``save_fn`` gave non-finite values, the first
-            such save time. For :data:`RESULT_SOLVER_STOPPED`: the time the solver reached (the
+            such save time. For :attr:`RESULTS.solver_stopped`: the time the solver reached (the
             output is missing after it).
     """
 
@@ -81,12 +111,13 @@ def raise_if_failed(traj: Trajectory, what: str = "the simulation") -> None:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.integrate import Trajectory, raise_if_failed
-        >>> ok = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(0), jnp.array(jnp.inf))
+        >>> from attnflow.integrate import RESULTS, Trajectory, raise_if_failed
+        >>> ok = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(RESULTS.successful),
+        ...                 jnp.array(jnp.inf))
         >>> raise_if_failed(ok)  # nothing happens
     """
     t_bad = np.asarray(traj.t_nonfinite)
-    stopped = np.asarray(traj.result) == RESULT_SOLVER_STOPPED
+    stopped = np.asarray(traj.result) == RESULTS.solver_stopped
     ts = np.asarray(traj.ts)
     if np.any(stopped):
         idx = tuple(np.argwhere(stopped)[0]) if stopped.ndim else ()
@@ -121,8 +152,9 @@ def error_if_failed(traj: Trajectory, what: str = "the simulation") -> Trajector
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from attnflow.integrate import Trajectory, error_if_failed
-        >>> bad = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(2), jnp.array(1.0))
+        >>> from attnflow.integrate import RESULTS, Trajectory, error_if_failed
+        >>> bad = Trajectory(jnp.zeros(2), jnp.zeros((2, 3)), jnp.array(2), jnp.array(RESULTS.nonfinite),
+        ...                  jnp.array(1.0))
         >>> try:
         ...     jax.jit(lambda tr: error_if_failed(tr).ys)(bad)
         ... except Exception as err:
@@ -134,14 +166,22 @@ def error_if_failed(traj: Trajectory, what: str = "the simulation") -> Trajector
 
 def checked(tree: PyTree, result: Array, what: str = "the simulation") -> PyTree:
     """``tree`` unchanged, with the failure checks of ``result`` attached (``equinox.error_if``):
-    evaluating it inside jit raises if any member of ``result`` is a failure code."""
+    evaluating it inside jit raises if any member of ``result`` is a failure code of :class:`RESULTS`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.integrate import RESULTS
+        >>> from attnflow.integrate._solution import checked
+        >>> jax.jit(lambda y: checked(y, jnp.array(RESULTS.successful)))(jnp.ones(2)).tolist()
+        [1.0, 1.0]
+    """
     tree = eqx.error_if(
-        tree, jnp.any(result == RESULT_SOLVER_STOPPED),
-        f"{what} stopped before t1: {RESULT_MESSAGES[RESULT_SOLVER_STOPPED]}; raise max_steps, loosen rtol/atol, "
+        tree, jnp.any(jnp.asarray(result) == RESULTS.solver_stopped),
+        f"{what} stopped before t1: {RESULTS.solver_stopped.message}; raise max_steps, loosen rtol/atol, "
         "use constant steps, or check the inputs for NaN.",
     )
     return eqx.error_if(
-        tree, jnp.any(result == RESULT_NONFINITE),
+        tree, jnp.any(jnp.asarray(result) == RESULTS.nonfinite),
         f"{what} became non-finite (overflow or NaN); shorten t1, use the rescaled picture, use float64, or "
         "reduce the weights' scale (Trajectory.t_nonfinite says when).",
     )

@@ -36,7 +36,12 @@ reports the part removed, :math:`\|\rho_0 - P\rho_0\|_2/\|\rho_0\|_2`
 (:attr:`DensityPath.discarded`; ``max_discarded`` refuses a start above a tolerance). The
 tendency has no content above :math:`m_{max}`, so the state stays in the kept modes. Time stepping: the project's diffrax path (:func:`attnflow.integrate.solve_ode`) on the
 grid vector (any of its solvers, constant or adaptive steps), or the classical RK4 with constant
-steps in ``lax.scan`` (the default: order 4, and it compiles in a fraction of diffrax's time).
+steps between the save times (the default: order 4, and it compiles in a fraction of diffrax's time):
+the project's :class:`attnflow.integrate.RKStepper` with ``RK_TABLEAUX["rk4"]``, ``ts=`` and
+``steps_per_save``, its four stages one ``lax.scan`` body (``scan_stages``). Either way the solve
+is an integrator's :class:`~attnflow.integrate.Trajectory`, read into a :class:`DensityPath` (the
+density with its mass, its positivity monitor and the part of the start removed above the kept
+modes) whose ``result`` is the integrator's :class:`~attnflow.integrate.RESULTS` code.
 
 **Stability** of the explicit RK4 step: advection of mode m at speed v has the eigenvalue
 :math:`i m v`, and RK4 is stable on the imaginary axis up to :math:`2\sqrt2` (:data:`RK4_IMAGINARY_BOUND`),
@@ -57,14 +62,13 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
 from .._x64 import keeps_float64
 from ..dynamics._base import AbstractDynamics
 from ..errors import InputError
-from ..integrate import RESULT_NONFINITE, RESULT_SUCCESS, SOLVERS, solve_ode
+from ..integrate import RK_TABLEAUX, SOLVERS, RKStepper, Trajectory, solve_ode
 from ._kernel import kernel_modes
 
 __all__ = ["NORMALISATIONS", "RK4_IMAGINARY_BOUND", "circle_grid", "kept_modes", "interpolate_density", "CircleContinuity", "circle_velocity",
@@ -242,7 +246,8 @@ def _velocity(density, beta, normalisation: str):
 
 
 class DensityPath(eqx.Module):
-    r"""A solution of the continuity equation at the save times.
+    r"""A solution of the continuity equation at the save times: the integrator's
+    :class:`~attnflow.integrate.Trajectory` (times, steps, result code) read as a density.
 
     Attributes:
         ts: (T,) save times.
@@ -253,7 +258,7 @@ class DensityPath(eqx.Module):
         discarded: the relative L2 norm :math:`\|\rho_0 - P\rho_0\|_2/\|\rho_0\|_2` of the start's
             content above the kept modes, removed before the solve (0 to rounding for a band-limited start).
         num_steps: accepted time steps.
-        result: the solve's code (:data:`attnflow.integrate.RESULT_SUCCESS` = 0, ...).
+        result: the solve's :class:`attnflow.integrate.RESULTS` code (``RESULTS.successful`` = 0, ...).
 
     Example:
         >>> import jax.numpy as jnp
@@ -273,10 +278,12 @@ class DensityPath(eqx.Module):
     result: Int[Array, ""]
 
 
-def _path(ts, density, low, num_steps, result, num_points, discarded):
-    return DensityPath(ts=ts, density=density, mass=jnp.sum(density, axis=1) * (TWO_PI / num_points),
-                       min_density=low, negative=jnp.any(low < 0), discarded=discarded, num_steps=num_steps,
-                       result=result)
+def _path(traj: Trajectory, density, low, discarded) -> DensityPath:
+    """The :class:`DensityPath` of an integrator's solve: its times, steps and result code, with the
+    density saved, its minimum ``low`` and the part of the start removed (``discarded``)."""
+    return DensityPath(ts=traj.ts, density=density, mass=jnp.sum(density, axis=1) * (TWO_PI / density.shape[1]),
+                       min_density=low, negative=jnp.any(low < 0), discarded=discarded, num_steps=traj.num_steps,
+                       result=traj.result)
 
 
 @eqx.filter_jit
@@ -285,47 +292,19 @@ def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealia
     field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
     traj = solve_ode(field, rho0, t0=ts[0], t1=ts[-1], ts=ts, solver=solver, rtol=rtol, atol=atol, dt0=dt,
                      adaptive=dt is None, max_steps=max_steps)
-    return _path(traj.ts, traj.ys, jnp.min(traj.ys, axis=1), traj.num_steps, traj.result, rho0.shape[0], discarded)
-
-
-#: the classical RK4 as (a_i, b_i): stage i evaluates f(r + a_i h k_{i-1}), the step adds h sum_i b_i k_i (one
-#: stage body in a scan, so that XLA compiles f once rather than four times)
-_RK4_TABLEAU = (np.array([0.0, 0.5, 0.5, 1.0]), np.array([1.0, 2.0, 2.0, 1.0]) / 6)
+    return _path(traj, traj.ys, jnp.min(traj.ys, axis=1), discarded)
 
 
 @eqx.filter_jit
 def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
     rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
     field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
-    rate = lambda r: field.vector_field(None, r)
-
-    def advance(rho, interval):
-        t_a, t_b = interval
-        h = (t_b - t_a) / steps
-
-        def step(carry, _):
-            r, low = carry
-
-            def stage(state, coefficients):  # k_i = f(r + a_i h k_{i-1}); the step adds h sum b_i k_i
-                k, total = state
-                a, b = coefficients
-                k = rate(r + (a * h) * k)
-                return (k, total + b * k), None
-
-            tableau = tuple(jnp.asarray(c, r.dtype) for c in _RK4_TABLEAU)
-            (_, total), _ = jax.lax.scan(stage, (jnp.zeros_like(r), jnp.zeros_like(r)), tableau)
-            r = r + h * total
-            return (r, jnp.minimum(low, jnp.min(r))), None
-
-        (rho, low), _ = jax.lax.scan(step, (rho, jnp.asarray(jnp.inf, rho.dtype)), None, length=steps)
-        return rho, (rho, low)
-
-    _, (later, lows) = jax.lax.scan(advance, rho0, (ts[:-1], ts[1:]))
-    density = jnp.concatenate([rho0[None], later])
-    low = jnp.concatenate([jnp.min(rho0)[None], lows])
-    finite = jnp.all(jnp.isfinite(density))
-    return _path(ts, density, low, jnp.asarray(steps * (ts.shape[0] - 1)),
-                 jnp.where(finite, RESULT_SUCCESS, RESULT_NONFINITE), rho0.shape[0], discarded)
+    # the classical RK4 between the save times, its four stages one lax.scan body (XLA compiles the
+    # field once, not four times), with the minimum of the density over every step
+    stepper = RKStepper(RK_TABLEAUX["rk4"], ts=ts, steps_per_save=steps, scan_stages=True, track_min=jnp.min)
+    traj = stepper.solve(field, rho0)
+    density, low = traj.ys
+    return _path(traj, density, low, discarded)
 
 
 @keeps_float64
@@ -338,9 +317,9 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
     Time stepping:
 
     * ``solver="rk4"`` (default): the classical fourth-order Runge--Kutta method with constant
-      steps, in ``lax.scan``; each interval between save times is cut into ``steps_per_save``
-      equal steps, or, given a concrete ``dt``, into the fewest steps of at most ``dt`` that the
-      longest interval needs. ``min_density`` is then the minimum over every step of the interval
+      steps (:class:`attnflow.integrate.RKStepper` between the save times); each interval between
+      save times is cut into ``steps_per_save`` equal steps, or, given a concrete ``dt``, into the
+      fewest steps of at most ``dt`` that the longest interval needs. ``min_density`` is then the minimum over every step of the interval
       that ends at the save time (not only at the save times).
     * any name of :data:`attnflow.integrate.SOLVERS` (e.g. ``"tsit5"``, order 5): the project's
       diffrax path :func:`attnflow.integrate.solve_ode` on the grid vector, with constant steps

@@ -19,6 +19,7 @@ import jax
 from jaxtyping import Array, Float
 
 from .._simulation import simulate
+from ..integrate import RESULTS
 from .._weights import AttentionWeights
 
 __all__ = ["idealised_runs", "as_system_batch"]
@@ -69,4 +70,4 @@ def idealised_runs(
                    return_attention=True, dtype=dtype, batch="weights", throw=False, mask=mask)
     xs = sim.tokens.reshape(lead + sim.tokens.shape[1:])
     Ps = sim.attention[:, :-1].reshape(lead + (num_layers,) + sim.attention.shape[2:])
-    return xs, Ps, (sim.result == 0).reshape(lead)
+    return xs, Ps, (sim.result == RESULTS.successful).reshape(lead)
