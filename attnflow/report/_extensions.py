@@ -48,7 +48,7 @@ from ..dynamics import normalise
 from .._x64 import float64_scope
 from ..errors import InputError
 from ..fields import build_field, field_entry, rescaled_from_raw
-from ..integrate import EulerStepper, plain_shift
+from ..integrate import RESULTS, EulerStepper, plain_shift
 from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
 from ..runs import (
     atomic_write_json,
@@ -125,7 +125,7 @@ def run_layers(field, x0s, *, dt: float, layers: int, save_every: int = 1, shift
     """Euler layer stack of ``field`` from every cloud of ``x0s`` (B, n, d): saved (B, T, ...) and times."""
     traj = _stack_run(field, jnp.asarray(x0s, jnp.float64), float(dt), int(layers), int(save_every),
                       plain_shift if shift is None else shift, save_fn)
-    if not bool(jnp.all(traj.result == 0)):
+    if bool(jnp.any(RESULTS.failed(traj.result))):
         raise InputError(f"a layer stack overflowed (first non-finite time {float(jnp.min(traj.t_nonfinite))}); "
                          "reduce the number of layers or the weights' scale in the config.")
     return np.asarray(traj.ts[0]), jax.tree_util.tree_map(np.asarray, traj.ys)
