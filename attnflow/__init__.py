@@ -30,7 +30,9 @@ _LAZY = {
     "vmap_systems": "._batching",
     "expm_tV": "._linalg",
     "make_dynamics": ".fields",
-    **dict.fromkeys(("Simulation", "simulate", "load"), "._simulation"),
+    "simulate": "._simulation",
+    **dict.fromkeys(("Simulation", "load"), "._simulation_io"),
+    "make_integrator": ".integrate._make",
     "AttentionWeights": "._weights",
 }
 
@@ -61,6 +63,7 @@ __all__ = [
     "Trajectory",
     "raise_if_failed",
     "simulate",
+    "make_integrator",
     "Simulation",
     "load",
     "make_dynamics",

@@ -18,7 +18,8 @@ from . import _cache
 from ._attention import held_scores
 from .errors import InputError
 
-__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size", "vmap_build"]
+__all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size", "vmap_build",
+           "split_field", "field_batch_sizes"]
 
 
 def loop_over_systems(fn: Callable) -> Callable:
@@ -187,3 +188,95 @@ def vmap_build(build: Callable, in_axes: tuple, *args) -> tuple[Any, Any]:
     batched = jax.tree_util.tree_unflatten(treedef, [next(stacked) if m else None for m in varies])
     shared = jax.tree_util.tree_unflatten(treedef, spec["shared"])
     return batched, shared
+
+
+def _leaf_name(path) -> str | None:
+    """The attribute (or dict key) that holds a leaf: the last named key of its path."""
+    for key in reversed(path):
+        if isinstance(key, jax.tree_util.GetAttrKey):
+            return key.name
+        if isinstance(key, jax.tree_util.DictKey):
+            return str(key.key)
+    return None
+
+
+def _selected(field, names: tuple[str, ...]) -> Any:
+    """A pytree of bools like ``field``: True at the array leaves that ``names`` select ("field": all)."""
+    every = "field" in names
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: eqx.is_array(leaf) and (every or _leaf_name(path) in names), field)
+
+
+def _check_names(field, names: tuple[str, ...]) -> None:
+    found = {_leaf_name(path) for path, leaf in jax.tree_util.tree_flatten_with_path(field)[0] if eqx.is_array(leaf)}
+    missing = [n for n in names if n != "field" and n not in found]
+    if missing:
+        raise InputError(f"batch names {missing[0]!r}, but {type(field).__name__} has no array leaf of that name; "
+                         f"name 'x0', 'field' (every array leaf) or one of its leaves {tuple(sorted(found - {None}))}.")
+
+
+def field_batch_sizes(field, names: tuple[str, ...]) -> dict[str, int]:
+    """The batch size B of the leaves of ``field`` that ``names`` select (:func:`split_field`), by leaf name;
+    an :class:`~attnflow.InputError` for a name that selects nothing or a selected leaf without a leading axis.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow import AttentionFlow
+        >>> from attnflow._batching import field_batch_sizes
+        >>> flows = jax.vmap(lambda b: AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2), b))(jnp.ones(5))
+        >>> field_batch_sizes(flows, ("beta",))
+        {'beta': 5}
+    """
+    _check_names(field, names)
+    sizes = {}
+    chosen = _selected(field, names)
+    for (path, leaf), take in zip(jax.tree_util.tree_flatten_with_path(field)[0], jax.tree_util.tree_leaves(chosen)):
+        if not take:
+            continue
+        name = _leaf_name(path) or "field"
+        if leaf.ndim == 0:
+            raise InputError(f"batch names {name if name in names else 'field'!r}, so the field's leaf "
+                             f"{jax.tree_util.keystr(path)} needs a leading batch axis B, but it is a scalar; build "
+                             "the field under jax.vmap (or pass beta=(B,) for 'beta').")
+        sizes.setdefault(name, leaf.shape[0])
+        if sizes[name] != leaf.shape[0]:
+            raise InputError(f"the field's batched leaves must share one batch size B, got {sizes[name]} and "
+                             f"{leaf.shape[0]} ({jax.tree_util.keystr(path)}).")
+    return sizes
+
+
+def split_field(field, names: tuple[str, ...], values: dict | None = None) -> tuple[Any, Any]:
+    r"""``(batched, shared)`` of a ready field for a batch over any of its array leaves, as :func:`vmap_build`
+    returns them: ``eqx.combine(batched[i], shared)`` is member i's field.
+
+    ``names`` selects the batched leaves: ``"field"`` every array leaf (a field built under ``jax.vmap``),
+    else the leaves held by an attribute of that name (``"beta"``, ``"V"``, ``"W"``, ...), which carry a
+    leading batch axis B. ``values`` replaces every leaf of a name by a batch (B,) broadcast to
+    (B, \*leaf.shape) (``{"beta": betas}``: one temperature per member, whatever the field). With no names,
+    ``(None, field)``: nothing is batched.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.dynamics import sphere_flow
+        >>> from attnflow._batching import split_field
+        >>> field = sphere_flow(jnp.eye(2), jnp.eye(2), jnp.eye(2), 1.0)
+        >>> batched, shared = split_field(field, ("beta",), {"beta": jnp.array([0.5, 1.0, 2.0])})
+        >>> batched.inner.weights.beta.tolist(), batched.inner.weights.Q, shared.inner.weights.beta
+        ([0.5, 1.0, 2.0], None, None)
+    """
+    values = values or {}
+    names = tuple(names) + tuple(n for n in values if n not in names)
+    if not names:
+        return None, field
+    _check_names(field, names)
+
+    def put(path, leaf):
+        name = _leaf_name(path)
+        if not (eqx.is_array(leaf) and name in values):
+            return leaf
+        batch = jnp.asarray(values[name], leaf.dtype)
+        return jnp.broadcast_to(batch.reshape(batch.shape + (1,) * leaf.ndim), batch.shape + leaf.shape)
+
+    field = jax.tree_util.tree_map_with_path(put, field)
+    field_batch_sizes(field, names)
+    return eqx.partition(field, _selected(field, names))

@@ -88,7 +88,8 @@ from . import _validate as v
 from .errors import InputError
 
 __all__ = ["tail_bound", "fourier_modes", "kernel_coefficients", "rotation_part", "directions", "circle_attention",
-           "FourierPlan", "plan", "score_rotations", "concrete_scale", "MAX_MODES", "TOKENS_PER_MODE", "AUTO_MAX_LOSS"]
+           "FourierPlan", "plan", "score_rotations", "concrete_scale", "MAX_MODES", "TOKENS_PER_MODE", "AUTO_MAX_LOSS",
+           "UNIT_TOLERANCE"]
 
 #: the most modes the path takes (scores a up to about 3000 in float64); beyond, the kernel is so
 #: peaked that the tiled direct sum is the better tool
@@ -155,29 +156,47 @@ def _unit_roundoff(dtype) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _modes(a: float, dtype: str) -> int:
-    target = math.log(_unit_roundoff(dtype) / 2)
+def _modes(a: float, tol: float) -> int | None:
+    target = math.log(tol / 2)
     for modes in range(MAX_MODES + 1):
         if _log_tail_bound(a, modes) <= target:
             return modes
-    raise InputError(f"scores up to a = {a:.6g} need more than {MAX_MODES} Fourier modes in {dtype}; use "
-                     "attention_impl='chunked' (the tiled direct sum) for such peaked attention.")
+    return None
 
 
-def fourier_modes(a_max: float, dtype="float64") -> int:
-    r"""The smallest K with :math:`2\,T_K(a_{max})` (truncation and aliasing, relative to the kernel's
-    maximum 1) below the unit roundoff of ``dtype``: the Fourier path with K modes is exact to rounding
-    for every score scale :math:`a \le a_{max}`.
+def fourier_modes(a_max: float, dtype="float64", *, tol: float | None = None) -> int:
+    r"""The number of Fourier modes K of the kernel :math:`e^{a(\cos\varphi - 1)}`: the smallest K with
+    :math:`2\,T_K(a_{max}) \le` ``tol`` (:func:`tail_bound`: truncation and aliasing, relative to the kernel's
+    maximum 1), for every score scale :math:`a \le a_{max}`. The default ``tol`` is the unit roundoff of
+    ``dtype``: the Fourier path with K modes is then exact to rounding. The one rule for K: the attention's
+    Fourier path and the mean field's Fourier energy (:func:`attnflow.meanfield.interaction_energy_fourier`,
+    with its own tolerance) ask it.
 
     Example:
         >>> from attnflow._fourier import fourier_modes
         >>> [fourier_modes(a) for a in (1.0, 4.0, 16.0, 100.0)], fourier_modes(4.0, "float32")
         ([14, 22, 38, 89], 13)
+        >>> fourier_modes(4.0, tol=1e-6)
+        12
     """
     a = float(a_max)
     if not math.isfinite(a) or a < 0:
         raise InputError(f"a_max must be a finite bound >= 0 on the score scale beta |c|, got {a_max!r}.")
-    return _modes(a, np.dtype(dtype).name)
+    name = np.dtype(dtype).name
+    if tol is None:
+        goal = _unit_roundoff(name)
+    else:
+        goal = float(tol)
+        if not 0 < goal < 1:
+            raise InputError(f"tol must be a tolerance in (0, 1) on the kernel's tail (relative to its maximum), "
+                             f"got {tol!r}.")
+    modes = _modes(a, goal)
+    if modes is None:
+        if tol is None:
+            raise InputError(f"scores up to a = {a:.6g} need more than {MAX_MODES} Fourier modes in {name}; use "
+                             "attention_impl='chunked' (the tiled direct sum) for such peaked attention.")
+        raise InputError(f"a = {a:.6g} needs more than {MAX_MODES} Fourier modes for a tail below {goal:.3g}.")
+    return modes
 
 
 # -- the kernel's coefficients -------------------------------------------------------------------
@@ -609,35 +628,61 @@ def concrete_scale(Q, K, beta, dtype, owner: str) -> tuple[float, float]:
     return float(a.max()), float(np.max(a - p))
 
 
-def plan(w, attention_impl: str, *, mask, normalisation: str, max_score, unit_tokens: bool, owner: str,
-         relative: bool) -> FourierPlan | None:
-    """The Fourier plan of an attention flow with weights ``w``: a :class:`FourierPlan` when
-    ``attention_impl="fourier"`` (one :class:`InputError` sentence where it cannot apply), or ``"auto"``
-    where it applies exactly (unit tokens, d = 2, no mask or query/key bias, concrete scaled-rotation
-    weights with :math:`a(1-\\cos\\alpha) \\le` :data:`AUTO_MAX_LOSS`); else None."""
+def plan(w, attention_impl: str, *, mask=None, normalisation: str = "softmax", max_score=None,
+         unit_tokens: bool = False, owner: str, relative: bool = False, keeps_circle: bool | None = None,
+         tokens=None) -> FourierPlan | None:
+    r"""Whether the Fourier path applies, and how: every rule of the path, in one place.
+
+    The attention flows (their constructors), :func:`attnflow.fields.build_field` (through them) and
+    :func:`attnflow.simulate` (before it builds a field) all ask this function. The rules:
+
+    * ``fourier_max_score`` (``max_score``) bounds the score scale :math:`a = |\beta c|` of
+      :math:`\beta Q^T K = c R(\alpha)` and sets the number of modes. It is accepted only where the path
+      can be taken: ``attention_impl="fourier"``, or ``"auto"`` on unit tokens (``unit_tokens``:
+      :func:`~attnflow.dynamics.sphere_flow`); anywhere else it would do nothing, and is an
+      :class:`InputError`.
+    * ``"fourier"`` (explicit) applies in the raw picture (``relative`` False) to one set of weights for
+      every layer, on the circle (d = 2), without a mask or query/key biases, with a scaled rotation
+      :math:`\beta Q^T K` (every member of a batch); where the caller says that the integrator keeps the
+      states on the circle or not (``keeps_circle``) it must (the layer stepper with ``sphere_shift``),
+      and concrete ``tokens`` (the start) must lie on the unit circle to :data:`UNIT_TOLERANCE`. Where one
+      rule fails it is an :class:`InputError` sentence. Traced weights need ``max_score``.
+    * ``"auto"`` takes the path only on unit tokens, where every rule above holds for concrete weights
+      and :math:`a(1-\cos\alpha) \le` :data:`AUTO_MAX_LOSS` (rounding, module docstring), and only above
+      the crossover :data:`TOKENS_PER_MODE` (:meth:`FourierPlan.applies`); otherwise it returns None.
+
+    ``w`` is an :class:`~attnflow.AttentionWeights` (or any object with its ``Q, K, beta, q_bias, k_bias,
+    axes, d, dtype``), with any leading batch axes on Q, K and beta. Returns the :class:`FourierPlan` (its
+    ``bound``: the largest a of the weights, or ``max_score``), or None where the path is not taken.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow import AttentionWeights
+        >>> from attnflow._fourier import plan
+        >>> w = AttentionWeights(jnp.eye(2), jnp.eye(2), jnp.eye(2), beta=3.0)
+        >>> plan(w, "fourier", owner="AttentionFlow").bound, plan(w, "auto", owner="AttentionFlow")
+        (3.0, None)
+        >>> plan(w, "auto", unit_tokens=True, owner="sphere_flow")
+        FourierPlan(bound=3.0, auto=True)
+    """
+    explicit = attention_impl == "fourier"
+    can_take = explicit or (attention_impl == "auto" and unit_tokens)
     if max_score is not None:
-        if attention_impl not in ("fourier", "auto"):
-            raise InputError(f"fourier_max_score applies to attention_impl='fourier' (or 'auto'), got "
-                             f"attention_impl={attention_impl!r}.")
+        if not can_take:
+            raise InputError(
+                f"fourier_max_score sets the Fourier path's number of modes, which only attention_impl='fourier' (or "
+                f"'auto' on unit tokens, sphere_flow) can take, got attention_impl={attention_impl!r}"
+                f"{'' if attention_impl != 'auto' else ' for tokens off the sphere'}; drop fourier_max_score or set "
+                "attention_impl='fourier'.")
         v.check_real("fourier_max_score", max_score, "an upper bound of the score scale |beta| |c|, a finite "
                      "real scalar >= 0", positive=False)
         if v.is_traced(max_score) or float(max_score) < 0:
             raise InputError(f"fourier_max_score must be a concrete number >= 0 (it fixes the number of Fourier "
                              f"modes), got {max_score!r}.")
         max_score = float(max_score)
-    explicit = attention_impl == "fourier"
-    if not explicit and not (attention_impl == "auto" and unit_tokens):
+    if not can_take:
         return None
-    reason = None
-    if relative:
-        reason = (f"{owner} computes scores of the rescaled tokens e^(tV) z, which leave the unit circle; use the raw "
-                  "picture (AttentionFlow, sphere_flow)")
-    elif w.d != 2:
-        reason = f"the Fourier path is for tokens on the circle (d = 2), these weights act on d = {w.d}"
-    elif mask is not None:
-        reason = "a mask breaks the convolution structure of the scores; drop the mask or use 'chunked'"
-    elif w.q_bias is not None or w.k_bias is not None:
-        reason = "query/key biases break the convolution structure of the scores; use 'chunked' or 'dense'"
+    reason = _inapplicable(w, mask, owner, relative, keeps_circle, tokens)
     if reason is not None:
         if explicit:
             raise InputError(f"attention_impl='fourier' does not apply here: {reason}.")
@@ -665,6 +710,36 @@ def plan(w, attention_impl: str, *, mask, normalisation: str, max_score, unit_to
     bound = a_max if max_score is None else max_score
     fourier_modes(bound, w.dtype)  # refuses scales that need too many modes, before any tracing
     return FourierPlan(bound, auto=not explicit)
+
+
+#: how far from the unit circle the start may be for the Fourier path (float32 rounding of a normalised x0)
+UNIT_TOLERANCE = 1e-6
+
+
+def _inapplicable(w, mask, owner: str, relative: bool, keeps_circle: bool | None, tokens) -> str | None:
+    """Why the Fourier path cannot apply to these weights and run (None where it can); :func:`plan`'s rules."""
+    if relative:
+        return (f"{owner} computes scores of the rescaled tokens e^(tV) z, which leave the unit circle; use the raw "
+                "picture (AttentionFlow, sphere_flow)")
+    if "layer" in w.axes:
+        return ("it takes one set of weights for every layer, these have a 'layer' axis; use "
+                "attention_impl='chunked' (or 'auto')")
+    if w.d != 2:
+        return f"the Fourier path is for tokens on the circle (d = 2), these weights act on d = {w.d}"
+    if mask is not None:
+        return "a mask breaks the convolution structure of the scores; drop the mask or use 'chunked'"
+    if w.q_bias is not None or w.k_bias is not None:
+        return "query/key biases break the convolution structure of the scores; use 'chunked' or 'dense'"
+    if keeps_circle is False:
+        return ("it attends with tokens on the unit circle, where simulate keeps them with the layer stepper and "
+                "shift='sphere' (method='euler', or EulerStepper(..., shift=sphere_shift)); for the ODE flow on the "
+                "circle pass the field sphere_flow(..., attention_impl='fourier')")
+    if tokens is not None and not v.is_traced(tokens):
+        off = float(np.max(np.abs(np.linalg.norm(np.asarray(tokens, np.float64), axis=-1) - 1)))
+        if off > UNIT_TOLERANCE:
+            return (f"x0 must lie on the unit circle (|x_i| = 1 to {UNIT_TOLERANCE:g}), but a token has "
+                    f"|x_i| - 1 = {off:.3g}; normalise it (attnflow.dynamics.normalise)")
+    return None
 
 
 def checked_scores(w, plan: FourierPlan, owner: str) -> tuple[Array, Array, Array, Array]:

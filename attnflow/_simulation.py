@@ -1,128 +1,68 @@
 r"""One call for the common case: :func:`simulate` a token cloud, or an explicit batch of them.
 
-It validates every input on the host (one clear sentence per problem, before any
-compilation), builds the integrator (:class:`~attnflow.integrate.EulerStepper` or
-:class:`~attnflow.integrate.ODESolver`) and the field of the requested picture
-(:func:`attnflow.fields.make_dynamics`, or the user's ``dynamics=``) once, and hands both to one
-jitted runner, ``_run(x0, field, integrator, ...)``:
+``simulate(x0, weights_or_field, integrator)``: the start, what moves it (Q, K, V; an
+:class:`~attnflow.AttentionWeights`; or any ready field) and how it is integrated (any
+:class:`~attnflow.integrate.AbstractIntegrator`; or the flat options ``t1=, method=, dt=, ...``, which
+:func:`~attnflow.integrate.make_integrator` turns into one). The integrator's constructor and
+:func:`make_integrator` check their own options; this module checks only the rules that combine
+arguments (the tokens against the weights, the output size against the saves, a singular
+:math:`I + \Delta t V` for the exact discrete rescaling, the Fourier path against the run:
+:func:`attnflow._fourier.plan`). It builds the field of the requested picture once
+(:func:`attnflow.fields.make_dynamics`, for batched weights under ``jax.vmap``) and hands field and
+integrator to one jitted runner, ``_run(x0, batched, shared, integrator, ...)``:
 
-* ``method="euler"``: the layer stepper (``dt`` required); in the rescaled picture
-  this is the exact discrete rescaling of Remark 3.4, so ``x[k] = (I + dt V)^k z[k]``.
-* any other method: a diffrax solver (``"tsit5"`` default), adaptive PID control, or
-  constant steps when ``dt`` is given.
+* the layer stepper (``method="euler"`` or an :class:`~attnflow.integrate.EulerStepper`): in the rescaled
+  picture the exact discrete rescaling of Remark 3.4, so ``x[k] = (I + dt V)^k z[k]``.
+* any other integrator: a diffrax solve (``"tsit5"`` default; adaptive PID control, or constant steps when
+  ``dt`` is given) or an explicit Runge-Kutta stepper (:class:`~attnflow.integrate.RKStepper`).
 
 Batching is explicit (``batch=``, or ``jax.vmap`` around ``simulate``); an array with an
-axis more than expected is an error, never a guess. ``simulate`` is traceable: ``jit``,
-``vmap`` and ``grad`` over it work with the default settings, and failures are reported
-inside jit (``Simulation.result``; ``throw=True`` raises).
+axis more than expected is an error, never a guess. A batch of starts, of weights, of beta or of any
+array leaf of a ready field (:func:`attnflow._batching.split_field`) is one compile. ``simulate`` is
+traceable: ``jit``, ``vmap`` and ``grad`` over it work with the default settings, and failures are
+reported inside jit (``Simulation.result``; ``throw=True`` raises). :class:`Simulation` and its storage
+live in :mod:`attnflow._simulation_io`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, Float, PyTree
 
 from . import _fourier, _validate as v
-from ._batching import lapack_needs_loop, map_over_batch, vmap_build, vmap_systems
-from ._resources import check_memory
-from ._x64 import float64_enabled, float64_scope
 from ._attention import IMPLS
-from .dynamics import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch
+from ._batching import (field_batch_sizes, lapack_needs_loop, map_over_batch, split_field, vmap_build,
+                        vmap_systems)
+from ._linalg import check_invertible_transfer
+from ._resources import check_memory
+from ._simulation_io import Simulation, load
+from ._weights import AttentionWeights, check_shapes
+from ._x64 import float64_enabled, float64_scope
+from .dynamics import (AbstractAttentionDynamics, AbstractDynamics, DiscreteRescaledFlow, FoldedBatch,
+                       RescaledFlow)
 from .dynamics._multihead import rescaling_generator
 from .errors import InputError
 from .fields import PICTURES, make_dynamics
-from .integrate import DEFAULT_TOLERANCES, EulerStepper, ODESolver, make_solver, raise_if_failed
-from .integrate._euler import plain_shift, sphere_shift
+from .integrate import AbstractIntegrator, EulerStepper, ODESolver, RKStepper, SOLVERS, raise_if_failed
+from .integrate._euler import sphere_shift
+from .integrate._make import IntegratorPlan, integrator_plan, make_integrator
 from .integrate._solution import checked
-from ._linalg import check_invertible_transfer
-from ._weights import AttentionWeights, check_shapes
 
-__all__ = ["simulate", "Simulation", "load", "BATCHABLE"]
+__all__ = ["simulate", "Simulation", "load", "make_integrator", "BATCHABLE", "FIELD_BATCHABLE"]
 
-#: the .npz key of a saved simulation's metadata (JSON text)
-_META_KEY = "__attnflow_simulation__"
-#: the array fields of a Simulation, in order
-_ARRAY_FIELDS = ("ts", "states", "tokens", "attention", "num_steps", "result", "t_nonfinite")
-
-#: names that ``simulate(batch=...)`` accepts
+#: names that ``simulate(batch=...)`` accepts with Q, K, V or one AttentionWeights
 BATCHABLE = ("x0", "Q", "K", "V", "beta", "weights")
-
-
-class Simulation(eqx.Module):
-    """Result of :func:`simulate`: a leading batch axis B on every per-system array when batched.
-
-    All systems of a batch share their save times, so ``ts`` is (T,) with or without a batch
-    (``pcolormesh(sim.ts, ...)`` or ``plot(sim.ts, sim.states[b, :, i, 0])`` fit either way).
-
-    Attributes:
-        ts: (T,) save times (layers ``t0 + k dt`` for the Euler stepper), shared by the batch.
-        states: (T, n, d) or (B, T, n, d) states in the requested picture (x for ``"raw"``, z for
-            ``"rescaled"``), or the pytree returned by ``save_fn``.
-        tokens: (T, n, d) or (B, T, n, d) raw tokens x (equal to ``states`` in the raw picture;
-            ``None`` when ``save_fn`` was used).
-        attention: (T, n, n) or (B, T, n, n) attention matrices P when ``return_attention=True``
-            ((T, H, n, n) with H heads).
-        num_steps: steps (layers) taken, () or (B,).
-        result: 0 on success, else a code of :mod:`attnflow.integrate._solution`
-            (1: solver stopped before t1, 2: non-finite state), () or (B,).
-        t_nonfinite: where the solution stops being finite (inf if never; the end of the step
-            at which it blew up, or where the solver stopped: ``Trajectory.t_nonfinite``), () or (B,).
-        picture, method: what was run.
-
-    :meth:`save` writes a simulation to one ``.npz`` file and :func:`attnflow.load` reads it back.
-    """
-
-    ts: Float[Array, "T"]
-    states: PyTree
-    tokens: Float[Array, "*B T n d"] | None
-    attention: Float[Array, "*B T n n"] | None
-    num_steps: Array
-    result: Int[Array, "*B"]
-    t_nonfinite: Float[Array, "*B"]
-    picture: str = eqx.field(static=True)
-    method: str = eqx.field(static=True)
-
-    def save(self, path) -> None:
-        """Write this simulation to one ``.npz`` file (arrays and JSON metadata; no pickle).
-
-        Every array keeps its dtype and shape; ``states`` may be the dict / tuple / list pytree of
-        a ``save_fn``. The file is written atomically (a temporary file, then a rename), so an
-        interrupted save never leaves a half-written file. Read it back with :func:`attnflow.load`.
-
-        Args:
-            path: the file to write (``.npz`` is the usual suffix; NumPy reads it with
-                ``np.load(path, allow_pickle=False)``).
-
-        Example:
-            >>> import tempfile, pathlib, numpy as np, attnflow
-            >>> sim = attnflow.simulate(np.eye(3, 2), np.eye(2), np.eye(2), np.eye(2), t1=1.0, num_saves=3)
-            >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.npz"
-            >>> sim.save(path)
-            >>> back = attnflow.load(path)
-            >>> back.states.shape, back.ts.dtype, back.picture, bool((back.states == sim.states).all())
-            ((3, 3, 2), dtype('float32'), 'raw', True)
-        """
-        import io
-        import json
-
-        from .runio import atomic_write_bytes
-
-        arrays, fields = {}, {}
-        for name in _ARRAY_FIELDS:
-            fields[name] = _encode_tree(getattr(self, name), name, arrays)
-        meta = {"format": "attnflow.Simulation", "format_version": 1, "attnflow_version": _version(),
-                "picture": self.picture, "method": self.method, "fields": fields}
-        arrays[_META_KEY] = np.array(json.dumps(meta))
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        atomic_write_bytes(path, buf.getvalue())
+#: with a ready field, ``batch`` names ``"x0"``, ``"field"`` (every array leaf of the field) or the attribute
+#: name of any array leaf of the field (``"beta"``, ``"V"``, ``"W"``, ...): :func:`attnflow._batching.split_field`
+FIELD_BATCHABLE = ("x0", "field", "<the name of an array leaf of the field>")
 
 
 def _batch_names(batch, has_weights: bool) -> tuple[str, ...]:
@@ -187,11 +127,8 @@ def _validate_inputs(x0, weights: AttentionWeights | None, Q, K, V, beta, batch:
         check_shapes(*(jax.ShapeDtypeStruct(strip(a, n), jnp.float32) for a, n in ((Q, "Q"), (K, "K"), (V, "V"))))
         for name, a in (("Q", Q), ("K", K), ("V", V)):
             v.check_finite(name, a)
-        d = strip(V, "V")[-1]
-    else:
-        d = weights.d
-    if xs[1] != d:
-        raise InputError(f"the tokens have dimension d = {xs[1]}, but the weights act on dimension {d}.")
+    elif xs[1] != weights.d:  # (matrices: V square of the tokens' d above, Q and K of V's by check_shapes)
+        raise InputError(f"the tokens have dimension d = {xs[1]}, but the weights act on dimension {weights.d}.")
     return next(iter(sizes.values())) if sizes else None
 
 
@@ -211,223 +148,333 @@ def _check_output_size(x0, B: int | None, num_saves: int, attention: bool, separ
 
 def simulate(
     x0: Float[Array, "*B n d"],
-    Q: Float[Array, "*B m d"] | AttentionWeights | None = None,
-    K: Float[Array, "*B m d"] | None = None,
+    weights_or_field: Float[Array, "*B m d"] | AttentionWeights | AbstractDynamics | None = None,
+    K: Float[Array, "*B m d"] | AbstractIntegrator | None = None,
     V: Float[Array, "*B d d"] | None = None,
+    integrator: AbstractIntegrator | None = None,
     *,
-    t1: float,
-    t0: float = 0.0,
     picture: str = "raw",
-    method: str | diffrax.AbstractSolver = "tsit5",
-    dt: float | None = None,
-    ts: Any = None,
-    num_saves: int = 101,
-    save_every: int | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
     beta: float | Any = None,
     dtype: str = "float32",
     batch: str | Sequence[str] | None = None,
+    batch_mode: str = "vmap",
     return_attention: bool = False,
     save_fn: Callable[[Array, Array, PyTree], PyTree] | None = None,
-    max_steps: int | None = 16384,
-    batch_mode: str = "vmap",
     attention_impl: str = "auto",
     fourier_max_score: float | None = None,
     mask: Any = None,
-    adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
     dynamics: AbstractDynamics | None = None,
-    shift: str | Callable = "plain",
+    **integrator_options: Any,
 ) -> Simulation:
-    r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j`.
+    r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j` (or any field).
+
+    Three pieces, as in ``diffrax.diffeqsolve(terms, solver, ...)``: the start ``x0``, what moves it
+    (``weights_or_field``) and how it is integrated (``integrator``)::
+
+        simulate(x0, Q, K, V, t1=5.0, method="euler", dt=0.5)         # matrices and flat options
+        simulate(x0, AttentionWeights(Q, K, V), EulerStepper(0.5, 10))  # weights and an integrator
+        simulate(x0, sphere_flow(Q, K, V, 2.0), ODESolver(0.0, 5.0))    # a ready field and an integrator
+
+    The flat options (``t1``, ``method``, ``dt``, ...) build the integrator with
+    :func:`~attnflow.integrate.make_integrator`; give them or ``integrator``, not both.
 
     Args:
         x0: initial tokens (n, d) (or (B, n, d) with ``batch`` naming ``"x0"``), n >= 2 (one token does
             not interact: P = [1] and :math:`x(t) = e^{tV}x_0`).
-        Q, K, V: (m, d), (m, d), (d, d) weights; or ``Q`` an :class:`~attnflow.AttentionWeights`
-            (biases, several heads) and K, V omitted.
-        t1, t0: time span (layers, for the Euler stepper: ``(t1 - t0)/dt`` layers).
-        picture: ``"raw"`` (x) or ``"rescaled"`` (z = e^{-(t - t0)V} x; for Euler,
+        weights_or_field: Q, an (m, d) matrix (then K (m, d) and V (d, d) follow); or an
+            :class:`~attnflow.AttentionWeights` (biases, several heads, per-layer weights); or a ready field,
+            any :class:`~attnflow.dynamics.AbstractDynamics` (multi-head, feed-forward, layer-varying,
+            sphere, ...; then picture, beta, mask, attention_impl and fourier_max_score belong to the field).
+            Weights with a ``"layer"`` axis: the layer stepper runs layer l with weights l, an ODE solver
+            interpolates them linearly at spacing (t1 - t0)/L.
+        K, V: the key and value matrices after a matrix Q. After weights or a field, the third positional
+            argument may be the integrator: ``simulate(x0, field, integrator)``.
+        integrator: any :class:`~attnflow.integrate.AbstractIntegrator`:
+            :class:`~attnflow.integrate.EulerStepper` (the layer stepper; in the rescaled picture the
+            exact discrete rescaling of Remark 3.4), :class:`~attnflow.integrate.RKStepper` or
+            :class:`~attnflow.integrate.ODESolver`. It owns the time grid, the solver, tolerances, the
+            adjoint and the stepper's shift.
+        picture: ``"raw"`` (x) or ``"rescaled"`` (z = e^{-(t - t0)V} x; for the layer stepper,
             z[k] = (I + dt V)^{-k} x[k]).
-        method: ``"euler"`` (layer stepper), a diffrax solver name
-            (``"tsit5"``, ``"dopri5"``, ``"dopri8"``, ...) or a diffrax solver instance.
-        dt: Euler layer step, or a constant step for diffrax (None: adaptive).
-        ts / num_saves: save times, or their number on a uniform grid (diffrax).
-        save_every: Euler saves every this many layers (default: every layer).
-        rtol, atol: adaptive tolerances (defaults depend on dtype).
         beta: inverse temperature, finite and > 0 (default 1, the paper's model; for a negative one
-            pass -Q); with an AttentionWeights it is part of the weights.
+            pass -Q); with an AttentionWeights it is part of the weights. With a field, ``beta`` is given
+            only as a batch (B,) with ``batch`` naming ``"beta"``: it replaces every ``beta`` leaf of the field.
         dtype: ``"float32"`` (default) or ``"float64"`` (computed in a scoped float64 mode;
             JAX's global configuration is never changed): the precision of the run and of every
             output, whatever the inputs' dtype. Under jit/vmap/grad a float64 run needs
             float64 around the transformation (``with jax.enable_x64(True):``); without it
             ``dtype="float64"`` with traced inputs is an ``InputError``.
-        batch: which inputs carry a leading axis of B independent systems: ``"x0"``, a tuple
-            of names among ``("x0", "Q", "K", "V", "beta", "weights")``, or ``"all"`` (x0 and
-            the weights; add ``"beta"`` to batch beta too).
-        return_attention: also return P at every save time.
-        save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
+        batch: which inputs carry a leading axis of B independent systems. With matrices or weights:
+            ``"x0"``, a tuple of names among ``("x0", "Q", "K", "V", "beta", "weights")``, or ``"all"`` (x0
+            and the weights; add ``"beta"`` to batch beta too). With a field: ``"x0"``, ``"field"`` (every
+            array leaf of the field carries the batch axis, e.g. a field built under ``jax.vmap``) or the
+            attribute name of array leaves of the field (``"beta"``, ``"V"``, ``"W"``, ...), whose every leaf
+            of that name carries the batch axis (or, for ``"beta"``, is replaced by ``beta=``). One compile
+            for the whole batch, whatever is batched.
         batch_mode: ``"vmap"`` (default; each member its own adaptive steps) or
             ``"fold"`` (shared weights: one solve of the stacked state).
+        return_attention: also return P at every save time.
+        save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
         attention_impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"fused"`` (see
             :func:`attnflow.attend`), or ``"fourier"``: the O(n K) path for tokens on the unit circle
-            (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; see
-            :mod:`attnflow._fourier`), which needs states that stay on the circle: ``method="euler"``
-            with ``shift="sphere"`` and x0 on the circle (for the ODE flow on the circle pass
-            ``dynamics=sphere_flow(..., attention_impl="fourier")``). Forward-mode autodiff needs
-            ``"dense"`` (or ``"fourier"``).
+            (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; every rule in
+            :func:`attnflow._fourier.plan`), which needs states that stay on the circle: the layer stepper
+            with ``shift="sphere"`` and x0 on the circle (for the ODE flow on the circle pass the field
+            ``sphere_flow(..., attention_impl="fourier")``). Forward-mode autodiff needs ``"dense"`` (or
+            ``"fourier"``).
         fourier_max_score: with ``attention_impl="fourier"``, an upper bound of the score scale
             :math:`a = |\beta c|` (:math:`\beta Q^T K = c R(\alpha)`) that sets the number of Fourier
             modes; by default the largest a of the (batch of) weights, read on the host, so it is
-            needed only when simulate itself runs inside jit / vmap / grad.
+            needed only when simulate itself runs inside jit / vmap / grad. Any other attention_impl
+            refuses it (the field simulate builds takes the Fourier path only when asked).
         mask: None, ``"causal"`` or a boolean (n, n) attention mask.
-        adjoint: diffrax adjoint for gradients (default ``RecursiveCheckpointAdjoint``;
-            ``diffrax.BacksolveAdjoint()``, ``diffrax.ForwardMode()``); diffrax solvers only.
-        dynamics: a prebuilt field (any :class:`~attnflow.dynamics.AbstractDynamics`: multi-head,
-            feed-forward, layer-varying, sphere, ...) to run instead of building one from Q, K, V
-            (then omit Q, K, V, beta and picture; ``batch`` may name only ``"x0"``).
-            Weights with a ``"layer"`` axis need no ``dynamics``: the stepper runs layer l with
-            weights l, an ODE solver interpolates them linearly at spacing (t1 - t0)/L.
-        shift: the Euler stepper's update, ``"plain"`` (y + dy), ``"sphere"`` (renormalise every
-            token after each layer: post-LN) or a function ``(y, dy) -> y_next``.
         throw: raise when a solve fails (:class:`~attnflow.NonFiniteError` /
             :class:`~attnflow.SolverError` on the host; an ``equinox`` runtime error inside
             jit). With ``throw=False`` see ``Simulation.result``.
+        dynamics: the ready field as a keyword (the same as passing it as ``weights_or_field``).
+        **integrator_options: the flat options of :func:`~attnflow.integrate.make_integrator`, when no
+            ``integrator`` is given: ``t1`` (required), ``t0``, ``method`` (``"euler"``, a diffrax solver name
+            or instance; default ``"tsit5"``), ``dt``, ``ts``, ``num_saves``, ``save_every``, ``rtol``,
+            ``atol``, ``max_steps``, ``adjoint``, ``shift``.
 
     Example:
-        >>> import jax, attnflow
+        >>> import jax, jax.numpy as jnp, attnflow
+        >>> from attnflow.dynamics import normalise, sphere_flow
+        >>> from attnflow.integrate import EulerStepper, ODESolver, sphere_shift
         >>> x0 = jax.random.normal(jax.random.key(0), (16, 2))
-        >>> I = jax.numpy.eye(2)
+        >>> I = jnp.eye(2)
         >>> sim = attnflow.simulate(x0, I, I, I, t1=5.0, picture="rescaled", num_saves=11)
         >>> sim.states.shape, sim.tokens.shape, int(sim.result)
         ((11, 16, 2), (11, 16, 2), 0)
         >>> xs = jax.random.normal(jax.random.key(1), (3, 16, 2))
         >>> attnflow.simulate(xs, I, I, I, t1=1.0, num_saves=2, batch="x0").states.shape
         (3, 2, 16, 2)
+        >>> w = attnflow.AttentionWeights(I, I, I, beta=2.0)
+        >>> attnflow.simulate(x0, w, EulerStepper(0.25, 8, save_every=4)).states.shape
+        (3, 16, 2)
+        >>> circle = normalise(x0)
+        >>> field = sphere_flow(I, I, I, 1.0)
+        >>> one = attnflow.simulate(circle, field, ODESolver(0.0, 1.0, ts=jnp.linspace(0.0, 1.0, 3)))
+        >>> one.states.shape, one.method
+        ((3, 16, 2), 'tsit5')
+        >>> betas = jnp.array([0.5, 1.0, 4.0])                 # one compile for the three temperatures
+        >>> curve = attnflow.simulate(circle, field, EulerStepper(0.1, 10, shift=sphere_shift),
+        ...                           batch="beta", beta=betas)
+        >>> curve.states.shape
+        (3, 11, 16, 2)
     """
+    if isinstance(K, AbstractIntegrator) and V is None:  # simulate(x0, weights_or_field, integrator)
+        if integrator is not None:
+            raise InputError("the integrator is given twice (third argument and integrator=); give it once.")
+        K, integrator = None, K
     if dtype not in ("float32", "float64"):
         raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
-    if dtype == "float64" and not float64_enabled() and v.is_traced(x0, Q, K, V, beta, dynamics, ts, t0, t1, dt):
+    if dtype == "float64" and not float64_enabled() and v.is_traced(x0, weights_or_field, K, V, beta, dynamics,
+                                                                    integrator, integrator_options):
         raise InputError(
             "simulate(dtype='float64') was called inside a JAX transformation (jit/vmap/grad) while float64 is "
             "disabled; enter `with jax.enable_x64(True):` around the transformation, or call simulate outside it."
         )
     scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
     with scope:
-        return _simulate(x0, Q, K, V, t1=t1, t0=t0, picture=picture, method=method, dt=dt, ts=ts,
-                         num_saves=num_saves, save_every=save_every, rtol=rtol, atol=atol, beta=beta, dtype=dtype,
-                         batch=batch, return_attention=return_attention, save_fn=save_fn, max_steps=max_steps,
-                         batch_mode=batch_mode, attention_impl=attention_impl, mask=mask, adjoint=adjoint,
-                         throw=throw, dynamics=dynamics, shift=shift, fourier_max_score=fourier_max_score)
+        return _simulate(x0, weights_or_field, K, V, integrator, integrator_options, picture=picture, beta=beta,
+                         dtype=dtype, batch=batch, batch_mode=batch_mode, return_attention=return_attention,
+                         save_fn=save_fn, attention_impl=attention_impl, fourier_max_score=fourier_max_score,
+                         mask=mask, throw=throw, dynamics=dynamics)
 
 
-def _simulate(x0, Q, K, V, *, t1, t0, picture, method, dt, ts, num_saves, save_every, rtol, atol, beta, dtype,
-              batch, return_attention, save_fn, max_steps, batch_mode, attention_impl, mask, adjoint, throw,
-              dynamics=None, shift="plain", fourier_max_score=None):
-    """validate -> build the integrator -> build the field -> run -> :class:`Simulation`."""
-    method_name, shift_fn = _check_options(picture, method, batch_mode, attention_impl, shift)
-    if dynamics is not None:
-        names, B = _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl,
-                                   return_attention, fourier_max_score)
-        weights, beta = None, 1.0
+def _simulate(x0, first, K, V, integrator, options, *, picture, beta, dtype, batch, batch_mode, return_attention,
+              save_fn, attention_impl, fourier_max_score, mask, throw, dynamics):
+    """validate -> the integrator -> the field (or the batch of a ready field) -> run -> :class:`Simulation`."""
+    field = _ready_field(first, dynamics)
+    _check_choices(picture, batch_mode, attention_impl)
+    plan, method_name = _integrator_or_plan(integrator, options, dtype)
+    if field is not None:
+        names, B = _check_prebuilt(x0, K, V, beta, field, batch, picture, mask, attention_impl, return_attention,
+                                   fourier_max_score)
+        weights, Q = None, None
     else:
-        weights, beta, names, B = _check_weights(x0, Q, K, V, beta, batch, picture)
-    _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names)
+        weights, Q, beta, names, B = _check_weights(x0, first, K, V, beta, batch, picture)
+    fold = batch_mode == "fold" and B is not None
+    if batch_mode == "fold" and set(names) - {"x0"}:
+        raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-    x0, beta = jnp.asarray(x0, jdtype), jnp.asarray(beta, jdtype)
-    if dynamics is not None:
-        dynamics = jax.tree_util.tree_map(lambda a: a.astype(jdtype) if eqx.is_inexact_array(a) else a, dynamics)
+    x0 = jnp.asarray(x0, jdtype)
+    beta = None if beta is None else jnp.asarray(beta, jdtype)
+    if field is not None:
+        field = jax.tree_util.tree_map(lambda a: a.astype(jdtype) if eqx.is_inexact_array(a) else a, field)
     elif weights is None:
         Q, K, V = (jnp.asarray(a, jdtype) for a in (Q, K, V))
     else:
         weights = weights.astype(jdtype)
-    traced = v.is_traced(x0, Q, K, V, beta, weights, dynamics)
-    if attention_impl == "fourier" and dynamics is None:
-        fourier_max_score = _check_fourier(x0, weights, Q, K, beta, picture=picture, method_name=method_name,
-                                           shift=shift_fn, mask=mask, max_score=fourier_max_score, dtype=jdtype)
-    elif fourier_max_score is not None and dynamics is None:
-        raise InputError(f"fourier_max_score applies to attention_impl='fourier', got attention_impl={attention_impl!r}.")
+    traced = v.is_traced(x0, Q, K, V, beta, weights, field)
 
-    def check_size(num_out: int, fix: str) -> None:  # before any save-sized array exists
-        _check_output_size(x0, B, num_out, return_attention and save_fn is None,
-                           save_fn is None and (picture != "raw" or dynamics is not None), weights, fix)
+    def check_size(num_out: int | None, fix: str) -> None:  # before any save-sized array exists
+        if num_out is not None:
+            _check_output_size(x0, B, num_out, return_attention and save_fn is None,
+                               save_fn is None and (picture != "raw" or field is not None), weights, fix)
 
-    if method_name == "euler":
-        integrator = _make_stepper(t0, t1, dt, ts, save_every, shift_fn, picture, weights, V, check_size)
+    if integrator is None:
+        check_size(plan.num_saves, plan.fix)
+        integrator = plan.build()
     else:
-        integrator = _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype,
-                                      jdtype, check_size)
-    fold = batch_mode == "fold" and B is not None
-    batched, shared = _make_field(dynamics, weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
-                                  attention_impl=attention_impl, mask=mask, fold=fold,
-                                  fourier_max_score=fourier_max_score)
+        check_size(_num_saves(integrator), "save fewer states (the integrator's save times or layers)")
+    if field is None:
+        _check_fits(integrator, picture, weights, V)
+        bound = _fourier_bound(x0, weights, Q, K, beta, integrator, picture=picture, mask=mask,
+                               attention_impl=attention_impl, max_score=fourier_max_score, dtype=jdtype)
+        batched, shared = _make_field(weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
+                                      attention_impl=attention_impl, mask=mask, fourier_max_score=bound)
+        loop = batched is not None and (picture != "raw" or save_fn is not None) and lapack_needs_loop()
+    else:
+        leaves = tuple(n for n in names if n != "x0")
+        batched, shared = split_field(field, leaves, {"beta": beta} if beta is not None else {})
+        loop = batched is not None and (save_fn is not None or _transports(field)) and lapack_needs_loop()
+    shared = FoldedBatch(shared) if fold else shared
 
     heads = weights.Q.shape[-3] if weights is not None and "head" in weights.axes else 1  # (..., head, m, d)
     out = _run(x0, batched, shared, integrator, x0_batched="x0" in names, fold=fold, save_fn=save_fn,
-               return_attention=return_attention, tokens_are_states=picture == "raw" and dynamics is None,
-               loop_members=batched is not None and (picture != "raw" or save_fn is not None) and lapack_needs_loop(),
-               heads=heads, impl=attention_impl)
+               return_attention=return_attention, tokens_are_states=picture == "raw" and field is None,
+               loop_members=loop, heads=heads, impl=attention_impl)
     return _simulation(out, throw=throw, traced=traced, fold=fold, B=B, picture=picture, method_name=method_name)
 
 
-def _check_options(picture, method, batch_mode, attention_impl, shift) -> tuple[str, Callable]:
-    """The method's name and the shift function, after checking the options that are plain choices."""
-    method_name = method if isinstance(method, str) else type(method).__name__
-    if isinstance(method, str) and method != "euler":
-        make_solver(method)  # validates the name
+def _ready_field(first, dynamics) -> AbstractDynamics | None:
+    """The ready field, given as ``weights_or_field`` or as ``dynamics=`` (once), else None."""
+    if dynamics is not None and first is not None:
+        raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
+    field = dynamics if dynamics is not None else first
+    if dynamics is not None and not isinstance(dynamics, AbstractDynamics):
+        raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
+    return field if isinstance(field, AbstractDynamics) else None
+
+
+def _check_choices(picture, batch_mode, attention_impl) -> None:
+    """The options that are plain choices among names."""
     if picture not in PICTURES:
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
     if batch_mode not in ("vmap", "fold"):
         raise InputError(f"batch_mode must be 'vmap' or 'fold', got {batch_mode!r}.")
     if attention_impl not in IMPLS:
         raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
-    shift_fn = {"plain": plain_shift, "sphere": sphere_shift}.get(shift, shift) if isinstance(shift, str) else shift
-    if not callable(shift_fn):
-        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
-    if shift_fn is not plain_shift and method_name != "euler":
-        raise InputError("shift= applies to the Euler layer stepper (method='euler'); an ODE solver integrates "
-                         "the field as given (use a tangent-projected field, e.g. sphere_flow, on the sphere).")
-    return method_name, shift_fn
 
 
-def _check_prebuilt(x0, Q, K, V, beta, dynamics, batch, picture, mask, attention_impl, return_attention,
+#: the flat options of make_integrator that simulate passes through (its dtype is simulate's own)
+_INTEGRATOR_OPTIONS = tuple(p for p in inspect.signature(make_integrator).parameters if p != "dtype")
+
+
+def _integrator_or_plan(integrator, options: dict, dtype: str) -> tuple[IntegratorPlan | None, str]:
+    """The checked plan of the flat options (None when ``integrator`` is given) and the method's name."""
+    unknown = [k for k in options if k not in _INTEGRATOR_OPTIONS]
+    if unknown:
+        raise InputError(f"simulate takes no option {unknown[0]!r}; the integrator's options are "
+                         f"{_INTEGRATOR_OPTIONS} (or pass integrator=).")
+    if integrator is None:
+        plan = integrator_plan(**options, dtype=dtype)
+        return plan, plan.method_name
+    if not isinstance(integrator, AbstractIntegrator):
+        raise InputError(f"integrator must be an attnflow integrator (EulerStepper, RKStepper, ODESolver), got "
+                         f"{type(integrator).__name__}.")
+    if options:
+        raise InputError(f"the integrator owns its time span, steps and saves: drop {tuple(options)} or build the "
+                         "integrator from them (attnflow.integrate.make_integrator).")
+    return None, _method_name(integrator)
+
+
+def _method_name(integrator: AbstractIntegrator) -> str:
+    """``Simulation.method`` of an integrator: "euler", the RK tableau's name, the diffrax solver's name."""
+    if isinstance(integrator, EulerStepper):
+        return "euler"
+    if isinstance(integrator, RKStepper):
+        return f"rk:{integrator.tableau.name}"
+    if isinstance(integrator, ODESolver):
+        names = [k for k, cls in SOLVERS.items() if type(integrator.solver) is cls]
+        return names[0] if names else type(integrator.solver).__name__
+    return type(integrator).__name__
+
+
+def _num_saves(integrator: AbstractIntegrator) -> int | None:
+    """How many states ``integrator`` saves (None for an integrator attnflow does not know)."""
+    if isinstance(integrator, (EulerStepper, RKStepper)):
+        return integrator.save_at.num_saves
+    if isinstance(integrator, ODESolver):
+        return 2 if integrator.ts is None else int(np.shape(integrator.ts)[0])
+    return None
+
+
+def _span(integrator: AbstractIntegrator) -> tuple[Any, Any]:
+    """(t0, t1) of an integrator: an ODE solve's span, or a layer grid's first and last layer times."""
+    if isinstance(integrator, ODESolver):
+        return integrator.t0, integrator.t1
+    t0 = getattr(integrator, "t0", 0.0)
+    return t0, t0 + integrator.dt * integrator.num_layers if hasattr(integrator, "num_layers") else None
+
+
+def _check_fits(integrator, picture: str, weights, V) -> None:
+    """The rules that combine the integrator with the weights: a singular I + dt V (exact discrete rescaling),
+    more layers than per-layer weights."""
+    if not isinstance(integrator, EulerStepper):
+        return
+    if picture == "rescaled":
+        check_invertible_transfer(V if weights is None else
+                                  weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, integrator.dt)
+    if weights is not None and integrator.num_layers > weights.num_layers > 1:
+        raise InputError(f"the stepper runs {integrator.num_layers} layers but the weights hold only "
+                         f"{weights.num_layers} (one set per layer).")
+
+
+def _check_prebuilt(x0, K, V, beta, field, batch, picture, mask, attention_impl, return_attention,
                     fourier_max_score=None):
-    """simulate(dynamics=...): the field and x0; returns the batched names and B (None if unbatched)."""
-    if not isinstance(dynamics, AbstractDynamics):
-        raise InputError(f"dynamics must be an attnflow field (AbstractDynamics), got {type(dynamics).__name__}.")
-    if any(a is not None for a in (Q, K, V, beta)):
-        raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights.")
+    """simulate(x0, field): the field and x0; returns the batched names and B (None if unbatched)."""
+    names = () if batch is None else ((batch,) if isinstance(batch, str) else tuple(batch))
+    if any(a is not None for a in (K, V)) or (beta is not None and "beta" not in names):
+        raise InputError("with dynamics= omit Q, K, V and beta: the field carries its own weights "
+                         "(beta= only with batch naming 'beta', to replace the field's beta by a batch).")
     if mask is not None or attention_impl != "auto":
         raise InputError("with dynamics= set mask and attention_impl on the field itself, not in simulate.")
     if fourier_max_score is not None:
         raise InputError("with dynamics= set fourier_max_score on the field itself (sphere_flow, AttentionFlow), not "
                          "in simulate.")
-    if return_attention and not isinstance(dynamics, AbstractAttentionDynamics):
+    if return_attention and not isinstance(field, AbstractAttentionDynamics):
         raise InputError(f"return_attention=True needs a field with an attention matrix; "
-                         f"{type(dynamics).__name__} has none.")
+                         f"{type(field).__name__} has none.")
     if picture != "raw":
         raise InputError("with dynamics= the field defines its own picture (its tokens() gives x); "
                          "leave picture='raw'.")
-    names = _batch_names(batch, False)
-    if set(names) - {"x0"}:
-        raise InputError(f"with dynamics= only 'x0' can be batched (vmap over fields yourself), got {names}.")
+    if "all" in names:
+        raise InputError("with a ready field, batch names 'x0', 'field' (every array leaf) or the names of the "
+                         "field's array leaves (e.g. 'beta'), not 'all'.")
     shape = v.check_array("x0", x0, "tokens (n, d)")
     if len(shape) != 2 + ("x0" in names):
-        raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if names else ''}, "
+        raise InputError(f"x0 must be tokens (n, d){' with a leading batch axis B' if 'x0' in names else ''}, "
                          f"got shape {shape}.")
     v.check_num_tokens("x0", shape[-2])
-    return names, (shape[0] if names else None)
+    sizes = {"x0": shape[0]} if "x0" in names else {}
+    if beta is not None:
+        b_shape = v.check_array("beta", beta, "a batch of inverse temperatures (B,)")
+        if len(b_shape) != 1:
+            raise InputError(f"beta with a field is a batch of inverse temperatures (B,), got shape {b_shape}.")
+        v.check_beta("beta", beta)
+        sizes["beta"] = b_shape[0]
+    leaves = tuple(n for n in names if n != "x0" and not (n == "beta" and beta is not None))
+    if leaves:
+        sizes.update(field_batch_sizes(field, leaves))
+    if len(set(sizes.values())) > 1:
+        raise InputError(
+            f"batched inputs must share one batch size B, got {', '.join(f'{k}: {s}' for k, s in sizes.items())}."
+        )
+    return names, (next(iter(sizes.values())) if sizes else None)
 
 
 def _check_weights(x0, Q, K, V, beta, batch, picture):
-    """Q, K, V (or one AttentionWeights as Q), beta and x0; returns (weights or None, beta, names, B)."""
+    """Q, K, V (or one AttentionWeights as Q), beta and x0; returns (weights or None, Q, beta, names, B)."""
     weights = Q if isinstance(Q, AttentionWeights) else None
     names = _batch_names(batch, weights is not None)
     if weights is not None and (K is not None or V is not None):
         raise InputError("pass either an AttentionWeights as Q (and no K, V) or the three matrices Q, K, V.")
-    if weights is None and (K is None or V is None):
-        raise InputError("simulate needs Q, K and V (or one AttentionWeights as Q).")
+    if weights is None and (Q is None or K is None or V is None):
+        raise InputError("simulate needs Q, K and V (or one AttentionWeights, or a field) after x0.")
     if weights is not None and "layer" in weights.axes and picture != "raw":
         raise InputError("weights with a 'layer' axis run in the raw picture only (there is no common rescaling).")
     if weights is not None and beta is not None:
@@ -439,145 +486,42 @@ def _check_weights(x0, Q, K, V, beta, batch, picture):
                                                              for i in range(B)]
         for w in members:  # several heads rescale only with a common V (dynamics/multihead.py)
             rescaling_generator(w, "simulate(picture='rescaled')")
-    return weights, beta, names, B
+    return weights, (None if weights is not None else Q), beta, names, B
 
 
-def _check_run(t0, t1, method_name, dt, adjoint, batch_mode, names) -> None:
-    """The time span, the step and the options that depend on the method or the batch."""
-    v.check_time_span(t0, t1)
-    if method_name == "euler" and dt is None:
-        raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
-    if dt is not None:
-        v.check_positive("dt", dt)
-    if adjoint is not None and method_name == "euler":
-        raise InputError("adjoint= applies to diffrax solvers; the Euler stepper is differentiated directly "
-                         "by JAX (reverse or forward mode).")
-    if batch_mode == "fold" and any(n in names for n in ("Q", "K", "V", "beta", "weights")):
-        raise InputError("batch_mode='fold' needs weights shared by the whole batch; use batch_mode='vmap'.")
+def _fourier_bound(x0, weights, Q, K, beta, integrator, *, picture, mask, attention_impl, max_score,
+                   dtype) -> float | None:
+    """:func:`attnflow._fourier.plan` of the (batch of) weights for this run: the bound on the score scale a the
+    fields' modes are chosen for (the largest a over the batch, unless given), or None off the Fourier path."""
+    w = weights if weights is not None else SimpleNamespace(Q=Q, K=K, beta=beta, q_bias=None, k_bias=None, axes=(),
+                                                             d=np.shape(Q)[-1], dtype=dtype)
+    keeps_circle = isinstance(integrator, EulerStepper) and integrator.shift is sphere_shift
+    plan = _fourier.plan(w, attention_impl, mask=mask, max_score=max_score, owner="simulate",
+                         relative=picture != "raw", keeps_circle=keeps_circle, tokens=x0)
+    return None if plan is None else plan.bound
 
 
-def _check_fourier(x0, weights, Q, K, beta, *, picture, method_name, shift, mask, max_score, dtype) -> float:
-    """``attention_impl="fourier"`` on the host: where it applies (one sentence where not) and the bound on the
-    score scale a the field's modes are chosen for (the largest a over the batch, unless given)."""
-    fix = "use attention_impl='chunked' (or 'auto')"
-    if picture != "raw":
-        raise InputError(f"attention_impl='fourier' runs in the raw picture only: the rescaled tokens e^(tV) z "
-                         f"leave the unit circle; {fix}.")
-    if method_name != "euler" or shift is not sphere_shift:
-        raise InputError("attention_impl='fourier' attends with tokens on the unit circle, where simulate keeps them "
-                         "with method='euler' and shift='sphere' (post-LN layers); for the ODE flow on the circle pass "
-                         "dynamics=sphere_flow(..., attention_impl='fourier').")
-    if mask is not None:
-        raise InputError(f"attention_impl='fourier' takes no mask (a mask breaks the convolution structure); {fix}.")
-    if np.shape(x0)[-1] != 2:
-        raise InputError(f"attention_impl='fourier' is for tokens on the circle (d = 2), got d = {np.shape(x0)[-1]}; "
-                         f"{fix}.")
-    if weights is not None and "layer" in weights.axes:
-        raise InputError(f"attention_impl='fourier' takes one set of weights for every layer, these have a 'layer' "
-                         f"axis; {fix}.")
-    if not v.is_traced(x0):
-        off = float(np.max(np.abs(np.linalg.norm(np.asarray(x0, np.float64), axis=-1) - 1)))
-        if off > _UNIT_TOLERANCE:
-            raise InputError(f"x0 must lie on the unit circle for attention_impl='fourier' (|x_i| = 1 to "
-                             f"{_UNIT_TOLERANCE:g}), but a token has |x_i| - 1 = {off:.3g}; normalise it "
-                             "(attnflow.dynamics.normalise).")
-    Qs, Ks, bs = (Q, K, beta) if weights is None else (weights.Q, weights.K, weights.beta)
-    if v.is_traced(Qs, Ks, bs):
-        if max_score is None:
-            raise InputError("simulate(attention_impl='fourier') runs inside jit/vmap/grad here, so it cannot read the "
-                             "score scale of the weights; pass fourier_max_score=, an upper bound of a = |beta| |c| "
-                             "for beta Q^T K = c R(alpha) (checked at run time).")
-        return float(max_score)
-    a_max, _ = _fourier.concrete_scale(Qs, Ks, bs, dtype, "simulate")
-    if max_score is None:
-        return a_max
-    if a_max > float(max_score) * (1 + 1e-12):
-        raise InputError(f"fourier_max_score = {float(max_score):.6g} is below the largest score scale "
-                         f"a = |beta| |c| = {a_max:.6g} of the weights; raise it (it only sets the number of modes).")
-    return float(max_score)
+def _transports(field) -> bool:
+    """Whether the field moves its state with a matrix function (e^{tV}, R^k: batched LAPACK on CPU)."""
+    kinds = (RescaledFlow, DiscreteRescaledFlow)
+    return any(isinstance(m, kinds) for m in jax.tree_util.tree_leaves(field, is_leaf=lambda m: isinstance(m, kinds)))
 
 
-#: how far from the unit circle x0 may be for attention_impl="fourier" (float32 rounding of a normalised x0)
-_UNIT_TOLERANCE = 1e-6
-
-
-def _make_stepper(t0, t1, dt, ts, save_every, shift, picture, weights, V,
-                  check_size: Callable[[int, str], None]) -> EulerStepper:
-    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt (``check_size(saves, fix)`` refuses outputs
-    that cannot fit)."""
-    if ts is not None:
-        raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
-                         "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
-    span = float(t1) - float(t0)
-    num_layers = v.whole_layers(span, float(dt), "the number of layers (t1 - t0)/dt",
-                                fix="use a larger dt or a shorter span")
-    if num_layers is None:
-        raise InputError(
-            f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
-            f"got (t1 - t0) = {span!r} and dt = {dt!r}."
-        )
-    save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
-    if num_layers % save_every:
-        raise InputError(
-            f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
-        )
-    if picture == "rescaled":
-        check_invertible_transfer(V if weights is None else
-                                  weights.V.sum(axis=-3) if "head" in weights.axes else weights.V, dt)
-    if weights is not None and num_layers > weights.num_layers > 1:
-        raise InputError(f"the stepper runs {num_layers} layers but the weights hold only "
-                         f"{weights.num_layers} (one set per layer).")
-    check_size(num_layers // save_every + 1, "raise save_every (fewer saved layers)")
-    return EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
-
-
-def _make_ode_solver(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, jdtype,
-                     check_size: Callable[[int, str], None]) -> ODESolver:
-    """The diffrax solve from t0 to t1 (adaptive, or constant steps dt); ``check_size(saves, fix)`` refuses
-    outputs that cannot fit before the save times are built."""
-    if ts is None:
-        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
-        fix = "lower num_saves"
-    else:
-        v.check_save_times(ts, t0, t1)
-        num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
-    for name, tol in (("rtol", rtol), ("atol", atol)):
-        if tol is not None:
-            v.check_positive(name, tol, "a tolerance of the adaptive step control, a finite positive scalar")
-    if max_steps is not None:
-        v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
-    check_size(num_out, fix)
-    default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
-    ts = (jnp.asarray(ts, jdtype) if ts is not None
-          else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
-    solver = ODESolver(float(t0), float(t1), ts=ts, solver=make_solver(method),
-                       rtol=default_rtol if rtol is None else float(rtol),
-                       atol=default_atol if atol is None else float(atol),
-                       dt0=None if dt is None else float(dt), adaptive=dt is None, max_steps=max_steps,
-                       adjoint=adjoint)
-    return solver
-
-
-def _make_field(dynamics, weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fold,
-                fourier_max_score=None):
-    """The field, built once: ``(batched, shared)`` as :func:`attnflow._batching.vmap_build` splits it (batched
-    None unless weights are batched); a shared field around a batch of states is a :class:`FoldedBatch` with
-    ``fold``."""
-    if dynamics is not None:
-        field, batched = dynamics, None
-    else:
-        stepper = isinstance(integrator, EulerStepper)
-        kw = dict(picture=picture, method="euler" if stepper else "ode", attention_impl=attention_impl, mask=mask,
-                  t0=integrator.t0, fourier_max_score=fourier_max_score)
-        if weights is None:
-            build = lambda Q, K, V, beta: make_dynamics(Q, K, V, beta=beta, **kw)
-            args, axes = (Q, K, V, beta), tuple(0 if n in names else None for n in ("Q", "K", "V", "beta"))
-        else:  # the weights carry beta; with a "layer" axis an ODE solver places layer l at t0 + l (t1 - t0)/L
-            layer_dt = 1.0 if stepper else (integrator.t1 - integrator.t0) / weights.num_layers
-            build = lambda w: make_dynamics(w, layer_dt=layer_dt, **kw)
-            args, axes = (weights,), (0 if "weights" in names else None,)
-        batched, field = vmap_build(build, axes, *args)
-    return batched, (FoldedBatch(field) if fold else field)
+def _make_field(weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fourier_max_score=None):
+    """The field of the weights, built once: ``(batched, shared)`` as :func:`attnflow._batching.vmap_build` splits
+    it (batched None unless weights are batched)."""
+    stepper = isinstance(integrator, EulerStepper)
+    t0, t1 = _span(integrator)
+    kw = dict(picture=picture, method="euler" if stepper else "ode", attention_impl=attention_impl, mask=mask,
+              t0=t0, fourier_max_score=fourier_max_score)
+    if weights is None:
+        build = lambda Q, K, V, beta: make_dynamics(Q, K, V, beta=beta, **kw)
+        args, axes = (Q, K, V, beta), tuple(0 if n in names else None for n in ("Q", "K", "V", "beta"))
+    else:  # the weights carry beta; with a "layer" axis an ODE solver places layer l at t0 + l (t1 - t0)/L
+        layer_dt = 1.0 if stepper else (t1 - t0) / weights.num_layers
+        build = lambda w: make_dynamics(w, layer_dt=layer_dt, **kw)
+        args, axes = (weights,), (0 if "weights" in names else None,)
+    return vmap_build(build, axes, *args)
 
 
 def _simulation(out, *, throw, traced, fold, B, picture, method_name) -> Simulation:
@@ -596,11 +540,11 @@ def _simulation(out, *, throw, traced, fold, B, picture, method_name) -> Simulat
                       result=result, t_nonfinite=t_bad, picture=picture, method=method_name)
 
 
-@eqx.filter_jit
-def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_attention, tokens_are_states,
-         loop_members, heads, impl):
+def _solve_all(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_attention, tokens_are_states,
+               loop_members, heads, impl):
     """Solve ``x0`` with the field ``eqx.combine(batched, shared)`` and post-process, vmapped over the batch
-    (``batched``: the field's per-member leaves; ``fold``: one solve of the stacked states)."""
+    (``batched``: the field's per-member leaves; ``fold``: one solve of the stacked states). Compiled once per
+    structure of its arguments as :data:`_run`."""
 
     def solve(field, y0, fn):
         field = integrator.bind(field)
@@ -636,6 +580,10 @@ def _run(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, return_a
     return _shared_ts(_run_members(single, axes, x0, batched, shared, loop_members, heads, impl))
 
 
+#: the one jitted runner: a batch (of starts, weights or any leaves of a field) is one compile
+_run = eqx.filter_jit(_solve_all)
+
+
 def _shared_ts(out):
     """The members' save times are the integrator's grid, the same for every member: keep one (T,) copy."""
     ts = out[0]
@@ -654,110 +602,3 @@ def _run_members(single, axes, x0, batched, shared, loop_members, heads, impl):
     # XLA:CPU: cache-sized groups of systems (attnflow._cache.GROUP_BYTES), same results
     return vmap_systems(single, axes, tokens=x0.shape[-2], itemsize=jnp.dtype(x0.dtype).itemsize, matrices=heads,
                         impl=impl)(x0, batched, shared)
-
-
-def load(path) -> Simulation:
-    """Read a :class:`Simulation` written by :meth:`Simulation.save` (no pickle is involved).
-
-    The result equals the saved simulation: the same arrays (dtypes, shapes, values), the same
-    ``states`` pytree, picture and method. Arrays come back as JAX arrays; float64 arrays
-    outside JAX's float64 mode (``jax.enable_x64``) come back as NumPy float64 arrays, since
-    JAX would make them float32.
-
-    Args:
-        path: a file written by :meth:`Simulation.save`.
-
-    Raises:
-        InputError: the file is missing, or is not a simulation saved by attnflow.
-
-    Example:
-        >>> import tempfile, pathlib, numpy as np, attnflow
-        >>> sim = attnflow.simulate(np.eye(4, 2)[None].repeat(2, 0), np.eye(2), np.eye(2), np.eye(2), t1=1.0,
-        ...                         num_saves=5, batch="x0", return_attention=True)
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "batch.npz"
-        >>> sim.save(path)
-        >>> back = attnflow.load(path)
-        >>> back.ts.shape, back.states.shape, back.attention.shape
-        ((5,), (2, 5, 4, 2), (2, 5, 4, 4))
-    """
-    import json
-    import os
-    import zipfile
-
-    if not os.path.isfile(path):
-        raise InputError(f"{path} does not exist (or is not a file); give a file written by Simulation.save.")
-    not_ours = f"{path} is not an attnflow simulation (write one with Simulation.save)"
-    from .runio import npz_problem
-
-    problem = npz_problem(path)  # numpy would read a text file as a pickle, an empty one not at all
-    if problem is not None:
-        raise InputError(f"{not_ours}: {problem}.")
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise InputError(f"{not_ours}: it is a single NumPy array, not an .npz archive.")
-        with data:
-            if _META_KEY not in data.files:
-                raise InputError(f"{not_ours}: it holds no attnflow metadata.")
-            meta = json.loads(str(data[_META_KEY][()]))
-            if meta.get("format") != "attnflow.Simulation":
-                raise InputError(f"{not_ours}: its metadata names the format {meta.get('format')!r}.")
-            if meta.get("format_version", 0) > 1:
-                raise InputError(f"{path} was saved by a newer attnflow ({meta.get('attnflow_version')}, file "
-                                 f"format {meta['format_version']}); update attnflow to read it.")
-            arrays = {k: data[k] for k in data.files if k != _META_KEY}
-    except InputError:
-        raise
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, KeyError) as err:
-        raise InputError(f"{not_ours}: {err}") from None
-    try:
-        fields = {name: _decode_tree(meta["fields"][name], arrays) for name in _ARRAY_FIELDS}
-        return Simulation(**fields, picture=str(meta["picture"]), method=str(meta["method"]))
-    except (KeyError, TypeError, ValueError) as err:
-        raise InputError(f"{not_ours}: its metadata does not match its arrays ({err}).") from None
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-def _encode_tree(tree, where: str, arrays: dict) -> Any:
-    """JSON description of ``tree`` (None, an array, or dict / tuple / list of them); arrays go to ``arrays``."""
-    if tree is None:
-        return None
-    if isinstance(tree, dict):
-        if not all(isinstance(k, str) for k in tree):
-            raise InputError(f"Simulation.save stores dicts with string keys only; {where} has keys {list(tree)}.")
-        return {"dict": {k: _encode_tree(val, f"{where}[{k!r}]", arrays) for k, val in tree.items()}}
-    if type(tree) in (tuple, list):
-        kind = type(tree).__name__
-        return {kind: [_encode_tree(val, f"{where}[{i}]", arrays) for i, val in enumerate(tree)]}
-    if isinstance(tree, (jax.Array, np.ndarray, np.generic, int, float, bool, complex)):
-        a = np.asarray(tree)
-        if a.dtype.kind not in "biufc":
-            raise InputError(f"Simulation.save stores numeric arrays only; {where} has dtype {a.dtype}.")
-        key = f"array_{len(arrays)}"
-        arrays[key] = a
-        return {"array": key, "dtype": a.dtype.str, "shape": list(a.shape)}
-    raise InputError(f"Simulation.save cannot store {where} of type {type(tree).__name__}: save_fn outputs must be "
-                     "arrays or dicts (string keys), tuples and lists of them.")
-
-
-def _decode_tree(spec, arrays: dict):
-    """Inverse of :func:`_encode_tree`."""
-    if spec is None:
-        return None
-    if "dict" in spec:
-        return {k: _decode_tree(val, arrays) for k, val in spec["dict"].items()}
-    if "tuple" in spec:
-        return tuple(_decode_tree(val, arrays) for val in spec["tuple"])
-    if "list" in spec:
-        return [_decode_tree(val, arrays) for val in spec["list"]]
-    a = arrays[spec["array"]]
-    if a.dtype.str != spec["dtype"] or list(a.shape) != spec["shape"]:
-        raise ValueError(f"array {spec['array']} is {a.dtype.str} {list(a.shape)}, the metadata says "
-                         f"{spec['dtype']} {spec['shape']}")
-    j = jnp.asarray(a)
-    return j if j.dtype == a.dtype else a

@@ -1,0 +1,173 @@
+r"""One integrator from flat options: :func:`make_integrator` (what ``simulate``'s keywords build).
+
+``method="euler"`` gives the layer stepper :class:`~attnflow.integrate.EulerStepper` on the grid
+:math:`t_k = t_0 + k\,\Delta t`, :math:`k = 0, \dots, L = (t_1 - t_0)/\Delta t`; any other method a
+diffrax solve, :class:`~attnflow.integrate.ODESolver`, from t0 to t1 (adaptive PID control, or constant
+steps of ``dt``), saved on ``ts`` or ``num_saves`` uniform times. Each option is checked here or by the
+integrator's own constructor, one :class:`~attnflow.InputError` sentence per problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import _validate as v
+from .._x64 import float64_scope
+from ..errors import InputError
+from ._base import AbstractIntegrator
+from ._euler import EulerStepper, plain_shift, sphere_shift
+
+__all__ = ["make_integrator", "SHIFTS"]
+
+#: the Euler stepper's updates by name
+SHIFTS: dict[str, Callable] = {"plain": plain_shift, "sphere": sphere_shift}
+
+
+def make_integrator(
+    method: Any = "tsit5",
+    *,
+    t1: float,
+    t0: float = 0.0,
+    dt: float | None = None,
+    ts: Any = None,
+    num_saves: int = 101,
+    save_every: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int | None = 16384,
+    adjoint: Any = None,
+    shift: str | Callable = "plain",
+    dtype: str = "float32",
+) -> AbstractIntegrator:
+    r"""The integrator that ``method`` and the flat options describe (``simulate``'s keywords).
+
+    Args:
+        method: ``"euler"`` (the layer stepper: :math:`(t_1 - t_0)/\Delta t` residual layers), a diffrax
+            solver name (``"tsit5"``, ``"dopri5"``, ``"dopri8"``, ... :data:`~attnflow.integrate.SOLVERS`)
+            or a diffrax solver instance.
+        t1, t0: the time span (t0 <= t1).
+        dt: the layer step (required by ``"euler"``), or a constant step of a diffrax solver (None: adaptive).
+        ts, num_saves: a diffrax solve's save times, or their number on a uniform grid from t0 to t1.
+        save_every: the layer stepper saves every this many layers (default 1; a divisor of the layer count).
+        rtol, atol: adaptive tolerances (defaults :data:`~attnflow.integrate.DEFAULT_TOLERANCES` of ``dtype``).
+        max_steps: the most diffrax steps (it sizes buffers), or None.
+        adjoint: a diffrax adjoint (default ``RecursiveCheckpointAdjoint``); diffrax solvers only.
+        shift: the layer stepper's update: ``"plain"`` (y + dy), ``"sphere"`` (every token renormalised:
+            post-LN) or a function ``(y, dy) -> y_next``.
+        dtype: ``"float32"`` or ``"float64"``: the dtype of the save times and the default tolerances.
+
+    Returns:
+        :class:`~attnflow.integrate.EulerStepper` for ``"euler"``, else :class:`~attnflow.integrate.ODESolver`.
+
+    Example:
+        >>> from attnflow.integrate import make_integrator
+        >>> stepper = make_integrator("euler", t1=2.0, dt=0.5, shift="sphere")
+        >>> type(stepper).__name__, stepper.num_layers, stepper.shift.__name__
+        ('EulerStepper', 4, 'sphere_shift')
+        >>> solver = make_integrator("dopri5", t1=1.0, num_saves=3)
+        >>> type(solver).__name__, solver.ts.tolist(), solver.adaptive
+        ('ODESolver', [0.0, 0.5, 1.0], True)
+    """
+    return integrator_plan(method, t1=t1, t0=t0, dt=dt, ts=ts, num_saves=num_saves, save_every=save_every, rtol=rtol,
+                           atol=atol, max_steps=max_steps, adjoint=adjoint, shift=shift, dtype=dtype).build()
+
+
+class IntegratorPlan:
+    """A checked :func:`make_integrator` call before anything save-sized exists: ``num_saves`` (how many
+    states the integrator will save), ``fix`` (the advice that lowers it) and :meth:`build`."""
+
+    def __init__(self, num_saves: int, fix: str, build: Callable[[], AbstractIntegrator], method_name: str):
+        self.num_saves, self.fix, self.build, self.method_name = num_saves, fix, build, method_name
+
+
+def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None, num_saves=101, save_every=None,
+                    rtol=None, atol=None, max_steps=16384, adjoint=None, shift="plain", dtype="float32"
+                    ) -> IntegratorPlan:
+    """:func:`make_integrator`'s checks, and its integrator as a :class:`IntegratorPlan` (``simulate`` refuses
+    outputs that cannot fit between the two, before the save times are built)."""
+    from ._ode import make_solver
+
+    if dtype not in ("float32", "float64"):
+        raise InputError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+    if t1 is None:
+        raise InputError("the run needs its end time t1 (or an integrator: EulerStepper, RKStepper, ODESolver).")
+    stepper = isinstance(method, str) and method == "euler"
+    if not stepper:
+        make_solver(method)  # validates the name
+    shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
+    if not callable(shift_fn):
+        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    if shift_fn is not plain_shift and not stepper:
+        raise InputError("shift= applies to the Euler layer stepper (method='euler'); an ODE solver integrates "
+                         "the field as given (use a tangent-projected field, e.g. sphere_flow, on the sphere).")
+    v.check_time_span(t0, t1)
+    if stepper and dt is None:
+        raise InputError("method='euler' (the layer stepper) needs a step dt > 0 (dt=1 is one transformer layer).")
+    if dt is not None:
+        v.check_positive("dt", dt)
+    if adjoint is not None and stepper:
+        raise InputError("adjoint= applies to diffrax solvers; the Euler stepper is differentiated directly "
+                         "by JAX (reverse or forward mode).")
+    name = method if isinstance(method, str) else type(method).__name__
+    if stepper:
+        return _stepper_plan(t0, t1, dt, ts, save_every, shift_fn, name)
+    return _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, name)
+
+
+def _stepper_plan(t0, t1, dt, ts, save_every, shift, name) -> IntegratorPlan:
+    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt."""
+    if ts is not None:
+        raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
+                         "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
+    span = float(t1) - float(t0)
+    num_layers = v.whole_layers(span, float(dt), "the number of layers (t1 - t0)/dt",
+                                fix="use a larger dt or a shorter span")
+    if num_layers is None:
+        raise InputError(
+            f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
+            f"got (t1 - t0) = {span!r} and dt = {dt!r}."
+        )
+    save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
+    if num_layers % save_every:
+        raise InputError(
+            f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
+        )
+    build = lambda: EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
+    return IntegratorPlan(num_layers // save_every + 1, "raise save_every (fewer saved layers)", build, name)
+
+
+def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, name) -> IntegratorPlan:
+    """The diffrax solve from t0 to t1 (adaptive, or constant steps dt)."""
+    import jax.numpy as jnp
+
+    from ._ode import DEFAULT_TOLERANCES, ODESolver, make_solver
+
+    if ts is None:
+        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
+        fix = "lower num_saves"
+    else:
+        v.check_save_times(ts, t0, t1)
+        num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
+    for label, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None:
+            v.check_positive(label, tol, "a tolerance of the adaptive step control, a finite positive scalar")
+    if max_steps is not None:
+        v.check_int("max_steps", max_steps, meaning="the most solver steps, or None")
+    default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
+
+    def build() -> AbstractIntegrator:
+        scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
+        with scope:
+            jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+            grid = (jnp.asarray(ts, jdtype) if ts is not None
+                    else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
+        return ODESolver(float(t0), float(t1), ts=grid, solver=make_solver(method),
+                         rtol=default_rtol if rtol is None else float(rtol),
+                         atol=default_atol if atol is None else float(atol),
+                         dt0=None if dt is None else float(dt), adaptive=dt is None, max_steps=max_steps,
+                         adjoint=adjoint)
+
+    return IntegratorPlan(num_out, fix, build, name)
