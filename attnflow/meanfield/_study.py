@@ -125,7 +125,7 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
         >>> run(jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)).shape    # (T, n) angles
         (3, 4)
     """
-    from ..dynamics import sphere_flow
+    from ..fields import build_field
     from ..integrate import solve_ode
 
     probe = np.zeros(0, np.float64) if wants_float64(ts) else None  # float64 save times: float64 solves
@@ -139,8 +139,8 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
 
     @jax.jit
     def run(x0):
-        field = sphere_flow(eye, eye, eye, beta, attention_impl=attention_impl, normalisation=normalisation,
-                            **options)
+        field = build_field("sphere", eye, eye, eye, beta=beta, stepper="ode", attention_impl=attention_impl,
+                            normalisation=normalisation, **options)
         return solve_ode(field, x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
                          adaptive=dt is None, max_steps=16384 if dt is None else None,
                          save_fn=lambda t, y, args: save(y)).ys

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..dynamics import AttentionFlow
+from ..fields import build_field
 from ..errors import InputError
 from ..spectral import check_good_triple, paranormal_split
 from .._weights import AttentionWeights
@@ -84,7 +84,8 @@ def head_weights(model: TransformerModel, dtype=None) -> AttentionWeights:
 
 def multihead_attention(weights: AttentionWeights, x: Float[Array, "n d"], out_bias=None) -> Float[Array, "n d"]:
     r"""The multi-head attention field :math:`\sum_h \sum_j P^h_{ij}(V_h x_j + b_{v,h}) (+ b_O)` of a
-    stack of heads (axes ("head",)): the vector field of :class:`attnflow.AttentionFlow` plus b_O.
+    stack of heads (axes ("head",)): the vector field of the registry's ``multihead`` field
+    (:class:`attnflow.AttentionFlow`) plus b_O.
 
     With the per-head weights of a layer and its ``out_b`` this is that layer's self-attention
     output (see the module docstring).
@@ -99,7 +100,7 @@ def multihead_attention(weights: AttentionWeights, x: Float[Array, "n d"], out_b
         >>> bool(jnp.allclose(a, b, atol=1e-4))
         True
     """
-    out = AttentionFlow(weights, attention_impl="dense").vector_field(0.0, x, None)
+    out = build_field("multihead", weights, attention_impl="dense").vector_field(0.0, x, None)
     return out if out_bias is None else out + out_bias
 
 

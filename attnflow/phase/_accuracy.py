@@ -21,8 +21,10 @@ from jaxtyping import Array, Float
 from scipy import special as _special
 
 from .._x64 import in_float64
-from ..dynamics import normalise, sphere_flow
+from .._validate import check_layers
+from ..dynamics import normalise
 from ..errors import InputError
+from ..fields import build_field
 from ..integrate import EulerStepper, sphere_shift
 from ._config import log_step_scale
 
@@ -99,19 +101,14 @@ def sphere_convergence(x0: Float[Array, "S n d"], beta, t: float, dts, *, Q=None
     eye = jnp.eye(d, dtype=jnp.float64)
     Q, K, V = (eye if w is None else jnp.asarray(w, jnp.float64) for w in (Q, K, V))
     dts = [float(h) for h in dts]
-    layers = []
-    for h in dts:
-        L = round(t / h)
-        if L < 1 or abs(L * h - t) > 1e-9 * max(t, 1.0):
-            raise InputError(f"t / dt must be a whole number of layers, got t = {t!r} and dt = {h!r}.")
-        layers.append(L)
+    layers = [check_layers("t", t, "dt", h) for h in dts]
     from ..integrate import solve_ode  # diffrax: loaded by this study only, not by every phase job
 
     @jax.jit
     @jax.vmap
     def measure(x, b):  # one program for the reference and every dt (one compilation)
         scaled = V * jnp.exp(-log_step_scale(b)) if normalisation == "mean" else V
-        field = sphere_flow(Q, K, scaled, b, normalisation=normalisation)
+        field = build_field("sphere", Q, K, scaled, beta=b, normalisation=normalisation)
         ref = solve_ode(field, x, t0=0.0, t1=t, ts=jnp.array([0.0, t]), rtol=rtol, atol=atol).ys[-1]
         return jnp.stack([jnp.linalg.norm(EulerStepper(h, L, shift=sphere_shift, save_every=L, checkpoint=None)
                                           .solve(field, x).ys[-1] - ref, axis=-1).max()

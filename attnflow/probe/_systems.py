@@ -9,8 +9,8 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._validate import check_layers
-from ..dynamics import DiscreteRescaledFlow
 from ..errors import InputError
+from ..fields import build_field
 from ..integrate import solve_euler
 from .._weights import AttentionWeights
 
@@ -89,5 +89,6 @@ def final_tokens(
         (2, 2)
     """
     qb, kb, vb = (None, None, None) if biases is None else biases
-    flow = DiscreteRescaledFlow(AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb), attention_impl="dense")
+    flow = build_field("attention", AttentionWeights(Q, K, V, beta, q_bias=qb, k_bias=kb, v_bias=vb), picture="rescaled",
+                       stepper="euler", attention_impl="dense")  # the exact discrete rescaling
     return solve_euler(flow, x0, dt=dt, num_steps=layers, save_every=layers).ys[-1]
