@@ -359,3 +359,21 @@ def check_num_tokens(name: str, n: Any) -> int:
         raise InputError(f"{name} must hold at least {MIN_TOKENS} tokens, got n = {int(n)} (one token does not "
                          "interact: P = [1] and x(t) = e^{tV} x0).")
     return int(n)
+
+
+def check_that(ok: bool, name: str, want: str, value: Any) -> Any:
+    """Refuse ``value`` of ``name`` unless ``ok``, with the sentence "``name`` must be ``want``, got ``value``."
+    (for conditions the other checkers do not cover: an increasing list, a power of two); return ``value``.
+
+    Example:
+        >>> from attnflow._validate import check_that
+        >>> check_that(64 & 63 == 0, "config key 'grid'", "a power of two", 64)
+        64
+        >>> check_that(48 & 47 == 0, "config key 'grid'", "a power of two", 48)
+        Traceback (most recent call last):
+        ...
+        attnflow.errors.InputError: config key 'grid' must be a power of two, got 48.
+    """
+    if not ok:
+        raise InputError(f"{name} must be {want}, got {value!r}.")
+    return value

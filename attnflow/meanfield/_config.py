@@ -7,12 +7,11 @@ The shipped ``configs/meanfield.toml`` is the schema (unknown keys and wrong typ
 
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import InputError
-from ..runs import fingerprint as run_fingerprint, load_config, merge_config, read_toml
+from .. import _validate as v
+from ..runs import JobConfig, load_config, merge_config, read_toml
 from ._pde import NORMALISATIONS
 
 __all__ = ["MeanfieldConfig", "load_meanfield_config", "check_meanfield_config"]
@@ -65,7 +64,7 @@ class LargestRun:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MeanfieldConfig:
+class MeanfieldConfig(JobConfig):
     """A checked mean-field config (``configs/meanfield.toml``)."""
 
     seed: int
@@ -74,17 +73,7 @@ class MeanfieldConfig:
     convergence: ConvergenceStudy
     growth: GrowthStudy
     largest: LargestRun
-    source: dict = field(repr=False, compare=False)
     kind = "meanfield"
-
-    def as_dict(self) -> dict:
-        """A copy of the table this config was parsed from."""
-        return copy.deepcopy(self.source)
-
-    @property
-    def fingerprint(self) -> str:
-        """A hash of the config: a run folder holds the results of one config only."""
-        return run_fingerprint(self.source)
 
 
 def load_meanfield_config(path=None) -> dict:
@@ -100,20 +89,15 @@ def load_meanfield_config(path=None) -> dict:
 
 
 def _need(ok: bool, key: str, what: str, value) -> None:
-    if not ok:
-        raise InputError(f"config key '{key}' must be {what}, got {value!r}.")
+    v.check_that(ok, f"config key '{key}'", what, value)
 
 
 def _positive(table: dict, key: str, where: str) -> float:
-    value = table[key]
-    _need(math.isfinite(value) and value > 0, f"{where}.{key}", "a finite number > 0", value)
-    return float(value)
+    return v.check_number(f"config key '{where}.{key}'", table[key], "of the mean-field config", low=0)
 
 
 def _count(table: dict, key: str, where: str, low: int = 1) -> int:
-    value = table[key]
-    _need(isinstance(value, int) and value >= low, f"{where}.{key}", f"an integer >= {low}", value)
-    return int(value)
+    return v.check_int(f"config key '{where}.{key}'", table[key], low, "of the mean-field config")
 
 
 def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 
 import numpy as np
 
-from ..runs import atomic_write_text
+from ..runs import atomic_write_text, fmt, write_rows
 
 GROWTH_COLUMNS = ("normalisation", "beta", "seed", "k", "predicted", "particles_rate", "particles_lo",
                   "particles_hi", "pde_rate", "pde_lo", "pde_hi", "particles_points", "pde_points", "k_star",
@@ -17,16 +15,11 @@ GROWTH_COLUMNS = ("normalisation", "beta", "seed", "k", "predicted", "particles_
 
 
 def _csv(path: Path, columns, rows) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
-    atomic_write_text(path, buf.getvalue())
+    write_rows(path, rows, list(columns), extra="ignore")  # a missing or None value: an empty cell
 
 
 def _fmt(x, spec=".3g") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+    return fmt(x, spec=spec, missing="n/a")
 
 
 def _agreement(rows) -> dict:

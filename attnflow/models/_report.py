@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import _validate as v
 from ..errors import InputError
 from ..runs import (
     UnitStore,
@@ -76,14 +77,10 @@ def _save_npz(path: Path, arrays: dict) -> None:
 
 
 def _validate(cfg: dict) -> None:
-    if not 0 < cfg["cluster_tol"] < 2:
-        raise InputError(f"cluster_tol must lie in (0, 2) (a chord distance on the unit sphere), got {cfg['cluster_tol']!r}.")
-    if not 0 < cfg["rank_tol"] < 1:
-        raise InputError(f"rank_tol must lie in (0, 1), got {cfg['rank_tol']!r}.")
-    if not 0 < cfg["leader_threshold"] < 1:
-        raise InputError(f"leader_threshold must lie in (0, 1), got {cfg['leader_threshold']!r}.")
-    if not (isinstance(cfg["pad_multiple"], int) and cfg["pad_multiple"] >= 1):
-        raise InputError(f"pad_multiple must be a positive integer, got {cfg['pad_multiple']!r}.")
+    v.check_number("cluster_tol", cfg["cluster_tol"], "a chord distance on the unit sphere", low=0, high=2)
+    v.check_number("rank_tol", cfg["rank_tol"], "relative to the largest singular value", low=0, high=1)
+    v.check_number("leader_threshold", cfg["leader_threshold"], "a share of a row's attention", low=0, high=1)
+    v.check_int("pad_multiple", cfg["pad_multiple"], 1, "the token count is padded to a multiple of it")
 
 
 @releases_output_dirs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ import numpy as np
 from .. import _validate as v
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES
 from ..errors import InputError
-from ..runs import CONFIG_DIR, RunSettings, check_job_table, load_config, read_toml, run_settings
+from ..runs import CONFIG_DIR, JobConfig, RunSettings, check_job_table, load_config, read_toml, run_settings
 from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
 
 #: the shipped default and schema
@@ -52,7 +52,7 @@ class PhaseGroup:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PhaseConfig:
+class PhaseConfig(JobConfig):
     """A checked phase config (``configs/phase.toml``)."""
 
     seed: int
@@ -77,7 +77,6 @@ class PhaseConfig:
     v_ensemble: str
     qk_ensemble: str
     weights: str
-    source: dict = field(repr=False, compare=False)
     kind = "phase"
 
     @property
@@ -109,10 +108,6 @@ class PhaseConfig:
     def checkpoint_layers(self) -> tuple[int, ...]:
         """The layers at which statistics are recorded (increasing, with 0 and the last layer)."""
         return checkpoint_layers(self.num_layers, self.checkpoints, self.spacing)
-
-    def as_dict(self) -> dict:
-        """A copy of the table this config was parsed from."""
-        return copy.deepcopy(self.source)
 
 
 def step_scale(beta: float, normalisation: str = "mean") -> float:

@@ -26,7 +26,7 @@ import numpy as np
 from .. import _validate as v
 from .._resources import check_fits
 from ..errors import InputError
-from ..runs import fingerprint as run_fingerprint, load_config, npz_problem
+from ..runs import JobConfig, load_config, npz_problem
 from .._weights import check_shapes
 from ._systems import num_layers
 
@@ -325,20 +325,14 @@ class FDCheck:
 
 
 @dataclass(frozen=True)
-class _Parsed:
+class _Parsed(JobConfig):
     """What every parsed probe config has: ``study``, ``seed``, ``dynamics``, the ``identity`` of
     what the run reads beyond the config (the sha256 of ``system.weights_file``), the ``fingerprint``
     (of the resolved config and that identity) and :meth:`as_dict` (the resolved config)."""
 
     seed: int
     dynamics: Dynamics
-    identity: dict = field(repr=False)
-    fingerprint: str = field(repr=False)
-    _source: str = field(repr=False, compare=False)
-
-    def as_dict(self) -> dict:
-        """The resolved config as parsed (a fresh copy)."""
-        return json.loads(self._source)
+    kind = "probe"
 
 
 @dataclass(frozen=True)
@@ -385,8 +379,7 @@ def _table(cls, table: dict):
 def _typed(config: dict, identity: dict, weights: tuple | None) -> ProbeConfig:
     dy = config["dynamics"]
     common = dict(seed=config["seed"], dynamics=Dynamics(dy["t1"], dy["dt"], num_layers(dy["t1"], dy["dt"])),
-                  identity=identity, fingerprint=run_fingerprint({**config, **identity}),
-                  _source=json.dumps(config))
+                  identity=identity, source=json.loads(json.dumps(config)))
     study = config["study"]
     if study == "distance-to-failure":
         return FailureConfig(**common, system=_table(FailureSystem, config["system"]),

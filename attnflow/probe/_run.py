@@ -37,7 +37,7 @@ def run_probe(config: ProbeConfig | dict, out: str | Path, *, progress: bool = T
 
     if isinstance(config, dict):
         config = parse_probe_config(config)  # before the folder is claimed or anything compiles
-    run = open_run(out, "probe", config, seed=config.seed, identity=config.identity, marker={"study": config.study})
+    run = open_run(out, "probe", config, seed=config.seed, marker={"study": config.study})
     out, fingerprint = run.out, run.fingerprint
     with jax.enable_x64(True):
         summary, body, figures = RUNNERS[config.study](config, out, progress=progress,

@@ -4,9 +4,10 @@ a report can be traced to a row."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable
+
+from ..runs import fmt as runs_fmt
 
 __all__ = ["Column", "write_rows", "fmt"]
 
@@ -15,20 +16,16 @@ Column = tuple[str, str, Callable[[Any], str]]
 
 
 def fmt(x: Any, digits: int = 3) -> str:
-    """A value as the report shows it: ``-`` for None, ``nan``/``inf`` for a non-finite number.
+    """A value as the report shows it (:func:`attnflow.runs.fmt`): ``-`` for None, ``yes``/``no`` for a
+    boolean, ``nan``/``inf`` for a non-finite number, ``digits`` significant digits without an exponent
+    switch.
 
     Example:
         >>> from attnflow.probe._tables import fmt
         >>> fmt(0.123456), fmt(None), fmt(float("nan")), fmt(True), fmt("ok")
         ('0.123', '-', 'nan', 'yes', 'ok')
     """
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
-    return str(x)
+    return runs_fmt(x, digits, missing="-", booleans=("yes", "no"), scientific=False)
 
 
 def write_rows(path: Path, rows: list[dict], columns: list[Column]) -> list[str]:

@@ -4,7 +4,6 @@ context, and the batched simulation + diagnostics every case shares (the field c
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +18,7 @@ from .._validate import check_layers
 from ..fields import make_dynamics
 from ..integrate import DEFAULT_TOLERANCES, EulerStepper, ODESolver, raise_if_failed
 from ..observables import boolean_distance, diameter, num_clusters, numerical_rank
+from ..runs import fmt as runs_fmt
 from ._reference import trajectory_defect
 
 __all__ = ["Check", "CaseResult", "CaseSettings", "CaseInfo", "Context", "Run", "run_case_sim", "defect_check",
@@ -26,23 +26,14 @@ __all__ = ["Check", "CaseResult", "CaseSettings", "CaseInfo", "Context", "Run", 
 
 
 def fmt(x: Any, digits: int = 3) -> str:
-    """Short human format for numbers in the report table."""
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        if math.isnan(x):
-            return "nan"
-        if x == 0 or 1e-3 <= abs(x) < 1e4:
-            return f"{x:.{digits}g}"
-        return f"{x:.{max(1, digits - 1)}e}"
-    if isinstance(x, dict):
-        return ", ".join(f"{k} = {fmt(v, digits)}" for k, v in x.items())
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return "[" + ", ".join(fmt(v, digits) for v in list(x)) + "]"
-    return str(x)
+    """Short human format for numbers in the report table (:func:`attnflow.runs.fmt`).
+
+    Example:
+        >>> from attnflow.report._base import fmt
+        >>> fmt(0.5), fmt(2e-5), fmt(True), fmt(None)
+        ('0.5', '2.00e-05', 'True', 'None')
+    """
+    return runs_fmt(x, digits)
 
 
 @dataclass

@@ -9,13 +9,13 @@ config's keys. A refusal is one :class:`~attnflow.errors.InputError` sentence na
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
 from .. import _validate as v
 from .._resources import attention_flops, check_count, check_fits, check_work
-from ..runs import load_config
+from ..runs import JobConfig, load_config
 from ._base import CaseSettings
 from ._catalogue import CASES, EULER_STEPS
 
@@ -52,7 +52,7 @@ def _check_table(table: dict, prefix: str) -> None:
 
 
 @dataclass(frozen=True)
-class ReproduceConfig:
+class ReproduceConfig(JobConfig):
     """A checked reproduce config: the seed, the cases it selects (empty: all), and every case's
     settings in a full and a ``--quick`` run (global keys, overlaid by the case's table, overlaid
     by ``[quick]``). :meth:`as_dict` is the resolved TOML as a dict (config.json, provenance).
@@ -70,11 +70,7 @@ class ReproduceConfig:
     defaults: CaseSettings  # the global keys
     full: Mapping[str, CaseSettings]
     quick: Mapping[str, CaseSettings]
-    _source: str = field(repr=False, compare=False)
-
-    def as_dict(self) -> dict:
-        """The resolved config as parsed (a fresh copy)."""
-        return json.loads(self._source)
+    kind = "reproduce"
 
 
 def _resolve(cfg: dict, name: str, quick: bool) -> CaseSettings:
@@ -102,7 +98,7 @@ def parse_reproduce_config(cfg: dict) -> ReproduceConfig:
         seed=cfg["seed"], cases=tuple(cfg["cases"]), defaults=CaseSettings(**{k: cfg[k] for k in GLOBAL_KEYS}),
         full=MappingProxyType({name: _resolve(cfg, name, False) for name in CASES}),
         quick=MappingProxyType({name: _resolve(cfg, name, True) for name in CASES}),
-        _source=json.dumps(cfg))
+        source=json.loads(json.dumps(cfg)))
 
 
 def _saves(name: str, s: CaseSettings) -> int:

@@ -9,7 +9,7 @@ the key.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Mapping, Union
 
@@ -18,7 +18,7 @@ import numpy as np
 from .. import _validate as v
 from .._resources import attention_flops, check_count, check_fits, check_work
 from ..errors import InputError
-from ..runs import load_config
+from ..runs import JobConfig, load_config
 from ..spectral import check_good_triple
 
 __all__ = ["STUDY_NAMES", "SAVES", "save_every", "Sec12_2Settings", "MultiheadSettings", "AlbertSettings",
@@ -108,7 +108,7 @@ _TYPES = {"sec12_2": Sec12_2Settings, "multihead": MultiheadSettings, "albert": 
 
 
 @dataclass(frozen=True)
-class ExtensionsConfig:
+class ExtensionsConfig(JobConfig):
     """A checked extensions config: the seed, the studies it selects (empty: all), ``[quick]``'s clouds,
     and every study's settings in a full and a ``--quick`` run. :meth:`as_dict`: the resolved TOML.
 
@@ -125,11 +125,7 @@ class ExtensionsConfig:
     quick_clouds: int
     full: Mapping[str, StudySettings]
     quick: Mapping[str, StudySettings]
-    _source: str = field(repr=False, compare=False)
-
-    def as_dict(self) -> dict:
-        """The resolved config as parsed (a fresh copy)."""
-        return json.loads(self._source)
+    kind = "extensions"
 
 
 #: the counts of a study's table: (smallest value, meaning)
@@ -191,7 +187,7 @@ def parse_extensions_config(cfg: dict) -> ExtensionsConfig:
     full = {name: _settings(cfg, name, False) for name in STUDY_NAMES}
     quick = {name: _settings(cfg, name, True) for name in STUDY_NAMES}
     return ExtensionsConfig(seed=cfg["seed"], studies=tuple(cfg["studies"]), quick_clouds=cfg["quick"]["clouds"],
-                            full=MappingProxyType(full), quick=MappingProxyType(quick), _source=json.dumps(cfg))
+                            full=MappingProxyType(full), quick=MappingProxyType(quick), source=json.loads(json.dumps(cfg)))
 
 
 def _check_memory(name: str, s: StudySettings) -> None:

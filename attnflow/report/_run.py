@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from .._x64 import in_float64
 
-import csv
-import io
 import os
 import shutil
 import time
@@ -26,6 +24,7 @@ from ..runs import (
     load_config,
     provenance,
     write_marker,
+    write_rows,
 )
 from ._base import CaseResult, CaseSettings, Context
 from ._catalogue import CASES
@@ -172,19 +171,11 @@ def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings
         "versions": prov["versions"],
     }
     atomic_write_json(folder / "summary.json", summary)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["case", "name", "hypotheses", "predicted", "observed", "passed", "margin",
-                                        "note"])
-    w.writeheader()
-    w.writerows(checks)
-    atomic_write_text(folder / "checks.csv", buf.getvalue())
+    write_rows(folder / "checks.csv", checks, ["case", "name", "hypotheses", "predicted", "observed", "passed",
+                                               "margin", "note"], lineterminator="\r\n")
     rows = [row for r in results for row in r.systems]
     if rows:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_text(folder / "systems.csv", buf.getvalue())
+        write_rows(folder / "systems.csv", rows, lineterminator="\r\n")
     atomic_write_text(folder / "report.md", render_markdown(results, prov, config.defaults, quick, seconds))
     write_marker(folder, KIND, {"git_commit": prov["git_commit"], "quick": quick})
     return summary

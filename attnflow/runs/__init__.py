@@ -3,6 +3,7 @@
 Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, ``reproduce``,
 ``extensions``) is a config object, a run folder and a function; the folder's life is this package's:
 
+* :class:`JobConfig` is the base of every job's parsed config (its table, its fingerprint);
 * :func:`open_run` claims, locks and fingerprints a run folder (:func:`fingerprint`: the config table
   without its execution-only keys), refuses a folder of another config with one sentence, and writes
   the marker, ``config.json`` and ``provenance.json``; :func:`claim_output_dir` is the claim alone (for
@@ -13,7 +14,8 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
 * :func:`start_chunked` / :func:`run_chunks` run a plan of chunks (:func:`plan_chunks`) resumably,
   sharded over the local devices (:func:`make_mesh`, :func:`sharded`) and over processes
   (:func:`init_distributed`);
-* :func:`write_table` / :func:`write_tables` write tidy CSV / Parquet tables, :func:`read_csv` reads
+* :func:`write_table` / :func:`write_tables` write tidy CSV / Parquet tables (:func:`write_rows` a list of
+  rows), :func:`read_csv` reads
   them back, :func:`fmt` formats a number for a report;
 * :func:`load_config` reads a TOML config over its shipped default (the schema), :func:`count_kept`
   counts the work a job kept for the line an interrupted command prints.
@@ -22,6 +24,7 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
 from ._atomic import (atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text,
                       remove_stale_temporaries, temp_target)
 from ._chunks import Chunk, plan_chunks, run_chunks
+from ._config import JobConfig
 from ._distributed import init_distributed
 from ._fingerprint import EXECUTION_KEYS, config_fingerprint, execution_free, fingerprint
 from ._folder import (MARKER, MIN_FREE_BYTES, claim_output_dir, discard_output_dir, read_marker,
@@ -33,13 +36,14 @@ from ._open import Run, open_run, table_of
 from ._provenance import git_commit, provenance
 from ._runner import ChunkedRun, check_table_memory, start_chunked
 from ._settings import DTYPES, RunSettings, check_job_table, run_settings
-from ._tables import TABLE_FORMATS, check_table_formats, concat, csv_cell, read_csv, write_table, write_tables
+from ._tables import (TABLE_FORMATS, check_table_formats, concat, csv_cell, csv_text, read_csv, write_rows,
+                      write_table, write_tables)
 from ._toml import CONFIG_DIR, default_config_path, load_config, merge_config, read_toml
 from ._units import UnitStore
 from ._verified import load_verified_npz, npz_problem, save_verified_npz, set_aside
 
 __all__ = [
-    "open_run", "Run", "table_of", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
+    "open_run", "Run", "table_of", "JobConfig", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
     "claim_output_dir", "releases_output_dirs", "discard_output_dir", "write_marker", "read_marker", "MARKER",
     "MIN_FREE_BYTES", "provenance", "git_commit",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path", "remove_stale_temporaries",
@@ -47,7 +51,8 @@ __all__ = [
     "Chunk", "plan_chunks", "run_chunks", "ChunkedRun", "start_chunked", "check_table_memory", "make_mesh",
     "needs_per_system_loop", "check_eig_route", "sharded", "init_distributed", "RunSettings", "run_settings",
     "check_job_table", "DTYPES",
-    "TABLE_FORMATS", "check_table_formats", "write_table", "write_tables", "concat", "csv_cell", "read_csv", "fmt",
+    "TABLE_FORMATS", "check_table_formats", "write_table", "write_tables", "write_rows", "csv_text", "concat", "csv_cell",
+    "read_csv", "fmt",
     "CONFIG_DIR", "default_config_path", "load_config", "merge_config", "read_toml",
     "KeptWork", "count_kept", "interrupted_sentence",
 ]

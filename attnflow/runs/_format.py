@@ -15,7 +15,7 @@ def fmt(x: Any, digits: int = 3, *, missing: str = "None", booleans: tuple[str, 
     """A value as a report shows it.
 
     A number is rounded to ``digits`` significant digits (``spec``, a format specification such as
-    ``".2g"``, instead); with ``scientific`` one outside [1e-3, 1e4) is written as ``1.2e+05``. A
+    ``".2g"``, instead); with ``scientific`` one outside [1e-3, 1e4) is written as ``1.23e+05``. A
     non-finite number is ``nan``, ``inf`` or ``-inf`` (``missing`` when ``spec`` is given: a value that
     could not be measured); None is ``missing``; a boolean one of ``booleans``; an integer its digits; a
     dict ``k = v, ...`` and a sequence ``[v, ...]`` with each value formatted alike; anything else ``str``.

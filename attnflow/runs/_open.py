@@ -63,7 +63,7 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
 
     The run's fingerprint is :func:`attnflow.runs.fingerprint` of the config table (``config``, or the
     table a parsed config came from) with ``identity`` (what the run reads besides the config, such as the
-    checksum of a weights file) added. A folder that holds a run of another fingerprint is refused; one of
+    checksum of a weights file; by default a parsed config's own ``identity``) added. A folder that holds a run of another fingerprint is refused; one of
     the same fingerprint is resumed. Process 0 writes the marker (the fingerprint and ``marker``'s fields),
     ``config.json`` (``record``, by default the table) when the folder is new, and ``provenance.json``
     (``seed``); process i > 0 of a multi-process run waits for process 0's marker and then takes the lock of
@@ -84,6 +84,8 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
         attnflow.errors.InputError: --out ... holds a demo run of another config (fingerprint ..., this config ...); repeat the command with that run's config (.../config.json) or choose a new folder.
     """
     table = table_of(config)
+    if identity is None:
+        identity = getattr(config, "identity", None)
     fp = _fingerprint({**table, **identity} if identity else table)
     if process != 0:  # process 0 claims the folder; the others wait for its marker
         deadline = time.time() + WAIT_FOR_PROCESS_0_S

@@ -2,7 +2,8 @@
 
 A table is a list of *parts* (dicts of equal-length columns, e.g. one per chunk) and a column order;
 :func:`write_table` writes its CSV (each cell by :func:`csv_cell`), :func:`write_tables` the formats a
-run asks for (``run.table_formats``), :func:`read_csv` reads a CSV back as columns."""
+run asks for (``run.table_formats``), :func:`read_csv` reads a CSV back as columns. A list of rows (dicts)
+is written by :func:`write_rows` (:func:`csv_text`: the csv module's own cells)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import numpy as np
 from ..errors import InputError
 from ._atomic import atomic_path, atomic_write_text
 
-__all__ = ["TABLE_FORMATS", "csv_cell", "write_table", "check_table_formats", "write_tables", "concat", "read_csv"]
+__all__ = ["TABLE_FORMATS", "csv_cell", "write_table", "check_table_formats", "write_tables", "concat", "read_csv",
+           "csv_text", "write_rows"]
 
 
 def concat(parts: list[dict]) -> dict:
@@ -151,3 +153,41 @@ def read_csv(path: str | Path) -> dict[str, list[str]]:
         raise InputError(f"the table {path} is empty; give a CSV file with a header row.")
     header, body = rows[0], rows[1:]
     return {name: [r[i] if i < len(r) else "" for r in body] for i, name in enumerate(header)}
+
+
+def csv_text(rows: list[dict], columns: list[str] | None = None, *, lineterminator: str = "\n",
+             extra: str = "raise") -> str:
+    """``rows`` (dicts) as CSV text with the header ``columns`` (default: the first row's keys), each cell as the
+    csv module writes it (None empty, ``True``, a float's ``repr``); a key missing from a row is an empty cell,
+    a key not in ``columns`` is refused (``extra="raise"``) or left out (``extra="ignore"``).
+
+    Example:
+        >>> from attnflow.runs import csv_text
+        >>> csv_text([{"case": "a", "passed": True, "margin": None}])
+        'case,passed,margin\\na,True,\\n'
+    """
+    header = list(columns) if columns is not None else (list(rows[0]) if rows else [])
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=header, extrasaction=extra, lineterminator=lineterminator)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_rows(path: str | Path, rows: list[dict], columns: list[str] | None = None, *, lineterminator: str = "\n",
+               extra: str = "raise") -> int:
+    """Write :func:`csv_text` of ``rows`` atomically as ``path``; returns the number of rows.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import write_rows
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "rows.csv"
+        >>> write_rows(path, [{"k": 1, "rate": 0.5}, {"k": 2}])
+        2
+        >>> print(path.read_text(), end="")
+        k,rate
+        1,0.5
+        2,
+    """
+    atomic_write_text(path, csv_text(rows, columns, lineterminator=lineterminator, extra=extra))
+    return len(rows)

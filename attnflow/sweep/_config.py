@@ -11,15 +11,14 @@ it, so a folder written by an earlier version still resumes.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax.numpy as jnp
 
 from ..errors import InputError
 from .._sweep_dynamics import SweepDynamics
-from ..runs import RunSettings, run_settings
+from ..runs import JobConfig, RunSettings, run_settings
 
 __all__ = ["RunSettings", "SpectralSweepConfig", "DynamicsSweepConfig", "run_settings", "load_sweep_config",
            "DEFAULTS"]
@@ -29,22 +28,16 @@ DEFAULTS = {"spectral": "ginibre-spectral.toml", "dynamics": "ginibre-dynamics.t
 
 
 @dataclass(frozen=True, kw_only=True)
-class _SweepConfig:
+class _SweepConfig(JobConfig):
     seed: int
     dtype: str
     density: float
     run: RunSettings
-    #: the table as given (fingerprint, config.json, provenance)
-    source: dict = field(repr=False, compare=False)
 
     @property
     def jax_dtype(self):
         """The precision of the sweep's computation (``dtype``) as a JAX dtype."""
         return jnp.float64 if self.dtype == "float64" else jnp.float32
-
-    def as_dict(self) -> dict:
-        """A copy of the table this config was parsed from."""
-        return copy.deepcopy(self.source)
 
 
 @dataclass(frozen=True, kw_only=True)
