@@ -237,7 +237,7 @@ def test_lifetime_fit_is_the_likelihood_maximum_an_independent_optimiser_finds(s
     different start) on random censored samples: the parameters agree to 1e-6 and the likelihood is no lower."""
     from scipy import optimize
 
-    from attnflow.phase._metastability import _censored_normal_nll
+    from attnflow.stats._survival import _censored_normal_nll
 
     rng = np.random.default_rng(seed)
     beta = np.repeat(np.linspace(1, 6, 6), 30)

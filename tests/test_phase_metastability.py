@@ -180,7 +180,7 @@ def test_censored_likelihood_derivatives_match_central_differences(seed):
     of the value and of the gradient, at random parameters on a random censored sample (30% censored). Steps of
     1e-5 give differences accurate to ~1e-9 relative; the tolerance 1e-6 relative to the largest entry fails any
     wrong sign or factor of a term (a missing factor z in one censored term moves entries by >1e-2)."""
-    from attnflow.phase._metastability import _censored_normal_nll
+    from attnflow.stats._survival import _censored_normal_nll
 
     rng = np.random.default_rng(seed)
     x = rng.uniform(1, 6, 200)

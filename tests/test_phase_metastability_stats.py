@@ -10,7 +10,7 @@ import pytest
 
 from attnflow.errors import InputError
 from attnflow.phase import lifetime_slope
-from attnflow.phase._metastability import _censored_normal_nll
+from attnflow.stats._survival import _censored_normal_nll
 
 
 @pytest.mark.parametrize("seed", [0, 1])

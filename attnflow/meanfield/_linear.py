@@ -311,7 +311,8 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
     non-finite amplitudes are left out. Host-side (numpy / scipy).
 
     Returns a dict of arrays (K,): ``rate``, ``lo``, ``hi`` (the Student-t interval at
-    ``confidence``; NaN with fewer than 3 points), ``points`` (the window's length), ``stderr``.
+    ``confidence``; NaN with fewer than 3 points), ``points`` (the window's length), ``stderr``
+    (:func:`attnflow.stats.fit_slope` of :math:`\log|a_k|` against t).
 
     Example:
         >>> import numpy as np
@@ -323,7 +324,7 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
         >>> fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3, window="own")["points"].tolist()
         [11, 7]
     """
-    from scipy import special
+    from ..stats import fit_slope
 
     ts = np.asarray(ts, float)
     amps = np.abs(np.asarray(amplitudes))
@@ -347,13 +348,6 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
         out["points"][k] = count
         if count < 2:
             continue
-        t, y = ts[use], np.log(a[use])
-        dt = t - t.mean()
-        slope = float(dt @ (y - y.mean()) / (dt @ dt))
-        out["rate"][k] = slope
-        if count >= 3:
-            residual = y - y.mean() - slope * dt
-            stderr = float(np.sqrt(residual @ residual / (count - 2) / (dt @ dt)))
-            half = float(special.stdtrit(count - 2, 0.5 + confidence / 2)) * stderr
-            out["lo"][k], out["hi"][k], out["stderr"][k] = slope - half, slope + half, stderr
+        fit = fit_slope(ts[use], np.log(a[use]), confidence)  # lo, hi, stderr: NaN with two points
+        out["rate"][k], out["lo"][k], out["hi"][k], out["stderr"][k] = (fit[key] for key in ("slope", "lo", "hi", "stderr"))
     return out

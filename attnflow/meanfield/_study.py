@@ -76,7 +76,7 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
     r"""Least-squares slope of :math:`\log(\text{value})` against :math:`\log n` over all samples.
 
     ``values`` (S, N): S repetitions (seeds) at each of the N sizes ``ns``. Returns ``slope``,
-    ``lo``, ``hi`` (Student-t interval), ``intercept`` (of the natural logarithms) and ``points``.
+    ``lo``, ``hi`` (Student-t interval, :func:`attnflow.stats.fit_slope`), ``intercept`` (of the natural logarithms) and ``points``.
 
     Example:
         >>> import numpy as np
@@ -86,7 +86,7 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
         >>> round(fit["slope"], 6), fit["points"]
         (-0.5, 6)
     """
-    from scipy import special
+    from ..stats import fit_slope
 
     ns = np.asarray(ns, float)
     values = np.atleast_2d(np.asarray(values, float))
@@ -99,12 +99,8 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
     if x.size < 3 or np.ptp(x) == 0:
         return {"slope": float("nan"), "lo": float("nan"), "hi": float("nan"), "intercept": float("nan"),
                 "points": int(x.size)}
-    dx = x - x.mean()
-    slope = float(dx @ (y - y.mean()) / (dx @ dx))
-    residual = y - y.mean() - slope * dx
-    stderr = float(np.sqrt(residual @ residual / (x.size - 2) / (dx @ dx)))
-    half = float(special.stdtrit(x.size - 2, 0.5 + confidence / 2)) * stderr
-    return {"slope": slope, "lo": slope - half, "hi": slope + half, "intercept": float(y.mean() - slope * x.mean()),
+    fit = fit_slope(x, y, confidence)
+    return {"slope": fit["slope"], "lo": fit["lo"], "hi": fit["hi"], "intercept": fit["intercept"],
             "points": int(x.size)}
 
 

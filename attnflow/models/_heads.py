@@ -247,15 +247,14 @@ def ginibre_baseline(size: int, samples: int = 2000, seed: int = 0) -> dict:
         True
     """
     from ..spectral import eigen_stats
+    from ..stats import wilson_interval
 
     rng = np.random.default_rng(seed)
     V = rng.standard_normal((samples, size, size))
     with jax.enable_x64(True):
         k = int(np.asarray(eigen_stats(jnp.asarray(V, jnp.float64)).cond1).sum())
-    p, z = k / samples, 1.959963984540054
-    centre = (p + z * z / (2 * samples)) / (1 + z * z / samples)
-    half = z * math.sqrt(p * (1 - p) / samples + z * z / (4 * samples ** 2)) / (1 + z * z / samples)
-    return {"size": size, "samples": samples, "seed": seed, "fraction": p, "ci95": [centre - half, centre + half]}
+    lo, hi = wilson_interval(k, samples, 0.95, z=1.959963984540054)  # scipy's rounding of the 0.975 quantile
+    return {"size": size, "samples": samples, "seed": seed, "fraction": k / samples, "ci95": [lo, hi]}
 
 
 def format_table(rows: list[HeadAssumptions]) -> str:

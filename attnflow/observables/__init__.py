@@ -4,7 +4,8 @@ its attention matrix P (n, n).
 The jnp ones (clusters, attention structure, projections, collapse, the geometry classifier
 :func:`classify_configuration`) are jit/vmap-able and can serve as a diffrax ``save_fn``; the
 convex-hull ones (:mod:`.polytope`) run on the host in float64; :func:`classify_geometry` is
-the classifier for one configuration, called from the host.
+the classifier for one configuration, called from the host; the metastability of a series of cluster counts
+(:func:`metastable_states`, :func:`plateaus`, :func:`first_plateaus`) is host-side numpy too.
 
 Tolerances are ``rel_tol`` times a scale; pass a length of the *initial* configuration as
 ``scale`` (the examined cloud's own diameter is the default of the low-level cluster functions
@@ -74,6 +75,18 @@ from ._polytope import (
     polytope_set_residual,
 )
 from ._subspaces import codim_projections, split_coordinates, unstable_left_basis
+from ._metastability import (
+    ENERGY_REL_TOL,
+    HOLD_RATIO,
+    EnergyPlateau,
+    Plateau,
+    energy_plateaus,
+    first_plateaus,
+    gathered,
+    merges,
+    metastable_states,
+    plateaus,
+)
 
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
@@ -88,4 +101,6 @@ __all__ = [
     "max_norm", "uniform_distance", "collapse_bound",
     "GEOMETRY_LABELS", "GeometryObservation", "BatchObservation", "classify_geometry", "classify_configuration",
     "clustered", "levels_clustered",
+    "metastable_states", "gathered", "plateaus", "first_plateaus", "merges", "energy_plateaus", "Plateau",
+    "EnergyPlateau", "HOLD_RATIO", "ENERGY_REL_TOL",
 ]

@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
-from scipy import special as _special
 
 from .._x64 import in_float64
 from .._validate import check_layers
@@ -26,12 +25,13 @@ from ..dynamics import normalise
 from ..errors import InputError
 from ..fields import build_field
 from ..integrate import EulerStepper, sphere_shift
+from ..stats import fit_slope
 from ._config import log_step_scale
 
 
 def convergence_order(dts, errors, confidence: float = 0.95) -> dict:
     r"""Least-squares order p of :math:`\log e_{s,k} = c_s + p \log \Delta t_k` (one intercept per system s,
-    a common slope), with its Student-t interval.
+    a common slope), with its Student-t interval (:func:`attnflow.stats.fit_slope` with the systems as groups).
 
     ``errors``: (K,) or (S, K) at the K steps ``dts``; non-finite or zero errors are left out (counted in
     ``excluded``).
@@ -50,23 +50,12 @@ def convergence_order(dts, errors, confidence: float = 0.95) -> dict:
         raise InputError(f"errors has {e.shape[1]} columns but there are {x.size} steps dts; give one error per dt.")
     ok = np.isfinite(e) & (e > 0)
     y = np.log(np.where(ok, e, 1.0))
-    xs, ys = [], []
-    for s in range(e.shape[0]):
-        if ok[s].sum() >= 2:  # demeaned per system: the fixed-effects slope
-            xs.append(x[ok[s]] - x[ok[s]].mean())
-            ys.append(y[s, ok[s]] - y[s, ok[s]].mean())
-    if not xs:
+    rows = np.broadcast_to(np.arange(e.shape[0])[:, None], e.shape)
+    fit = fit_slope(np.broadcast_to(x, e.shape)[ok], y[ok], confidence, groups=rows[ok])  # the fixed-effects slope
+    if not fit["groups"]:
         raise InputError("convergence_order needs at least two finite, positive errors of one system.")
-    xc, yc = np.concatenate(xs), np.concatenate(ys)
-    order = float(xc @ yc / (xc @ xc))
-    dof = xc.size - len(xs) - 1
-    if dof > 0:
-        sigma = np.sqrt(np.sum((yc - order * xc) ** 2) / dof)
-        half = float(_special.stdtrit(dof, 0.5 + confidence / 2) * sigma / np.sqrt(xc @ xc))
-    else:
-        half = float("nan")
-    return {"order": order, "order_lo": order - half, "order_hi": order + half, "points": int(xc.size),
-            "systems": len(xs), "excluded": int((~ok).sum())}
+    return {"order": fit["slope"], "order_lo": fit["lo"], "order_hi": fit["hi"], "points": fit["points"],
+            "systems": fit["groups"], "excluded": int((~ok).sum())}
 
 
 @in_float64

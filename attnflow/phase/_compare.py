@@ -5,7 +5,7 @@ t1 or checkpoints (common random numbers: system s of a group starts from the sa
 comparison is *paired*: for every group (n, d, heads, epsilon), beta and checkpoint time t the two
 folders share, and every observable, the per-system differences :math:`\delta_s = y_s - y^{\rm ref}_s`
 over the systems finite in both runs give the mean difference :math:`\bar\delta` and its Student-t
-interval (:func:`~attnflow.phase.mean_interval`). A cell **agrees** when that interval contains 0 or
+interval (:func:`attnflow.stats.mean_interval`). A cell **agrees** when that interval contains 0 or
 :math:`|\bar\delta|` is at most the observable's *resolution* (default: one ordered pair in
 :math:`n(n-1)` for ``pairs_clustered``; 0 for the integer ``clusters`` and ``span``; :data:`ROUNDING` times
 the reference's mean for the real-valued ones, the float64 rounding of their sums). The paired test sees
@@ -19,7 +19,7 @@ clustering time moves: per system the first time the fraction of clustered pairs
 
 **Precision.** The start clouds are drawn in the run's dtype: a float32 and a float64 run of the same seed
 start from *different* clouds (the normal draws of the two precisions differ), so their folders are compared
-*unpaired*: the interval is Welch's for the difference of the two means over independent clouds
+*unpaired*: the interval is Welch's (:func:`attnflow.stats.difference_interval`) for the difference of the two means over independent clouds
 (``paired`` is False in the result), which holds the clouds' sampling error as well as the precision's
 effect. The phase job's own float32 check (:func:`compare_columns` on a float64 re-run of a sample from the
 float32 clouds) is paired and isolates the arithmetic.
@@ -31,12 +31,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-from scipy import special as _special
 
 from ..errors import InputError
+from ..stats import difference_interval, mean_interval
 from ._config import PhaseConfig, check_phase_config
 from ._engine import OBSERVABLES
-from ._tables import mean_interval
 
 #: the observables compared by default (those the cell table gives intervals for)
 COMPARED = ("pairs_clustered", "clusters", "energy")
@@ -231,7 +230,7 @@ def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, 
             rows_a, rows_b = rows_a[ok], rows_b[ok]
             for name in observables:
                 ya, yb = A[name][rows_a][:, ka], B[name][rows_b][:, kb]
-                diff, lo, hi = _difference(ya, yb, confidence, paired)
+                diff, lo, hi = difference_interval(ya, yb, confidence, paired=paired)
                 ref_mean, ref_lo, ref_hi = mean_interval(yb, confidence)
                 res = np.broadcast_to(np.asarray(resolution[name], float) if name in resolution else
                                       _default_resolution(name, g.n, ref_mean), ref_mean.shape)
@@ -253,7 +252,7 @@ def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, 
             ca = crossing_times(times, A["pairs_clustered"][rows_a][:, ka], level)
             cb = crossing_times(times, B["pairs_clustered"][rows_b][:, kb], level)
             both = np.isfinite(ca) & np.isfinite(cb)
-            shift, lo, hi = _difference(ca[both][:, None], cb[both][:, None], confidence, paired)
+            shift, lo, hi = difference_interval(ca[both][:, None], cb[both][:, None], confidence, paired=paired)
             for key, value in (("n", g.n), ("d", g.d), ("beta", float(beta)), ("systems", int(both.sum())),
                                ("never", int((~both).sum())),
                                ("time_reference", float(cb[both].mean()) if both.any() else np.nan),
@@ -266,22 +265,6 @@ def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, 
     crossing = {k: np.asarray(v) for k, v in crossing.items()}
     return {"rows": rows, "crossing": crossing, "excluded": excluded, "confidence": confidence,
             "level": level, "paired": bool(paired), "summary": _summary(rows, groups, observables)}
-
-
-def _difference(ya: np.ndarray, yb: np.ndarray, confidence: float, paired: bool):
-    r"""Mean difference of ``ya`` and ``yb`` (S, K) over axis 0 and its interval: paired, the Student-t interval
-    of the per-system differences; unpaired, Welch's :math:`\bar y_a - \bar y_b \pm t_{\nu}
-    \sqrt{s_a^2/m + s_b^2/m}` with the Welch-Satterthwaite :math:`\nu` (zero width where both spreads are 0)."""
-    if paired or ya.shape[0] < 2:
-        return mean_interval(ya - yb, confidence)
-    m = ya.shape[0]
-    va, vb = ya.var(axis=0, ddof=1) / m, yb.var(axis=0, ddof=1) / m
-    se2 = va + vb
-    with np.errstate(invalid="ignore", divide="ignore"):
-        nu = np.where(se2 > 0, se2**2 / ((va**2 + vb**2) / (m - 1)), m - 1)
-    half = _special.stdtrit(np.maximum(nu, 1.0), 0.5 + confidence / 2) * np.sqrt(se2)
-    diff = ya.mean(axis=0) - yb.mean(axis=0)
-    return diff, diff - half, diff + half
 
 
 def _summary(rows: dict, groups, observables) -> list[dict]:

@@ -3,14 +3,15 @@ r"""A phase diagram's tables: per-(cell, checkpoint) means with confidence inter
 Each mean is over the cell's systems whose whole run stayed finite; the others are excluded and
 counted (``nonfinite``), never averaged. Its interval is the Student-t interval
 :math:`\bar y \pm t_{(1+c)/2,\,m-1}\, s/\sqrt m` at the config's ``confidence`` c over the m finite
-systems (a single system, or systems that all agree, give a zero-width interval).
+systems (a single system, or systems that all agree, give a zero-width interval;
+:func:`attnflow.stats.mean_interval`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import special as _special
 
+from ..stats import mean_interval
 from ._config import PhaseConfig, PhaseGroup
 from ._engine import OBSERVABLES
 
@@ -20,27 +21,6 @@ WITH_INTERVALS = ("pairs_clustered", "clusters", "energy")
 CELL_COLUMNS = (["beta", "n", "d", "heads", "epsilon", "t", "layer", "systems", "nonfinite"]
                 + [c for name in OBSERVABLES
                    for c in ((name, f"{name}_lo", f"{name}_hi") if name in WITH_INTERVALS else (name,))])
-
-
-def mean_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over axis 0 and its Student-t interval (NaN where no value).
-
-    Example:
-        >>> import numpy as np
-        >>> from attnflow.phase import mean_interval
-        >>> m, lo, hi = mean_interval(np.array([[0.0], [1.0], [2.0], [3.0]]), 0.95)
-        >>> float(m[0]), round(float(hi[0] - m[0]), 4)   # t_{0.975, 3} * 1.291 / 2
-        (1.5, 2.0543)
-    """
-    m = values.shape[0]
-    if m == 0:
-        nan = np.full(values.shape[1:], np.nan)
-        return nan, nan, nan
-    mean = values.mean(axis=0)
-    if m == 1:
-        return mean, mean, mean
-    half = _special.stdtrit(m - 1, 0.5 + confidence / 2) * values.std(axis=0, ddof=1) / np.sqrt(m)
-    return mean, mean - half, mean + half
 
 
 def finite_rows(cols: dict, num_beta: int) -> list[tuple[slice | np.ndarray, int, int]]:

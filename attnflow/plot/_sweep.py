@@ -96,7 +96,7 @@ def _has(check, cols: dict, names) -> None:
 
 
 def _wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
-    from .._stats import wilson_interval
+    from ..stats import wilson_interval
 
     return wilson_interval(k, n, confidence)
 

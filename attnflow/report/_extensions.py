@@ -49,7 +49,7 @@ from .._x64 import float64_scope
 from ..errors import InputError
 from ..fields import build_field, field_entry, rescaled_from_raw
 from ..integrate import RESULTS, EulerStepper, plain_shift
-from ..observables import abz_levels, leading_vectors, num_clusters, num_levels
+from ..observables import abz_levels, leading_vectors, metastable_states, num_clusters, num_levels
 from ..runs import (
     atomic_write_json,
     atomic_write_text,
@@ -533,7 +533,7 @@ def study_sphere(cfg: SphereSettings, rng: np.random.Generator, folder: Path) ->
     for beta in cfg.betas:
         ts, counts, drift, _ = _sphere_counts(build_field("sphere", I, I, I, beta=beta), x0, cfg, "sphere")
         step = ts[1] - ts[0]
-        in_meta = (counts >= 2) & (counts <= n // 2)
+        in_meta = metastable_states(counts, reference=n, running_min=False)  # 2 <= clusters <= n/2, each save
         t_meta = in_meta.sum(axis=1) * step
         meta.append(float(t_meta.mean()))
         curves[f"beta = {beta:g}"] = counts.mean(axis=0)

@@ -27,7 +27,7 @@ from ..errors import InputError
 from ..spectral._batched import eigen_stats, _stats_from_eigvals
 from ..spectral._eig import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
-from .._stats import wilson_interval
+from ..stats import wilson_interval
 from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "check_spectral_config", "check_spectral_sizes"]
