@@ -22,6 +22,14 @@ __all__ = ["Chunk", "plan_chunks", "run_chunks"]
 
 @dataclass(frozen=True)
 class Chunk:
+    """Systems ``start``..``stop - 1`` of the plan's group ``group``, stored as ``chunks/<name>.npz``.
+
+    Example:
+        >>> from attnflow.runs import Chunk
+        >>> Chunk(1, 20, 30).file
+        'g001-000000020.npz'
+    """
+
     group: int  # index into the plan's groups
     start: int
     stop: int
@@ -50,7 +58,20 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     files of this share's chunks that a kill left behind are removed first (the caller holds the
     lock of this share: :func:`attnflow.runs.open_run`). ``on_start(stored, share)`` is
     called once the stored chunks of this share are known (before any is computed). The chunks of this share
-    stored so far are counted (:func:`attnflow.runs.count_kept`), for the line an interrupted command prints."""
+    stored so far are counted (:func:`attnflow.runs.count_kept`), for the line an interrupted command prints.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import numpy as np
+        >>> from attnflow.runs import plan_chunks, run_chunks
+        >>> out = pathlib.Path(tempfile.mkdtemp())
+        >>> compute = lambda c: {"row": np.arange(c.start, c.stop)}
+        >>> parts, computed = run_chunks(out, plan_chunks([5], 2), compute, progress=False)
+        >>> [p["row"].tolist() for p in parts], computed
+        ([[0, 1], [2, 3], [4]], 3)
+        >>> run_chunks(out, plan_chunks([5], 2), compute, progress=False)[1]  # resumed: nothing computed
+        0
+    """
     from tqdm.auto import tqdm
 
     folder = out / "chunks"

@@ -151,7 +151,17 @@ def releases_output_dirs(job: F) -> F:
 
 def discard_output_dir(path: str | os.PathLike) -> None:
     """Unlock and remove a run folder this process claimed when it holds nothing but its lock files
-    (a first run that failed before writing anything); otherwise leave it as it is."""
+    (a first run that failed before writing anything); otherwise leave it as it is.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import claim_output_dir, discard_output_dir
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> _ = claim_output_dir(out, "demo")
+        >>> discard_output_dir(out)
+        >>> out.exists()
+        False
+    """
     path = Path(path)
     try:
         names = [p.name for p in path.iterdir()]
@@ -184,6 +194,20 @@ def claim_output_dir(path: str | os.PathLike, kind: str, *, process: int = 0) ->
 
     ``process`` = i > 0 is process i of a multi-process sweep, which shares process 0's folder:
     it takes ``DIR/.attnflow-{i}.lock``, the lock of its share of the chunks.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import claim_output_dir, write_marker
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> claim_output_dir(out, "demo")[1]
+        False
+        >>> write_marker(out, "demo")
+        >>> claim_output_dir(out, "demo")[1]  # a previous run of the same kind
+        True
+        >>> claim_output_dir(out, "other")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        attnflow.errors.InputError: --out ... holds an attnflow 'demo' run, not a 'other' run; choose another folder.
     """
     path = Path(path)
     _previous_run(path, kind)  # the refusals that need no write come first

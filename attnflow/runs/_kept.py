@@ -54,5 +54,12 @@ def count_kept(total: int, unit: str, *, kept: int = 0, resumes: bool = True) ->
 
 def interrupted_sentence() -> str:
     """The one line an interrupted command prints: the running job's :class:`KeptWork`, or only that it was
-    interrupted when no job has counted its work yet."""
+    interrupted when no job has counted its work yet.
+
+    Example:
+        >>> from attnflow.runs import count_kept, interrupted_sentence
+        >>> _ = count_kept(3, "units", kept=3)
+        >>> interrupted_sentence()
+        'interrupted: 3 of 3 units kept; the same command resumes'
+    """
     return _KEPT[0].sentence() if _KEPT else "interrupted before any work was kept"

@@ -36,7 +36,16 @@ def table_of(config: Any) -> dict:
 @dataclass(frozen=True)
 class Run:
     """An opened run folder: ``out``, the run's ``kind`` and ``fingerprint``, whether it ``resumed`` a
-    previous run of the same config, and the ``process`` that opened it (0: the one that writes results)."""
+    previous run of the same config, and the ``process`` that opened it (0: the one that writes results).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import open_run, read_marker
+        >>> run = open_run(pathlib.Path(tempfile.mkdtemp()) / "run", "demo", {"seed": 0}, marker={"complete": False})
+        >>> run.mark(complete=True)
+        >>> read_marker(run.out)["complete"], run.write_provenance()["config_fingerprint"] == run.fingerprint
+        (True, True)
+    """
 
     out: Path
     kind: str

@@ -40,7 +40,12 @@ __all__ = ["ChunkedRun", "start_chunked", "check_table_memory"]
 
 def check_table_memory(what: str, key: str, value: int, default: int, rows: int, row_bytes: int) -> None:
     """Refuse a job whose final table (``rows`` rows of about ``row_bytes`` bytes, held at once while it is
-    written) cannot fit; the message says how large ``key`` (now ``value``, by default ``default``) may be."""
+    written) cannot fit; the message says how large ``key`` (now ``value``, by default ``default``) may be.
+
+    Example:
+        >>> from attnflow.runs import check_table_memory
+        >>> check_table_memory("a sweep", "samples", 1000, 1000, rows=1000, row_bytes=512)  # fits: no refusal
+    """
     check_fits(f"the table of {what} ({rows} rows)", float(rows) * row_bytes, [(key, value, default, 1)])
 
 
@@ -91,7 +96,18 @@ def start_chunked(config, out: str | Path, kind: str, *, num_devices: int | None
     number of devices of the mesh) and work that cannot finish (``work()`` gives ``(what, flops, sequential
     steps, keys)`` of the whole sweep; each process does its share: :func:`attnflow._resources.check_work`),
     then open ``out`` (:func:`attnflow.runs.open_run`, fingerprinted by the table the parsed ``config`` came from): every
-    refusal comes before the folder is touched."""
+    refusal comes before the folder is touched.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import plan_chunks, start_chunked
+        >>> from attnflow.sweep import load_sweep_config, parse_sweep_config
+        >>> cfg = parse_sweep_config(load_sweep_config("ginibre-spectral.toml"))
+        >>> run = start_chunked(cfg, pathlib.Path(tempfile.mkdtemp()) / "run", "demo", num_devices=1, progress=False)
+        >>> parts, done = run.run_chunks(plan_chunks([3], 2), lambda c: {"row": list(range(c.start, c.stop))}, "demo")
+        >>> [p["row"].tolist() for p in parts], done["chunks_computed_here"]
+        ([[0, 1], [2]], 2)
+    """
     run = config.run
     formats = check_table_formats(list(run.table_formats))
     pidx, pcount = init_distributed(run.distributed, **(processes or {}))

@@ -21,7 +21,13 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 
 
 def default_config_path(name: str) -> Path:
-    """Path of a shipped config, e.g. ``default_config_path("reproduce.toml")``."""
+    """Path of a shipped config in ``configs/``.
+
+    Example:
+        >>> from attnflow.runs import default_config_path
+        >>> default_config_path("reproduce.toml").name
+        'reproduce.toml'
+    """
     path = CONFIG_DIR / name
     if not path.is_file():
         raise InputError(f"the default config {path} is missing; pass --config PATH explicitly.")
@@ -92,7 +98,16 @@ def merge_config(defaults: dict, user: dict, where: str = "config", prefix: str 
 
 def read_toml(path: str | os.PathLike) -> dict:
     """The table of the TOML file ``path``; a missing, unreadable, non-UTF-8 or invalid file raises
-    :class:`InputError` naming it."""
+    :class:`InputError` naming it.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import read_toml
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "c.toml"
+        >>> _ = path.write_text("seed = 3")
+        >>> read_toml(path)
+        {'seed': 3}
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"config file {path} does not exist.")
@@ -108,7 +123,14 @@ def read_toml(path: str | os.PathLike) -> dict:
 
 
 def load_config(path: str | os.PathLike | None, default_name: str) -> dict:
-    """Load the shipped default ``configs/<default_name>`` and overlay the user's TOML file."""
+    """Load the shipped default ``configs/<default_name>`` and overlay the user's TOML file ``path`` (None: the
+    default alone); unknown keys and wrong types are refused (:func:`merge_config`).
+
+    Example:
+        >>> from attnflow.runs import load_config
+        >>> load_config(None, "ginibre-spectral.toml")["kind"]
+        'spectral'
+    """
     defaults_path = default_config_path(default_name)
     defaults = read_toml(defaults_path)
     if path is None or Path(path).resolve() == defaults_path:

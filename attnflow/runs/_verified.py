@@ -178,7 +178,17 @@ def _verify_npz(path: Path, identity: dict) -> tuple[dict | None, str]:
 
 def set_aside(path: Path, reason: str, then: str) -> None:
     """Move a stored file that must not be used to ``<path>.damaged`` (replacing an older one) and
-    say on stderr which file, why, and what happens ``then``."""
+    say on stderr which file, why, and what happens ``then``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from attnflow.runs import set_aside
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.npz"
+        >>> _ = path.write_text("not an archive")
+        >>> set_aside(path, "not an .npz file", "recomputing it")
+        >>> sorted(p.name for p in path.parent.iterdir())
+        ['a.npz.damaged']
+    """
     aside = path.with_name(path.name + ".damaged")
     try:
         if aside.is_dir() and not aside.is_symlink():
