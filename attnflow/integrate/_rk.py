@@ -237,6 +237,7 @@ class RKStepper(_GridStepper):
 
     def _times_init(self, ts, steps_per_save, shift):
         shape = v.check_array("ts", ts, "the save times (T,), increasing, the first one the start", ranks=(1,))
+        ts = ts if isinstance(ts, (jax.Array, np.ndarray)) else np.asarray(ts, float)  # a list: one array leaf
         if shape[0] < 2:
             raise InputError(f"ts must hold at least two times (the start and a save time), got {shape[0]}.")
         if v.is_concrete(ts) and not bool(np.all(np.diff(np.asarray(ts, float)) > 0)):
