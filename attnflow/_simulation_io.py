@@ -40,8 +40,8 @@ class Simulation(eqx.Module):
         attention: (T, n, n) or (B, T, n, n) attention matrices P when ``return_attention=True``
             ((T, H, n, n) with H heads).
         num_steps: steps (layers) taken, () or (B,).
-        result: 0 on success, else a code of :mod:`attnflow.integrate._solution`
-            (1: solver stopped before t1, 2: non-finite state), () or (B,).
+        result: a code of :class:`attnflow.integrate.RESULTS` (``successful`` = 0, ``solver_stopped`` = 1:
+            stopped before t1, ``nonfinite`` = 2: non-finite state), () or (B,).
         t_nonfinite: where the solution stops being finite (inf if never; the end of the step
             at which it blew up, or where the solver stopped: ``Trajectory.t_nonfinite``), () or (B,).
         picture, method: what was run.
