@@ -20,7 +20,10 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
   :math:`e^{tV}z`; raw: ``Wrapped(AttentionFlow)``, :math:`\dot x_i = W\sigma(\sum_j P_{ij} V x_j)`.
 * ``layered`` (raw): ``attention`` of ``perturbed_layers(w, num_layers, epsilon, key)``,
   :math:`X_l = X + \epsilon\|X\|_F G_l/\|G_l\|_F`.
-* ``sphere`` (raw, ``sphere_shift``): ``sphere_flow``, post-LN attention on the unit sphere.
+* ``sphere`` (raw, ``sphere_shift``): ``sphere_flow``, post-LN attention on the unit sphere (option
+  ``normalisation``); ``identity_weights=True`` (Q = K = V = I given): ``IdentitySphereFlow``, the same
+  field without the projections, whose ``vector_field_with_aux`` also returns the softmax row sums (the
+  energy's by-product), and whose 1/n field may be divided by :math:`s = e^{\text{log\_scale}}`.
 * ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
 * ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
   denominator.
@@ -52,11 +55,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
-                       TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow, sphere_flow)
+from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, IdentitySphereFlow, PreNorm,
+                       RescaledFlow, TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow,
+                       sphere_flow)
 from .dynamics._layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
 from .integrate import plain_shift, sphere_shift
+from . import _validate as v
 from ._weights import AttentionWeights
 
 __all__ = ["FIELDS", "PICTURES", "STEPPERS", "FieldEntry", "FieldContext", "register_field", "field_entry",
@@ -298,8 +303,29 @@ def _layered(w, how, *, num_layers=REQUIRED, epsilon=REQUIRED, key=REQUIRED, t0=
 
 
 @register_field("sphere", shift=sphere_shift, rescaled_reading=False)
-def _sphere(w, how, *, normalisation="softmax"):
+def _sphere(w, how, *, normalisation="softmax", identity_weights=False, log_scale=None):
+    if identity_weights:
+        return _identity_sphere(w, how, normalisation, log_scale)
+    if log_scale is not None:
+        raise InputError("field 'sphere' takes log_scale with identity_weights=True only (the 1/n field of "
+                         "Q = K = V = I divided by e^log_scale): drop log_scale, or pass identity_weights=True.")
     return sphere_flow(w, normalisation=normalisation, **how.attention)
+
+
+def _identity_sphere(w, how, normalisation, log_scale):
+    """The sphere's ``identity_weights=True``: :class:`~attnflow.dynamics.IdentitySphereFlow` of beta, once the
+    weights are checked to be one head of Q = K = V = I (where concrete) and no mask is asked for."""
+    identity = lambda a: jnp.array_equal(a, jnp.eye(a.shape[-1], dtype=a.dtype))
+    if w.axes or w.Q.shape[-2] != w.d or any(
+            v.is_concrete(a) and not bool(identity(a)) for a in (w.Q, w.K, w.V)) or any(
+            b is not None for b in (w.q_bias, w.k_bias, w.v_bias)):
+        raise InputError("field 'sphere' with identity_weights=True reads no weights: give Q = K = V = the "
+                         "identity (one head, no biases), or drop identity_weights.")
+    if how.mask is not None:
+        raise InputError(f"field 'sphere' with identity_weights=True attends to every token: drop the mask, or "
+                         f"drop identity_weights (got mask={how.mask!r}).")
+    return IdentitySphereFlow(w.beta, normalisation=normalisation, log_scale=log_scale,
+                              attention_impl=how.attention_impl)
 
 
 @register_field("prenorm")

@@ -4,7 +4,7 @@ from ._attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow,
 from ._base import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch, SumOfFields
 from ._feedforward import ACTIVATIONS, FeedForward, TransformerBlock, Wrapped, section12_2_flow
 from ._layered import LayerInterpolation, LayeredFlow, TimeVaryingFlow, perturbed_layers
-from ._normalised import PreNorm, TangentProjected, normalise, sphere_flow
+from ._normalised import IdentitySphereFlow, PreNorm, TangentProjected, normalise, sphere_flow
 from ._wrapping import AbstractWrapper
 
 __all__ = [
@@ -30,5 +30,6 @@ __all__ = [
     "TangentProjected",
     "PreNorm",
     "sphere_flow",
+    "IdentitySphereFlow",
     "normalise",
 ]

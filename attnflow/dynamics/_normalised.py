@@ -23,20 +23,30 @@ to the factor :math:`\sqrt d`, without centring or gain), the model of the spher
   instead of dividing by the row sum; on the sphere with Q = K = V = I it is the gradient
   flow of the interaction energy :math:`\frac1{2\beta n^2}\sum_{ij} e^{\beta\langle x_i, x_j\rangle}`
   (:func:`sphere_flow` with ``normalisation="mean"``).
+* **The identity sphere** (:class:`IdentitySphereFlow`): post-LN attention with Q = K = V = I, the
+  model of the sphere literature, without the three d x d projections (exact identities there);
+  ``normalisation="mean"`` is computed from the softmax and its row sums without forming
+  :math:`e^\beta`, optionally divided by a step scale, and the row sums are the field's by-product
+  (``vector_field_with_aux``), from which the interaction energy follows.
 """
 
 from __future__ import annotations
 
+import math
 from typing import final
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as v
+from .._attention import IMPLS, NORMALISATIONS, attend, attend_with_row_sums, softmax
+from ..errors import InputError
 from ._attention_flows import AttentionFlow
-from ._base import AbstractDynamics
+from ._base import AbstractAttentionDynamics, AbstractDynamics
 from ._wrapping import AbstractWrapper
 
-__all__ = ["normalise", "tangent_projection", "TangentProjected", "PreNorm", "sphere_flow"]
+__all__ = ["normalise", "tangent_projection", "TangentProjected", "PreNorm", "sphere_flow", "IdentitySphereFlow"]
 
 
 def normalise(x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -162,3 +172,84 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
     return TangentProjected(AttentionFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask,
                                           normalisation=normalisation, fourier_max_score=fourier_max_score,
                                           unit_tokens=True))
+
+
+@final
+class IdentitySphereFlow(AbstractAttentionDynamics):
+    r"""Post-LN attention on the unit sphere with Q = K = V = I, without the projections.
+
+    .. math::  \dot x_i = \frac{1}{s}\,\mathrm{Proj}_{x_i^\perp}\Big(\sum_j P_{ij}\, x_j\Big),
+               \qquad P_{ij} = \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle) \ \text{or}\
+               \frac{e^{\beta\langle x_i, x_j\rangle}}{n},
+
+    the field of :func:`sphere_flow` with Q = K = V = I (the same numbers to rounding; the three d x d
+    projections, exact identities here, cost several times the attention itself at d >> n). The
+    softmax field (``normalisation="softmax"``) has s = 1. The 1/n field (``"mean"``) is divided by
+    :math:`s = e^{\text{log\_scale}}` (default 1) and computed from the softmax as
+    :math:`P_{ij}/s = \mathrm{softmax}_{ij}\, r_i\, e^{\beta - \log s}/n`, where
+    :math:`r_i = \sum_j e^{\beta\langle x_i, x_j\rangle - \beta}` are the row sums of the max-shifted
+    exponentials (for tokens of unit norm the largest score of a row is its diagonal, :math:`\beta`),
+    so no :math:`e^\beta` is formed and every beta is finite.
+
+    ``vector_field_with_aux(t, y, args) -> (dy, r)`` hands the row sums r (n,) to a layer stepper's
+    ``save_fn`` (``save_aux=True``): the interaction energy of unit tokens follows from them,
+    :math:`E_\beta = \frac{e^\beta}{2\beta n^2}\sum_i r_i`
+    (:func:`attnflow.observables._pairs.sphere_energy_from_row_sums`). It computes the attention
+    densely (:func:`attnflow._attention.attend_with_row_sums`); ``vector_field`` of the softmax field
+    uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size).
+    The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.dynamics import IdentitySphereFlow, normalise, sphere_flow
+        >>> x = normalise(jax.random.normal(jax.random.key(0), (6, 3)))
+        >>> I = jnp.eye(3)
+        >>> fast, general = IdentitySphereFlow(4.0)(0.0, x), sphere_flow(I, I, I, 4.0)(0.0, x)
+        >>> bool(jnp.allclose(fast, general, atol=1e-6))
+        True
+        >>> dy, row_sums = IdentitySphereFlow(4.0, normalisation="mean").vector_field_with_aux(0.0, x, None)
+        >>> row_sums.shape, bool(jnp.allclose(dy, sphere_flow(I, I, I, 4.0, normalisation="mean")(0.0, x), atol=1e-5))
+        ((6,), True)
+    """
+
+    beta: Float[Array, ""]
+    #: log s: the 1/n field is divided by s (0 for the softmax)
+    log_scale: Float[Array, ""]
+    normalisation: str = eqx.field(static=True)
+    #: attention implementation of the softmax field's ``vector_field`` (passed to :func:`attnflow.attend`)
+    attention_impl: str = eqx.field(static=True)
+
+    def __init__(self, beta=1.0, *, normalisation: str = "softmax", log_scale=None, attention_impl: str = "auto"):
+        v.check_beta("beta", beta)
+        if normalisation not in NORMALISATIONS:
+            raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
+        if log_scale is not None and normalisation != "mean":
+            raise InputError(f"log_scale divides the 1/n field (normalisation=\"mean\"): drop it, or give "
+                             f"normalisation=\"mean\" (got {normalisation!r}).")
+        if attention_impl not in IMPLS or attention_impl == "fourier":
+            raise InputError(f"attention_impl of the identity sphere must be one of "
+                             f"{tuple(i for i in IMPLS if i != 'fourier')}, got {attention_impl!r}.")
+        if log_scale is not None:
+            v.check_real("log_scale", log_scale, "the log of the step scale s, a finite real scalar")
+        dtype = jnp.result_type(beta, float)
+        self.beta = jnp.asarray(beta, dtype)
+        self.log_scale = jnp.zeros((), dtype) if log_scale is None else jnp.asarray(log_scale, dtype)
+        self.normalisation, self.attention_impl = normalisation, attention_impl
+
+    def vector_field(self, t, y, args=None):
+        if self.normalisation == "softmax":
+            return tangent_projection(y, attend(self.beta * y, y, y, impl=self.attention_impl))
+        return self.vector_field_with_aux(t, y, args)[0]
+
+    def vector_field_with_aux(self, t, y, args=None) -> tuple[Float[Array, "n d"], Float[Array, " n"]]:
+        """The field and the row sums :math:`r_i` of its max-shifted exponentials (one dense attention)."""
+        out, row_sums = attend_with_row_sums(self.beta * y, y, y, "softmax")
+        if self.normalisation == "mean":  # P_ij / s = softmax_ij r_i e^{beta - log s} / n (max score beta)
+            out = out * (row_sums * jnp.exp(self.beta - self.log_scale - math.log(y.shape[-2])))[:, None]
+        return tangent_projection(y, out), row_sums
+
+    def attention(self, t, y):
+        scores = self.beta * (y @ y.T)
+        if self.normalisation == "softmax":
+            return softmax(scores)
+        return jnp.exp(scores - self.beta) * jnp.exp(self.beta - self.log_scale - math.log(y.shape[-2]))

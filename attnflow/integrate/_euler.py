@@ -43,6 +43,11 @@ UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
 #: ... on these backends (XLA:CPU, where unrolling makes the gradient of n >= 256 faster and
 #: small n slower; only checkpointed segments unroll: benchmarks/NOTES.md section 10).
 UNROLL_BACKENDS = ("cpu",)
+#: how a layer stepper runs the layers between two saves: ``"scan"`` (a ``lax.scan`` block per run of
+#: equal gaps, reverse-differentiable) or ``"fori"`` (one ``lax.scan`` over the save intervals, each a
+#: ``fori_loop`` with traced bounds: the layer and ``save_fn`` are compiled once, however irregular the
+#: gaps; forward-mode only)
+LOOPS = ("scan", "fori")
 
 
 def plain_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -98,8 +103,9 @@ class _GridStepper(AbstractIntegrator):
     checkpoint: int | str | None = eqx.field(static=True)
     save_at: SaveLayers = eqx.field(static=True)
     save_aux: bool = eqx.field(static=True)
+    loop: str = eqx.field(static=True)
 
-    def _grid_init(self, dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint):
+    def _grid_init(self, dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint, loop="scan"):
         v.check_positive("dt", dt, "the layer step, a finite positive scalar")
         v.check_real("t0", t0, "the start time, a finite real scalar")
         num_layers = v.check_int("num_layers", num_layers, meaning="the number of layers")
@@ -111,8 +117,10 @@ class _GridStepper(AbstractIntegrator):
             raise InputError(f"checkpoint must be 'auto', None or a positive int (segment length), got {checkpoint!r}.")
         if not isinstance(save_aux, bool):
             raise InputError(f"save_aux must be True or False (hand the field's by-product to save_fn), got {save_aux!r}.")
+        if not isinstance(loop, str) or loop not in LOOPS:
+            raise InputError(f"loop must be one of {LOOPS} (how the layers between saves run), got {loop!r}.")
         self.dt, self.t0, self.num_layers, self.save_every, self.shift = dt, t0, num_layers, save_every, shift
-        self.checkpoint, self.save_at, self.save_aux = checkpoint, save_at, save_aux
+        self.checkpoint, self.save_at, self.save_aux, self.loop = checkpoint, save_at, save_aux, loop
 
     def segment_length(self, every: int | None = None) -> int | None:
         """Layers per ``jax.checkpoint`` segment in a stretch of ``every`` layers between two saves
@@ -227,10 +235,13 @@ class _GridStepper(AbstractIntegrator):
             return t0 if isinstance(k, int) and k == 0 else t0 + k * dt
 
         carry = (y0, jnp.asarray(jnp.inf, dtype))
-        if first_layer > 0:
+        if first_layer > 0 and self.loop == "scan":
             carry = run_layers(carry, 0, first_layer)
         pieces = []
-        if not self.save_aux:
+        if self.loop == "fori":
+            carry, saved = self._fori_saves(carry, layer, aux_layer, save_fn, args, t0, dt)
+            pieces.append(saved)
+        elif not self.save_aux:
             first = save_fn(time_of(first_layer), carry[0], args)
             pieces.append(jax.tree_util.tree_map(lambda a: a[None], first))
             for start, gap, count in self.save_at.runs():
@@ -277,6 +288,46 @@ class _GridStepper(AbstractIntegrator):
             t_nonfinite=t_bad,
         )
 
+    def _fori_saves(self, carry, layer, aux_layer, save_fn, args, t0, dt):
+        """``loop="fori"``: the saves in one ``lax.scan`` over the save intervals, whose layers run in a
+        ``fori_loop`` with traced bounds, so the layer and ``save_fn`` are compiled once for any set of
+        saved layers. Returns the final carry and the saves stacked.
+
+        Without ``save_aux`` interval i runs layers :math:`k_{i-1} .. k_i - 1` (:math:`k_{-1} = 0`: the
+        first interval is empty when layer 0 is saved) and then saves layer :math:`k_i`. With it,
+        interval i runs layer :math:`k_i` with its by-product, saves :math:`k_i` with it, then runs the
+        plain layers up to :math:`k_{i+1}`; the last interval steps layer :math:`k_{last}` too (past
+        ``num_layers`` that layer is computed for its by-product only: dropped, never marked
+        non-finite), then runs the plain layers up to ``num_layers``.
+        """
+        layers = self.save_at.indices()
+        last, num_layers = int(layers[-1]), self.num_layers
+
+        def plain(k, carry):  # a fori_loop body: layer k
+            return layer(carry, k)[0]
+
+        if not self.save_aux:
+            def interval(carry, bounds):
+                carry = jax.lax.fori_loop(bounds[0], bounds[1], plain, carry)
+                return carry, save_fn(t0 + bounds[1].astype(dt.dtype) * dt, carry[0], args)
+
+            bounds = np.stack([np.concatenate([[0], layers[:-1]]), layers], axis=1)
+        else:
+            def interval(carry, bounds):
+                k, (y, t_bad) = bounds[0], carry
+                (y_next, t_next), aux = aux_layer(carry, k)
+                t_bad = jnp.where(k < num_layers, t_next, t_bad)  # a layer past num_layers is not run
+                carry = jax.lax.fori_loop(k + 1, bounds[1], plain, (y_next, t_bad))
+                return carry, save_fn(t0 + k.astype(dt.dtype) * dt, y, aux)
+
+            if layers[0] > 0:
+                carry = jax.lax.fori_loop(0, int(layers[0]), plain, carry)
+            bounds = np.stack([layers, np.concatenate([layers[1:], [max(num_layers, last + 1)]])], axis=1)
+        carry, ys = jax.lax.scan(interval, carry, jnp.asarray(bounds, jnp.int32))
+        if not self.save_aux and last < num_layers:
+            carry = jax.lax.fori_loop(last, num_layers, plain, carry)
+        return carry, ys
+
 
 class EulerStepper(_GridStepper):
     r"""Forward Euler on the layer grid :math:`t_k = t_0 + k\Delta t`, k = 0..num_layers.
@@ -306,7 +357,13 @@ class EulerStepper(_GridStepper):
             unrolled when one layer's n x n residual takes >= 256 KiB (n >= 256 in float32): the
             backward sweep then slices no residuals out of stacked buffers (~20% off the gradient,
             ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
-            int: that segment length.
+            int: that segment length. Not used with ``loop="fori"``.
+        loop: how the layers between two saves run (:data:`LOOPS`). ``"scan"`` (default): one
+            ``lax.scan`` block per run of equal gaps of ``save_at``, reverse-differentiable.
+            ``"fori"``: one ``lax.scan`` over the save intervals, each a ``fori_loop`` with traced
+            bounds, so the layer and ``save_fn`` are compiled once however irregular the saved layers
+            are (a log-spaced or rounded-uniform set has as many runs as saves); the same layers
+            (equal to rounding), forward mode only (``jax.jvp``; JAX refuses reverse mode through it).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -319,12 +376,16 @@ class EulerStepper(_GridStepper):
         ((11, 8, 2), (11,))
         >>> EulerStepper(0.1, 100, save_at=SaveLayers.log_spaced(4, 100)).solve(flow, x0).ts
         Array([ 0. ,  0.1,  1. , 10. ], dtype=float32)
+        >>> saves = [0, 1, 3, 4, 9, 10, 100]  # six runs of gaps: six scan blocks, or one fori body
+        >>> fori = EulerStepper(0.1, 100, save_at=saves, loop="fori").solve(flow, x0)
+        >>> bool(jnp.allclose(fori.ys, EulerStepper(0.1, 100, save_at=saves).solve(flow, x0).ys, atol=1e-5))
+        True
     """
 
     def __init__(self, dt, num_layers: int, *, t0=0.0, shift: Callable = plain_shift, save_every: int | None = None,
                  save_at: SaveLayers | Sequence[int] | None = None, save_aux: bool = False,
-                 checkpoint: int | str | None = "auto"):
-        self._grid_init(dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint)
+                 checkpoint: int | str | None = "auto", loop: str = "scan"):
+        self._grid_init(dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint, loop)
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
         """The field as this stepper steps it (``dynamics.on_grid(dt, t0, num_layers)``)."""

@@ -165,10 +165,10 @@ class RKStepper(_GridStepper):
     Args:
         tableau: a :class:`ButcherTableau` or a name of :data:`RK_TABLEAUX` (``"euler"``,
             ``"heun"``, ``"midpoint"``, ``"rk4"``).
-        dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint: as for
+        dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint, loop: as for
             :class:`~attnflow.integrate.EulerStepper`; with ``save_aux`` the by-product is that
             of the first stage, the field at the saved state. With ``ts`` leave ``dt`` and
-            ``num_layers`` None (and ``t0``, ``save_every``, ``save_at``, ``checkpoint`` unset).
+            ``num_layers`` None (and ``t0``, ``save_every``, ``save_at``, ``checkpoint``, ``loop`` unset).
         ts: save times :math:`t_0 < t_1 < \dots < t_{T-1}` (T >= 2; traced values are fine), like
             diffrax's ``SaveAt(ts=...)``: the solve starts at ``ts[0]`` and saves at every one;
             interval j takes ``steps_per_save`` steps of :math:`(t_{j+1} - t_j)/\mathrm{steps}`.
@@ -204,7 +204,8 @@ class RKStepper(_GridStepper):
                  shift: Callable = plain_shift, save_every: int | None = None,
                  save_at: SaveLayers | Sequence[int] | None = None, save_aux: bool = False,
                  checkpoint: int | str | None = "auto", ts: Float[Array, " T"] | None = None,
-                 steps_per_save: int | None = None, scan_stages: bool = False, track_min: Callable | None = None):
+                 steps_per_save: int | None = None, scan_stages: bool = False, track_min: Callable | None = None,
+                 loop: str = "scan"):
         if isinstance(tableau, str):
             if tableau not in RK_TABLEAUX:
                 raise InputError(f"tableau must be a ButcherTableau or one of {sorted(RK_TABLEAUX)}, got {tableau!r}.")
@@ -227,12 +228,12 @@ class RKStepper(_GridStepper):
                 raise InputError("RKStepper needs dt and num_layers (the layer grid), or ts and steps_per_save (save "
                                  "times) with dt and num_layers None; track_min goes with ts.")
             self.save_ts, self.steps_per_save = None, None
-            self._grid_init(dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint)
+            self._grid_init(dt, num_layers, t0, shift, save_every, save_at, save_aux, checkpoint, loop)
             return
         if (dt is not None or num_layers is not None or save_every is not None or save_at is not None or save_aux
-                or (isinstance(t0, (int, float)) and t0 != 0.0) or checkpoint != "auto"):
+                or (isinstance(t0, (int, float)) and t0 != 0.0) or checkpoint != "auto" or loop != "scan"):
             raise InputError("with ts (the save times) give steps_per_save and leave dt, num_layers, t0, save_every, "
-                             "save_at, save_aux and checkpoint unset.")
+                             "save_at, save_aux, checkpoint and loop unset.")
         self._times_init(ts, steps_per_save, shift)
 
     def _times_init(self, ts, steps_per_save, shift):
@@ -249,7 +250,7 @@ class RKStepper(_GridStepper):
         self.num_layers = steps * (shape[0] - 1)
         self.dt, self.t0 = None, ts[0]
         self.save_every, self.save_at = steps, SaveLayers.uniform(steps, self.num_layers)
-        self.checkpoint, self.save_aux = None, False
+        self.checkpoint, self.save_aux, self.loop = None, False, "scan"
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
         """The field unchanged (the stages evaluate the continuous-time field)."""

@@ -9,23 +9,25 @@ raw x otherwise) at each checkpoint layer (:attr:`PhaseConfig.checkpoint_layers`
 
 How the work is laid out (measured on a 2-core CPU, n = 32; benchmarks/bench_phase.py):
 
-* an outer ``lax.scan`` over the checkpoint intervals, each a ``fori_loop`` of plain layers followed by
-  the statistics: no per-layer branch, and no (layers + 1)-row buffer of blanks;
+* the layers run in :class:`~attnflow.integrate.EulerStepper` with ``save_at`` the checkpoint layers and
+  ``loop="fori"``: one ``lax.scan`` over the checkpoint intervals, each a ``fori_loop`` of plain layers,
+  and the statistics as its ``save_fn`` (compiled once, however the checkpoints are spaced; no per-layer
+  branch, and no (layers + 1)-row buffer of blanks);
 * the pairs of a chunk run in cache-sized groups (:func:`attnflow.vmap_systems`, sized by :data:`PAIR_MATRICES`):
   a vmap over thousands of pairs streams their n x n score matrices through memory at every layer;
-* the sphere with Q = K = V = I (the model of the sphere literature and the peers' script) skips the
-  three d x d projections, which are exact identities there and cost several times the attention
-  itself at d >> n: its layer is :func:`attnflow.attend` of :math:`(\beta x, x, x)`, projected on the
-  tangent spaces and renormalised, the same numbers the general field computes; the statistics of a
-  checkpoint are computed with the layer that leaves it, whose softmax row sums give the energy
+* the sphere with Q = K = V = I (the model of the sphere literature and the peers' script) is the sphere
+  field's registry option ``identity_weights=True`` (:class:`~attnflow.dynamics.IdentitySphereFlow`): it
+  skips the three d x d projections, which are exact identities there and cost several times the attention
+  itself at d >> n, and its ``vector_field_with_aux`` hands the softmax row sums of the layer that leaves a
+  checkpoint to the statistics (``save_aux=True``), which give the energy
   (:func:`attnflow.observables._pairs.sphere_energy_from_row_sums`: -20% a chunk at n = 32, d = 2).
 
 The 1/n normalisation (``normalisation = "mean"``) steps the field divided by
 :math:`s(\beta) = \max(\sqrt\beta\,e^{\beta-1/2}, 1)` (:func:`~attnflow.phase.step_scale`): a layer advances the
-rescaled time :math:`\tau = s(\beta)\,t` by dt (the 1/n flow's own step is :math:`dt/s(\beta)`), and every time
-the job records is :math:`\tau`. With Q = K = V = I it is computed as the softmax layer times
-:math:`r_i e^{\beta - \log s}/n` (:math:`r_i` the row sums of the max-shifted exponentials), so no
-:math:`e^\beta` is formed and every beta is finite.
+rescaled time :math:`\tau = s(\beta)\,t` by dt (the 1/n flow's own step is :math:`dt/s(\beta)`, the stepper's dt
+for general weights), and every time the job records is :math:`\tau`. With Q = K = V = I the field itself is
+divided by s (the option ``log_scale``), computed as the softmax layer times :math:`r_i e^{\beta - \log s}/n`
+(:math:`r_i` the row sums of the max-shifted exponentials), so no :math:`e^\beta` is formed and every beta is finite.
 
 Common random numbers: system s of a group starts from the same cloud (and, with
 ``weights = "per_system"``, draws the same weights) for every beta.
@@ -41,14 +43,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._attention import attend, attend_with_row_sums
 from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
 from ..dynamics import normalise
-from ..dynamics._normalised import tangent_projection
 from ..ensembles import draw_systems, system_seeds, token_key
 from ..fields import build_field, field_entry
-from ..integrate import EulerStepper
+from ..integrate import EulerStepper, SaveLayers
 from ..observables import directions, gram_statistics, span_dimension
 from ..observables._pairs import sphere_energy_from_row_sums
 from .._sweep_dynamics import head_seeds
@@ -181,46 +181,12 @@ def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tup
     return Q[take], K[take], V[take]
 
 
-def _checkpoint_run(layer, stats, y0, checkpoints, dt, *, layer_and_stats=None):
-    r"""Layers from ``y0`` with ``stats`` of the state at every checkpoint layer (increasing, the first 0).
-
-    ``layer(k, y) -> y_next`` is layer k; between two checkpoints the layers run in a ``fori_loop``,
-    the intervals in one ``lax.scan`` (the first, layer 0, is empty: ``stats`` is compiled once).
-    ``layer_and_stats(k, y) -> (layer(k, y), stats(y))``, where given, computes a checkpoint's statistics
-    together with the layer that leaves it, where the two share work (the identity sphere's energy comes
-    from that layer's softmax); the layer after the last checkpoint is then computed and dropped.
-    Returns the statistics stacked over the checkpoints and the time of the first non-finite state
-    (inf when none), as :class:`~attnflow.integrate.EulerStepper` records it.
-    """
-    dtype = jnp.result_type(y0, float)
-    dt = jnp.asarray(dt, dtype)
-    layers = np.asarray(checkpoints)
-
-    def mark(k, y_next, t_bad):  # the time of the first non-finite state, y_next = layer k's output
-        newly_bad = jnp.isinf(t_bad) & ~jnp.all(jnp.isfinite(y_next))
-        return jnp.where(newly_bad, k.astype(dtype) * dt + dt, t_bad)
-
-    def step(k, carry):
-        y, t_bad = carry
-        y_next = layer(k, y)
-        return y_next, mark(k, y_next, t_bad)
-
-    if layer_and_stats is None:
-        def interval(carry, bounds):
-            carry = jax.lax.fori_loop(bounds[0], bounds[1], step, carry)
-            return carry, stats(carry[0])
-
-        bounds = np.stack([np.concatenate([[0], layers[:-1]]), layers], axis=1)
-    else:
-        def interval(carry, bounds):  # the checkpoint bounds[0] with its layer, then plain layers to bounds[1]
-            y, t_bad = carry
-            y_next, saved = layer_and_stats(bounds[0], y)
-            t_bad = jnp.where(bounds[0] < layers[-1], mark(bounds[0], y_next, t_bad), t_bad)
-            return jax.lax.fori_loop(bounds[0] + 1, bounds[1], step, (y_next, t_bad)), saved
-
-        bounds = np.stack([layers, np.concatenate([layers[1:], [layers[-1] + 1]])], axis=1)
-    (_, t_bad), saved = jax.lax.scan(interval, (y0, jnp.asarray(jnp.inf, dtype)), jnp.asarray(bounds, jnp.int32))
-    return saved, t_bad
+def _rescaled_time(t, step, dt):
+    r"""The rescaled time :math:`\tau = k\,dt + dt` of the layer that ends at the stepper's time
+    :math:`t = k\,\mathrm{step} + \mathrm{step}` (inf stays inf): the layer count k + 1 is t / step rounded,
+    exact for fewer than about :math:`10^6` layers in float32."""
+    dt = jnp.asarray(dt, t.dtype)
+    return (jnp.round(t / step) - 1) * dt + dt
 
 
 def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -254,55 +220,37 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     """
     spec, dtype, layers = group.dynamics, config.jax_dtype, config.num_layers
     entry = field_entry(spec.field)
-    ckpt = np.asarray(config.checkpoint_layers)
+    saves = SaveLayers.given(config.checkpoint_layers)
     dt, threshold, n, d = config.dt, config.threshold, group.n, group.d
     options = {"normalisation": config.normalisation} if spec.field == "sphere" else {}
     identity = _identity_sphere(config, group)
-    stepper = EulerStepper(dt, layers, shift=entry.shift, checkpoint=None)
-
     mean = config.normalisation == "mean"
+    eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
 
     def one(beta, seed, x0, *weights):
         beta = beta.astype(dtype)
         # the 1/n normalisation steps f / s(beta) (step_scale): its layers advance the rescaled time by dt
-        log_s = log_step_scale(beta) if mean else jnp.zeros((), dtype)
-        step = jnp.asarray(dt, dtype) * (jnp.exp(-log_s) if mean and not identity else 1)
-        layer_and_stats = None
-        if identity and mean:
-            def rescaled(y):  # f / s without e^beta: P_ij / s = softmax_ij r_i e^{beta - log s} / n (max score beta)
-                out, row_sums = attend_with_row_sums(beta * y, y, y, "softmax")
-                scale = row_sums * jnp.exp(beta - log_s - math.log(n))
-                return tangent_projection(y, out * scale[:, None]), row_sums
-
-            def drift(t, y):
-                return rescaled(y)[0]
-
-            def layer_and_stats(k, y):  # the energy from the same row sums (tokens of unit norm)
-                f, row_sums = rescaled(y)
-                y_next = stepper.shift(y, step * f)
-                return y_next, statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
-        elif identity:
-            def drift(t, y):
-                return tangent_projection(y, attend(beta * y, y, y, normalisation=config.normalisation))
-
-            def layer_and_stats(k, y):  # the energy of y from the next layer's softmax (tokens of unit norm)
-                out, row_sums = attend_with_row_sums(beta * y, y, y, config.normalisation)
-                y_next = stepper.shift(y, step * tangent_projection(y, out))
-                return y_next, statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
-        else:
+        log_s = log_step_scale(beta) if mean else None
+        if identity:  # f / s in the field (log_scale), the stepper's dt the rescaled time's
+            field = build_field("sphere", eye, eye, eye, beta=beta, identity_weights=True, log_scale=log_s,
+                                **options)
+            step = dt
+        else:  # the field f, the stepper's dt the unscaled flow's step dt / s
             Q, K, V = (w.astype(dtype) for w in weights)
-            field = stepper.bind(build_field(spec.field, Q, K, V, beta=beta,
-                                             picture=spec.picture, **spec.field_options(seed, d, layers, dtype),
-                                             **options))
-
-            def drift(t, y):
-                return field.vector_field(t, y, None)
-
-        def layer(k, y):  # EulerStepper's layer k (t0 = 0); k * step is the unscaled field's time
-            return stepper.shift(y, step * drift(k.astype(dtype) * step, y))
-
-        stats, t_bad = _checkpoint_run(layer, lambda y: statistics(y, beta, threshold), x0, ckpt, dt,
-                                       layer_and_stats=layer_and_stats)
+            field = build_field(spec.field, Q, K, V, beta=beta, picture=spec.picture,
+                                **spec.field_options(seed, d, layers, dtype), **options)
+            step = jnp.asarray(dt, dtype) * jnp.exp(-log_s) if mean else dt
+        stepper = EulerStepper(step, layers, shift=entry.shift, save_at=saves, save_aux=identity, checkpoint=None,
+                               loop="fori")
+        if identity:  # the energy of a checkpoint from the row sums of the layer that leaves it (unit tokens)
+            def save(t, y, row_sums):
+                return statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
+        else:
+            def save(t, y, args):
+                return statistics(y, beta, threshold)
+        traj = stepper.solve(field, x0, save_fn=save)
+        stats = traj.ys
+        t_bad = _rescaled_time(traj.t_nonfinite, step, dt) if mean and not identity else traj.t_nonfinite
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in stats.values()])) & jnp.isinf(t_bad)
         return {**stats, "finite": finite, "t_nonfinite": t_bad}
 
