@@ -118,7 +118,8 @@ def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None,
 
 
 def _stepper_plan(t0, t1, dt, ts, save_every, shift, name) -> IntegratorPlan:
-    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt."""
+    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt (built at once: its saved layers are a compact
+    :class:`~attnflow.integrate.SaveLayers`, nothing save-sized)."""
     if ts is not None:
         raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
                          "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
@@ -130,13 +131,8 @@ def _stepper_plan(t0, t1, dt, ts, save_every, shift, name) -> IntegratorPlan:
             f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
             f"got (t1 - t0) = {span!r} and dt = {dt!r}."
         )
-    save_every = 1 if save_every is None else v.check_int("save_every", save_every, meaning="layers per save")
-    if num_layers % save_every:
-        raise InputError(
-            f"save_every must be a positive divisor of the number of layers {num_layers}, got {save_every}."
-        )
-    build = lambda: EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)
-    return IntegratorPlan(num_layers // save_every + 1, "raise save_every (fewer saved layers)", build, name)
+    stepper = EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)  # checks save_every
+    return IntegratorPlan(stepper.save_at.num_saves, "raise save_every (fewer saved layers)", lambda: stepper, name)
 
 
 def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, name) -> IntegratorPlan:
