@@ -63,8 +63,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .dynamics import ACTIVATIONS, FoldedBatch, normalise
-from .ensembles import system_seeds, token_key
+from .dynamics import ACTIVATIONS, FoldedBatch
+from .ensembles import draw_clouds, head_seeds
 from .errors import InputError
 from .fields import build_field, field_entry, layer_matrix, rescaled_from_raw
 from .integrate import EulerStepper
@@ -201,27 +201,6 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     return spec
 
 
-def head_seeds(seeds: np.ndarray, base_seed: int, group: str, start: int, stop: int, num_heads: int) -> np.ndarray:
-    """Seeds of every head: (B,) for one head (the system's seed), (B, H) for several.
-
-    Head 0 uses the system's own seed (so one head draws exactly the single-head system);
-    head h >= 1 the seeds of the group label ``f"{group}|head={h}"`` (pure functions of
-    (base seed, group, index), like :func:`attnflow.ensembles.system_seeds`).
-
-    Example:
-        >>> from attnflow.ensembles import system_seeds
-        >>> from attnflow._sweep_dynamics import head_seeds
-        >>> s = system_seeds(0, "g", 0, 3)
-        >>> h = head_seeds(s, 0, "g", 0, 3, 2)
-        >>> h.shape, bool((h[:, 0] == s).all())
-        ((3, 2), True)
-    """
-    if num_heads == 1:
-        return seeds
-    cols = [seeds] + [system_seeds(base_seed, f"{group}|head={h}", start, stop) for h in range(1, num_heads)]
-    return np.stack(cols, axis=1)
-
-
 def layer_key(seed) -> jax.Array:
     """The key of a system's per-layer perturbations (``dynamics = "layered"``)."""
     return jax.random.fold_in(jax.random.key(seed), _LAYERS_TAG)
@@ -282,7 +261,8 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
 
 
 def initial_clouds(spec: SweepDynamics, seed, clouds: int, n: int, d: int, dtype):
-    """The system's ``clouds`` random token clouds, i.i.d. N(0, I/d), normalised for the sphere.
+    """The system's ``clouds`` random token clouds, i.i.d. N(0, I/d), normalised for the sphere
+    (:func:`attnflow.ensembles.draw_clouds`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -290,5 +270,4 @@ def initial_clouds(spec: SweepDynamics, seed, clouds: int, n: int, d: int, dtype
         >>> initial_clouds(SweepDynamics("attention", 1, "relu", "identity", 0.0), 3, 2, 5, 4, jnp.float32).shape
         (2, 5, 4)
     """
-    x0 = jax.random.normal(token_key(seed), (clouds, n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-    return normalise(x0) if spec.name == "sphere" else x0
+    return draw_clouds(seed, n, d, dtype, clouds=clouds, on_sphere=spec.name == "sphere")

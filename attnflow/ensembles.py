@@ -18,9 +18,13 @@ Attention matrices :math:`A = Q^T K` (we return ``Q = I_d``, ``K = A``):
 * ``"spd"``      -- :math:`A = M M^T/d + 0.1\, I` (symmetric positive definite);
 * ``"uniform"``  -- i.i.d. :math:`U[-1,1]` entries (Section 12.1: neither symmetric nor PD).
 
-Reproducibility: a system's matrices are a function of its integer seed (and ensemble, d)
-only -- never of the batch it is drawn in. :func:`system_seeds` derives per-system seeds
-from a base seed, a group label and the system index.
+Token clouds (:func:`draw_clouds`): i.i.d. :math:`N(0, I_d/d)` tokens from the system's token key,
+normalised onto the unit sphere for the sphere's dynamics.
+
+Reproducibility: a system's matrices and clouds are a function of its integer seed (and ensemble,
+d, n) only -- never of the batch it is drawn in. :func:`system_seeds` derives per-system seeds
+from a base seed, a group label and the system index; :func:`head_seeds` those of a system's
+further heads. Every job draws its systems here: the sweeps, the phase diagrams.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from jaxtyping import Array, Float, Int
 
 from .errors import InputError
 
-__all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems", "system_seeds"]
+__all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems", "draw_heads", "draw_clouds",
+           "system_seeds", "head_seeds", "token_key"]
 
 V_ENSEMBLES = ("ginibre", "goe", "uniform", "positive", "wishart", "sparse_symmetric", "identity")
 QK_ENSEMBLES = ("identity", "spd", "uniform")
@@ -133,9 +138,47 @@ def _draw(seeds, v_ensemble, qk_ensemble, d, dtype, density):
     return jax.vmap(one)(seeds)
 
 
+def draw_heads(seeds, v_ensemble: str, qk_ensemble: str, d: int, dtype=jnp.float64, density: float = 0.1):
+    """(Q, K, V) of B systems: one head each for seeds (B,), shape (B, d, d) (:func:`draw_systems`); H heads each
+    for seeds (B, H) (:func:`head_seeds`), shape (B, H, d, d), head h of system b drawn from ``seeds[b, h]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.ensembles import draw_heads, draw_systems, head_seeds, system_seeds
+        >>> s = system_seeds(0, "g", 0, 3)
+        >>> Q, K, V = draw_heads(head_seeds(s, 0, "g", 0, 3, 2), "ginibre", "identity", 4)
+        >>> V.shape, bool((V[:, 0] == draw_systems(s, "ginibre", "identity", 4)[2]).all())   # head 0: the system's own
+        ((3, 2, 4, 4), True)
+    """
+    if jnp.ndim(seeds) == 1:
+        return draw_systems(seeds, v_ensemble, qk_ensemble, d, dtype, density)
+    B, H = jnp.shape(seeds)
+    return tuple(a.reshape(B, H, d, d) for a in draw_systems(seeds.reshape(-1), v_ensemble, qk_ensemble, d, dtype,
+                                                              density))
+
+
 def token_key(seed) -> Array:
     """The key of a system's initial token clouds (independent of its weights' streams)."""
     return jax.random.fold_in(jax.random.key(seed), _X_TAG)
+
+
+def draw_clouds(seed, n: int, d: int, dtype=jnp.float64, *, clouds: int | None = None, on_sphere: bool = False):
+    r"""A system's random start: n tokens i.i.d. :math:`N(0, I_d/d)` from its token key (:func:`token_key`),
+    (n, d), or ``clouds`` independent clouds of them, (clouds, n, d) (the first cloud is the (n, d) one);
+    normalised onto the unit sphere when ``on_sphere``. Traceable in ``seed`` (vmap it over systems).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.ensembles import draw_clouds
+        >>> x = draw_clouds(7, 5, 3, jnp.float32, clouds=2, on_sphere=True)
+        >>> x.shape, bool(jnp.allclose(jnp.linalg.norm(x, axis=-1), 1.0)), bool((x[0] == draw_clouds(7, 5, 3, jnp.float32, on_sphere=True)).all())
+        ((2, 5, 3), True, True)
+    """
+    from .dynamics import normalise
+
+    shape = (n, d) if clouds is None else (clouds, n, d)
+    x0 = jax.random.normal(token_key(seed), shape, dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+    return normalise(x0) if on_sphere else x0
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -161,3 +204,23 @@ def system_seeds(base_seed: int, group: str, start: int, stop: int) -> np.ndarra
     with np.errstate(over="ignore"):
         x = np.uint64(tag) + np.arange(start, stop, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     return (_splitmix64(x) & np.uint64(0x7FFFFFFF)).astype(np.int64)
+
+
+def head_seeds(seeds: np.ndarray, base_seed: int, group: str, start: int, stop: int, num_heads: int) -> np.ndarray:
+    """Seeds of every head: (B,) for one head (the system's seed), (B, H) for several.
+
+    Head 0 uses the system's own seed (so one head draws exactly the single-head system);
+    head h >= 1 the seeds of the group label ``f"{group}|head={h}"`` (pure functions of
+    (base seed, group, index), like :func:`system_seeds`).
+
+    Example:
+        >>> from attnflow.ensembles import head_seeds, system_seeds
+        >>> s = system_seeds(0, "g", 0, 3)
+        >>> h = head_seeds(s, 0, "g", 0, 3, 2)
+        >>> h.shape, bool((h[:, 0] == s).all())
+        ((3, 2), True)
+    """
+    if num_heads == 1:
+        return seeds
+    cols = [seeds] + [system_seeds(base_seed, f"{group}|head={h}", start, stop) for h in range(1, num_heads)]
+    return np.stack(cols, axis=1)

@@ -367,8 +367,8 @@ def interaction_energy_fourier(points: Float[Array, "n *two"], beta, num_modes: 
     so :math:`E_\beta = \frac{e^\beta}{2\beta}\big(\hat I_0 + 2\sum_{m=1}^{K}\hat I_m|\hat\mu_m|^2\big)`
     (:math:`\hat I_m = I_m e^{-\beta}`, :func:`~attnflow.meanfield.kernel_modes`), truncated at
     K = ``num_modes``: the relative error is at most :math:`2\sum_{m>K}\hat I_m/\hat I_0`. When beta
-    is a concrete number, a K with :math:`\hat I_{K+1} > 10^{-15}\hat I_0` is refused (the message
-    names a K that suffices). Traceable in beta and the angles.
+    is a concrete number, a K for which that bound (:func:`attnflow._fourier.fourier_modes`' tail bound) can
+    exceed :math:`10^{-15}` is refused (the message names the K that suffices). Traceable in beta and the angles.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -400,21 +400,20 @@ def _energy_fourier(points, beta, num_modes: int, block: int):
     return jnp.exp(beta + jnp.log(total) - jnp.log(2 * beta))
 
 
-def _host_kernel_ratio(beta: float, mode: int) -> float:
-    r""":math:`\hat I_{mode}(\beta)/\hat I_0(\beta)` in float64 on the host (numpy's FFT, the rule of :func:`kernel_modes`)."""
-    from ._kernel import quadrature_nodes
-
-    nodes = quadrature_nodes(mode)
-    coeffs = np.fft.rfft(np.exp(beta * (np.cos(2 * np.pi * np.arange(nodes) / nodes) - 1))).real
-    return float(abs(coeffs[mode]) / coeffs[0])
+#: the largest relative error of :func:`interaction_energy_fourier`'s truncation at a concrete beta
+ENERGY_MODES_TOL = 1e-15
 
 
 def _check_modes_suffice(beta: float, num_modes: int) -> None:
-    """Refuse a truncation whose first dropped mode is above 1e-15 of the zero mode."""
-    tail = _host_kernel_ratio(beta, num_modes + 1)
-    if tail > 1e-15:
-        need = num_modes
-        while _host_kernel_ratio(beta, need + 1) > 1e-15:
-            need *= 2
-        raise InputError(f"num_modes = {num_modes} is too few Fourier modes for beta = {beta:g} (the first mode "
-                         f"left out carries {tail:.1e} of the zero mode); pass num_modes={need} or more.")
+    r"""Refuse a truncation whose relative error can exceed :data:`ENERGY_MODES_TOL`: the dropped terms are at
+    most :math:`2\sum_{m>K}\hat I_m = T_K` against a total of at least :math:`\hat I_0`, so K must be at least
+    :func:`attnflow._fourier.fourier_modes` of beta with ``tol`` :math:`= 2\,\mathrm{tol}\,\hat I_0(\beta)`
+    (the one rule for the number of modes)."""
+    from scipy.special import ive
+
+    from .._fourier import fourier_modes
+
+    need = fourier_modes(beta, tol=2 * ENERGY_MODES_TOL * float(ive(0, beta)))
+    if num_modes < need:
+        raise InputError(f"num_modes = {num_modes} is too few Fourier modes for beta = {beta:g} (the energy's "
+                         f"truncation error could exceed {ENERGY_MODES_TOL:g}); pass num_modes={need} or more.")

@@ -45,13 +45,11 @@ import numpy as np
 
 from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
-from ..dynamics import normalise
-from ..ensembles import draw_systems, system_seeds, token_key
+from ..ensembles import draw_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
 from ..integrate import EulerStepper, SaveLayers
 from ..observables import directions, gram_statistics, span_dimension
 from ..observables._pairs import sphere_energy_from_row_sums
-from .._sweep_dynamics import head_seeds
 from ..runs import sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
@@ -87,14 +85,6 @@ def statistics(x, beta, threshold, *, energy=None) -> dict:
             "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
-def _initial_cloud(seed, n: int, d: int, dtype, on_sphere: bool):
-    r"""The start cloud of a system: n tokens :math:`N(0, I_d/d)` from the system's token key
-    (:func:`attnflow.ensembles.token_key`), normalised onto the unit sphere when ``on_sphere``.
-    """
-    x0 = jax.random.normal(token_key(seed), (n, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
-    return normalise(x0) if on_sphere else x0
-
-
 def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
     """The start clouds (len(systems), n, d) of the given systems of a group, as the job draws them
     (the same for every beta), in the config's dtype.
@@ -115,9 +105,10 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool):
-    """The compiled draw of the start clouds (B, n, d) of B seeds (:func:`_initial_cloud`), shared by the job
+    """The compiled draw of the start clouds (B, n, d) of B seeds (:func:`attnflow.ensembles.draw_clouds`: n tokens
+    :math:`N(0, I_d/d)` from each system's token key, on the sphere when ``on_sphere``), shared by the job
     and :func:`start_clouds`."""
-    return jax.jit(jax.vmap(lambda s: _initial_cloud(s, n, d, dtype, on_sphere)))
+    return jax.jit(jax.vmap(lambda s: draw_clouds(s, n, d, dtype, on_sphere=on_sphere)))
 
 
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -167,15 +158,9 @@ def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tup
         drawn = head_seeds(seeds, config.seed, group.label + "|weights", int(systems.min()), int(systems.max()) + 1,
                            heads)
         take = systems - int(systems.min())
-    flat = drawn.reshape(-1)
-    Q, K, V = (np.asarray(a, np.float64) for a in draw_systems(flat, config.v_ensemble, config.qk_ensemble, group.d,
-                                                                jnp.float64, config.density))
-    d = group.d
-    if heads > 1:
-        Q, K, V = (a.reshape(-1, heads, d, d) for a in (Q, K, V))
-        S = V.sum(axis=1)
-    else:
-        S = V
+    Q, K, V = (np.asarray(a, np.float64) for a in draw_heads(drawn, config.v_ensemble, config.qk_ensemble, group.d,
+                                                              jnp.float64, config.density))
+    S = V.sum(axis=1) if heads > 1 else V
     rho = np.maximum(np.abs(np.linalg.eigvals(S)).max(axis=-1), 1e-30)
     V = V / (rho[:, None, None, None] if heads > 1 else rho[:, None, None])
     return Q[take], K[take], V[take]

@@ -38,7 +38,7 @@ from .. import runs
 from .._batching import group_size, loop_over_systems, vmap_systems
 from .._chunked import DEFAULT_CHUNK
 from .._attention import select_impl
-from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_systems, system_seeds
+from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_heads, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
 from ..spectral._batched import GEOMETRIES, check_batch
@@ -188,12 +188,8 @@ def _draw(seeds, v, qk, d, density):
     seeds (B,): one triple per system, returned as (Q, K, V, V). seeds (B, H): H independent heads
     per system, (Q, K, V) of shape (B, H, d, d), and S = sum_h V_h (with head 1's Q, K for the
     checks; :mod:`attnflow._sweep_dynamics`)."""
-    if seeds.ndim == 1:
-        Q, K, V = draw_systems(seeds, v, qk, d, jnp.float64, density)
-        return Q, K, V, V
-    B, H = seeds.shape
-    Q, K, V = (a.reshape(B, H, d, d) for a in draw_systems(seeds.reshape(-1), v, qk, d, jnp.float64, density))
-    return Q, K, V, V.sum(axis=1)
+    Q, K, V = draw_heads(seeds, v, qk, d, jnp.float64, density)
+    return Q, K, V, (V if seeds.ndim == 1 else V.sum(axis=1))
 
 
 def _spectral_stage(seeds, v, qk, d, density, route, w=None, proj=None, k=None):
