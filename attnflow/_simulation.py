@@ -396,6 +396,8 @@ def _method_name(integrator: AbstractIntegrator) -> str:
 
 def _num_saves(integrator: AbstractIntegrator) -> int | None:
     """How many states ``integrator`` saves (None for an integrator attnflow does not know)."""
+    if getattr(integrator, "save_ts", None) is not None:  # RKStepper between given save times
+        return int(np.shape(integrator.save_ts)[0])
     if isinstance(integrator, (EulerStepper, RKStepper)):
         return integrator.save_at.num_saves
     if isinstance(integrator, ODESolver):
@@ -407,6 +409,8 @@ def _span(integrator: AbstractIntegrator) -> tuple[Any, Any]:
     """(t0, t1) of an integrator: an ODE solve's span, or a layer grid's first and last layer times."""
     if isinstance(integrator, ODESolver):
         return integrator.t0, integrator.t1
+    if getattr(integrator, "save_ts", None) is not None:
+        return integrator.save_ts[0], integrator.save_ts[-1]
     t0 = getattr(integrator, "t0", 0.0)
     return t0, t0 + integrator.dt * integrator.num_layers if hasattr(integrator, "num_layers") else None
 

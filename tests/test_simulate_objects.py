@@ -55,6 +55,9 @@ def test_rk_stepper_runs_in_both_pictures():
     scaled = af.simulate(X0, Q, I2, V, stepper, picture="rescaled")
     assert raw.method == "rk:rk4" and raw.states.shape == (21, 10, 2)
     np.testing.assert_allclose(np.asarray(scaled.tokens), np.asarray(raw.tokens), rtol=1e-4, atol=1e-4)
+    between = af.simulate(X0, Q, I2, V, RKStepper("rk4", ts=jnp.linspace(0.0, 1.0, 3), steps_per_save=10))
+    assert between.states.shape == (3, 10, 2)
+    np.testing.assert_allclose(np.asarray(between.states[-1]), np.asarray(raw.states[-1]), rtol=1e-4, atol=1e-4)
 
 
 def test_options_are_checked_once_each():
