@@ -124,3 +124,27 @@ def test_read_csv_reads_back_what_write_table_wrote(tmp_path):
     parts = [{"d": np.array([2, 3]), "x": np.array([0.1, np.nan]), "ok": np.array([True, False])}]
     runs.write_table(tmp_path / "t.csv", parts, ["d", "x", "ok"])
     assert runs.read_csv(tmp_path / "t.csv") == {"d": ["2", "3"], "x": ["0.1", "nan"], "ok": ["true", "false"]}
+
+
+def test_no_job_imports_another_jobs_modules():
+    """The runtime every job needs is attnflow.runs; a job's package imports no other job's package (the
+    probes read a real model's heads through attnflow.models, the one exception: that package also loads
+    models for the library)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "attnflow"
+    jobs = {"sweep", "phase", "meanfield", "probe", "report", "models"}
+    allowed = {("probe", "models")}
+    found = []
+    for job in sorted(jobs):
+        for path in (root / job).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
+                    other = node.module.split(".")[0]
+                    if other in jobs and other != job and (job, other) not in allowed:
+                        found.append(f"{path.relative_to(root)}: from {'.' * node.level}{node.module}")
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("attnflow."):
+                    other = node.module.split(".")[1]
+                    if other in jobs and other != job and (job, other) not in allowed:
+                        found.append(f"{path.relative_to(root)}: from {node.module}")
+    assert not found, found
