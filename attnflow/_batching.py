@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from . import _cache
 from ._attention import held_scores
+from ._weights import AttentionWeights
 from .errors import InputError
 
 __all__ = ["loop_over_systems", "map_over_batch", "lapack_needs_loop", "vmap_systems", "group_size", "vmap_build",
@@ -215,6 +216,24 @@ def _check_names(field, names: tuple[str, ...]) -> None:
                          f"name 'x0', 'field' (every array leaf) or one of its leaves {tuple(sorted(found - {None}))}.")
 
 
+def _check_weight_ranks(field, names: tuple[str, ...]) -> None:
+    """The batched leaves of every :class:`~attnflow.AttentionWeights` inside ``field`` have one axis more than one
+    system's (Q, K, V: the named axes + 2; beta: the named axes; biases: + 1): a batch is never guessed."""
+    every = "field" in names
+    extra = {"Q": 2, "K": 2, "V": 2, "beta": 0, "q_bias": 1, "k_bias": 1, "v_bias": 1}
+    is_weights = lambda m: isinstance(m, AttentionWeights)
+    for w in (m for m in jax.tree_util.tree_leaves(field, is_leaf=is_weights) if is_weights(m)):
+        for name, more in extra.items():
+            leaf = getattr(w, name)
+            if leaf is None or not (every or name in names):
+                continue
+            one = len(w.axes) + more
+            if jnp.ndim(leaf) != one + 1:
+                raise InputError(f"batch names {'field' if every else name!r}, so the field's {name} needs a leading "
+                                 f"batch axis B before one system's {one} axes, got shape {jnp.shape(leaf)}; build the "
+                                 "field under jax.vmap (or pass beta=(B,) for 'beta').")
+
+
 def field_batch_sizes(field, names: tuple[str, ...]) -> dict[str, int]:
     """The batch size B of the leaves of ``field`` that ``names`` select (:func:`split_field`), by leaf name;
     an :class:`~attnflow.InputError` for a name that selects nothing or a selected leaf without a leading axis.
@@ -228,6 +247,7 @@ def field_batch_sizes(field, names: tuple[str, ...]) -> dict[str, int]:
         {'beta': 5}
     """
     _check_names(field, names)
+    _check_weight_ranks(field, names)
     sizes = {}
     chosen = _selected(field, names)
     for (path, leaf), take in zip(jax.tree_util.tree_flatten_with_path(field)[0], jax.tree_util.tree_leaves(chosen)):

@@ -386,7 +386,7 @@ def test_simulate_dynamics_hook(rng):
         np.testing.assert_allclose(sim.tokens[b], jax.vmap(f.tokens)(direct.ts, direct.ys), atol=TOL, rtol=0)
     with pytest.raises(InputError, match="omit Q, K, V"):
         af.simulate(x0[0], Q, dynamics=f, t1=1.0)
-    with pytest.raises(InputError, match="only 'x0' can be batched"):
+    with pytest.raises(InputError, match="V needs a leading batch axis"):  # a batch is named, never guessed
         af.simulate(x0, dynamics=f, t1=1.0, batch=("x0", "V"))
     with pytest.raises(InputError, match="shift= applies to the Euler"):
         af.simulate(x0[0], dynamics=f, t1=1.0, shift="sphere")
