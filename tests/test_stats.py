@@ -14,6 +14,7 @@ from attnflow.stats import (
     fit_slope,
     kaplan_meier,
     mean_interval,
+    standard_error,
     survival_quantile,
     t_quantile,
     wilson_interval,
@@ -228,3 +229,11 @@ def test_censored_lognormal_fit_refusals_and_too_few_events():
         censored_lognormal_fit(np.array([1.0, 2.0]), np.array([1.0]), np.zeros(2, bool))
     few = censored_lognormal_fit(np.array([1.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]), np.array([False, False, True]))
     assert few["slope"] is None and few["events"] == 2 and few["x_values"] == [1.0, 2.0]
+
+
+def test_standard_error_is_scipys_sem():
+    rng = np.random.default_rng(7)
+    for m in (2, 3, 10, 100):
+        v = rng.standard_normal(m) * 3.0
+        assert standard_error(v) == pytest.approx(stats.sem(v), rel=1e-13)
+    assert np.isnan(standard_error(np.array([1.0]))) and np.isnan(standard_error(np.array([])))

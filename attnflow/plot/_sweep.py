@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from pathlib import Path
 
@@ -319,6 +318,8 @@ def sweep_means(table, *, x: str = "d", y: str = "mean_num_real", se: str | None
         >>> ax.get_yscale()
         'linear'
     """
+    from ..stats import standard_error
+
     check = Inputs("sweep_means")
     cols = _columns(check, table)
     _has(check, cols, [x, y])
@@ -340,8 +341,7 @@ def sweep_means(table, *, x: str = "d", y: str = "mean_num_real", se: str | None
             for xv in np.unique(xs[np.isfinite(xs)]):
                 v = vs[(xs == xv) & np.isfinite(vs)]
                 missing += int(np.sum((xs == xv) & ~np.isfinite(vs)))
-                pts.append((xv, v.mean() if v.size else np.nan,
-                            v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else np.nan))
+                pts.append((xv, v.mean() if v.size else np.nan, standard_error(v)))
             xs, m, s = np.array(pts, float).reshape(-1, 3).T
         else:
             m = vs

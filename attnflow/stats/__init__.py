@@ -1,7 +1,7 @@
 r"""Statistics of the jobs' results, written once: interval estimates, the least-squares slope with its
 interval, and lifetimes (Kaplan-Meier, the censored log-normal regression).
 
-* :func:`t_quantile`, :func:`mean_interval`, :func:`difference_interval` (paired, or Welch's): Student-t
+* :func:`t_quantile`, :func:`standard_error`, :func:`mean_interval`, :func:`difference_interval` (paired, or Welch's): Student-t
   intervals; :func:`wilson_interval`: a binomial proportion;
 * :func:`fit_slope`: the least-squares slope of a line (one intercept, or one per group) with its Student-t
   interval;
@@ -12,9 +12,9 @@ interval, and lifetimes (Kaplan-Meier, the censored log-normal regression).
 Host-side (numpy and scipy); each function's docstring states its formula.
 """
 
-from ._intervals import difference_interval, mean_interval, t_quantile, wilson_interval
+from ._intervals import difference_interval, mean_interval, standard_error, t_quantile, wilson_interval
 from ._regression import fit_slope
 from ._survival import censored_lognormal_fit, kaplan_meier, survival_quantile
 
-__all__ = ["t_quantile", "mean_interval", "difference_interval", "wilson_interval", "fit_slope", "kaplan_meier",
+__all__ = ["t_quantile", "standard_error", "mean_interval", "difference_interval", "wilson_interval", "fit_slope", "kaplan_meier",
            "survival_quantile", "censored_lognormal_fit"]

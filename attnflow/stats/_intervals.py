@@ -26,6 +26,20 @@ def t_quantile(dof, confidence: float):
     return _special.stdtrit(dof, 0.5 + confidence / 2)
 
 
+def standard_error(values: np.ndarray) -> float:
+    r"""The standard error of the mean of ``values`` (all entries): :math:`s/\sqrt m`, s the sample standard
+    deviation (ddof 1) of the m values; NaN for fewer than two.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.stats import standard_error
+        >>> standard_error(np.array([1.0, 2.0, 3.0, 4.0])), standard_error(np.array([5.0]))
+        (0.6454972243679028, nan)
+    """
+    values = np.asarray(values)
+    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
 def mean_interval(values: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Mean over axis 0 and its Student-t interval :math:`\bar y \pm t_{(1+c)/2,\,m-1}\, s/\sqrt m` over the m
     rows (s: the sample standard deviation, ddof 1). No row: NaN; one row, or rows that all agree: a zero-width

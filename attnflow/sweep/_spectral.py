@@ -27,7 +27,7 @@ from ..errors import InputError
 from ..spectral._batched import eigen_stats, _stats_from_eigvals
 from ..spectral._eig import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
-from ..stats import wilson_interval
+from ..stats import standard_error, wilson_interval
 from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables
 
 __all__ = ["COLUMNS", "run_spectral_sweep", "wilson_interval", "check_spectral_config", "check_spectral_sizes"]
@@ -210,7 +210,7 @@ def summarize(table: dict, groups: list[dict], confidence: float) -> dict:
             "frac_cond1": k1 / n, "frac_cond1_ci": wilson_interval(k1, n, confidence),
             "frac_cond1_real_part": k2 / n, "frac_cond1_real_part_ci": wilson_interval(k2, n, confidence),
             "mean_num_real": float(nr.mean()),
-            "mean_num_real_se": float(nr.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+            "mean_num_real_se": standard_error(nr),
             "ginibre_num_real_asymptotic": math.sqrt(2 * g["d"] / math.pi) + 0.5,
             "mean_gap_given_cond1": float(table["gap"][sel][table["cond1"][sel]].mean()) if k1 else float("nan"),
         })
