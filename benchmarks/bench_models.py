@@ -111,7 +111,7 @@ def main(argv=None) -> dict:
         p.error("--tokens must lie in [3, 512] and --repeats be >= 1")
     r = run(args.tokens, args.repeats, args.torch)
     print(format_result(r))
-    from attnflow.runio import atomic_write_json
+    from attnflow.runs import atomic_write_json
 
     atomic_write_json(args.out, r)
     return r

@@ -69,7 +69,7 @@ def main() -> int:
 
     jax.config.update("jax_enable_x64", True)  # a benchmark script (not the library) sets it
     from attnflow.ensembles import system_seeds
-    from attnflow.runio import atomic_write_json, load_config, provenance
+    from attnflow.runs import atomic_write_json, load_config, provenance
     from attnflow.spectral import eig_route
     from attnflow.sweep import check_eig_route, make_chunk_fn, make_mesh, make_spectral_chunk_fn
 

@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.runio import _git_commit, atomic_write_json, atomic_write_text  # noqa: F401  (re-exported)
+from attnflow.runs import atomic_write_json, atomic_write_text  # noqa: F401  (re-exported)
+from attnflow.runs import git_commit as _git_commit
 
 __all__ = [
     "make_problem",
@@ -178,7 +179,7 @@ def machine_info() -> dict:
         "jax_backend": jax.default_backend(),
         "jax_devices": [str(d) for d in jax.devices()],
         "versions": versions,
-        "git_commit": _git_commit(),  # attnflow.runio's, one implementation
+        "git_commit": _git_commit(),  # attnflow.runs.git_commit, one implementation
     }
 
 

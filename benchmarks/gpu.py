@@ -364,7 +364,7 @@ def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
     from attnflow.sweep import make_chunk_fn
     from attnflow.sweep import make_mesh
 
-    from attnflow.runio import load_config
+    from attnflow.runs import load_config
 
     t0 = time.perf_counter()
     cfg = {**load_config(None, "ginibre-dynamics.toml"), "n": n, "clouds": 1, "dt": 0.1, "t1": 0.1 * layers,

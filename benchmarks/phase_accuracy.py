@@ -207,7 +207,7 @@ def main() -> None:
     size = "quick" if args.quick else "full"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from attnflow.runio import atomic_write_json
+    from attnflow.runs import atomic_write_json
 
     start = time.perf_counter()
     conv = [] if args.skip_convergence else convergence(size)

@@ -28,7 +28,7 @@ def main() -> None:
     from attnflow.fields import make_dynamics
     from attnflow.report import (EULER_STEPS, MUTATIONS, case_names, mutated_field_factory, parse_reproduce_config,
                                  reproduce)
-    from attnflow.runio import load_config
+    from attnflow.runs import load_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1, help="initial configurations per case (default 1)")

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import attnflow.plot as ap
-from attnflow.runio import load_config
+from attnflow.runs import load_config
 from attnflow.sweep import run_spectral_sweep
 
 NAME = "03_sweep_an_ensemble"
