@@ -11,7 +11,7 @@ from attnflow import AttentionFlow
 from attnflow._x64 import float64_scope
 from attnflow.dynamics import AbstractDynamics
 from attnflow.errors import InputError
-from attnflow.integrate import EulerStepper, RKStepper, SaveLayers
+from attnflow.integrate import RESULTS, EulerStepper, RKStepper, SaveLayers
 
 SAVE_SETS = [(0, 3, 7, 20), (2, 5), (1, 2, 4, 8, 16), (20,), (0, 1, 2, 4, 5, 7, 8, 10, 20)]
 
@@ -90,7 +90,7 @@ def test_fori_marks_the_first_non_finite_layer_as_the_scan_does(save_aux):
         scan = EulerStepper(0.05, 20, save_at=layers, save_aux=save_aux).solve(field, x0)
         fori = EulerStepper(0.05, 20, save_at=layers, save_aux=save_aux, loop="fori").solve(field, x0)
         assert float(fori.t_nonfinite) == float(scan.t_nonfinite) == pytest.approx(0.6)
-        assert int(fori.result) == int(scan.result) != 0
+        assert int(fori.result) == int(scan.result) == RESULTS.nonfinite
 
 
 def test_fori_layer_past_the_end_is_for_its_by_product_only():
@@ -98,7 +98,7 @@ def test_fori_layer_past_the_end_is_for_its_by_product_only():
     field, x0 = BlowsUpAt(1.0), _tokens(dtype=jnp.float32)
     traj = EulerStepper(0.05, 20, save_at=(0, 10, 20), save_aux=True, loop="fori").solve(
         field, x0, save_fn=lambda t, y, aux: aux)
-    assert np.isinf(float(traj.t_nonfinite)) and int(traj.result) == 0
+    assert np.isinf(float(traj.t_nonfinite)) and int(traj.result) == RESULTS.successful
     np.testing.assert_allclose(traj.ys, [0.0, 0.5, 1.0], rtol=1e-6)  # the by-product of the saved state's layer
     assert bool(jnp.all(jnp.isfinite(EulerStepper(0.05, 20, save_at=(20,), loop="fori").solve(field, x0).ys)))
 
