@@ -47,13 +47,12 @@ from ._simulation_io import Simulation, load
 from ._weights import AttentionWeights, check_shapes
 from ._x64 import float64_enabled, float64_scope
 from .dynamics import (AbstractAttentionDynamics, AbstractDynamics, DiscreteRescaledFlow, FoldedBatch,
-                       RescaledFlow)
-from .dynamics._multihead import rescaling_generator
+                       RescaledFlow, rescaling_generator)
 from .errors import InputError
 from .fields import PICTURES, make_dynamics
 from .integrate import AbstractIntegrator, EulerStepper, ODESolver, RKStepper, SOLVERS, raise_if_failed
-from .integrate._euler import sphere_shift
-from .integrate._make import IntegratorPlan, integrator_plan, make_integrator
+from .integrate import make_integrator, sphere_shift
+from .integrate._make import IntegratorPlan, integrator_plan
 from .integrate._solution import checked
 
 __all__ = ["simulate", "Simulation", "load", "make_integrator", "BATCHABLE", "FIELD_BATCHABLE"]

@@ -45,7 +45,7 @@ __all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems
 V_ENSEMBLES = ("ginibre", "goe", "uniform", "positive", "wishart", "sparse_symmetric", "identity")
 QK_ENSEMBLES = ("identity", "spd", "uniform")
 
-_V_TAG, _QK_TAG, _X_TAG = 1, 2, 3  # fold_in tags: independent streams per system
+V_TAG, QK_TAG, X_TAG = 1, 2, 3  # fold_in tags: independent streams per system
 
 
 def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -131,8 +131,8 @@ def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: 
 def _draw(seeds, v_ensemble, qk_ensemble, d, dtype, density):
     def one(seed):
         key = jax.random.key(seed)
-        V = sample_V(jax.random.fold_in(key, _V_TAG), v_ensemble, d, dtype, density)
-        Q, K = sample_QK(jax.random.fold_in(key, _QK_TAG), qk_ensemble, d, dtype)
+        V = sample_V(jax.random.fold_in(key, V_TAG), v_ensemble, d, dtype, density)
+        Q, K = sample_QK(jax.random.fold_in(key, QK_TAG), qk_ensemble, d, dtype)
         return Q, K, V
 
     return jax.vmap(one)(seeds)
@@ -159,7 +159,7 @@ def draw_heads(seeds, v_ensemble: str, qk_ensemble: str, d: int, dtype=jnp.float
 
 def token_key(seed) -> Array:
     """The key of a system's initial token clouds (independent of its weights' streams)."""
-    return jax.random.fold_in(jax.random.key(seed), _X_TAG)
+    return jax.random.fold_in(jax.random.key(seed), X_TAG)
 
 
 def draw_clouds(seed, n: int, d: int, dtype=jnp.float64, *, clouds: int | None = None, on_sphere: bool = False):

@@ -58,7 +58,7 @@ from jaxtyping import Array, Float
 from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, IdentitySphereFlow, PreNorm,
                        RescaledFlow, TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow,
                        sphere_flow)
-from .dynamics._layered import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from .dynamics import LayeredFlow, LayerInterpolation, TimeVaryingFlow
 from .errors import InputError
 from .integrate import plain_shift, sphere_shift
 from . import _validate as v

@@ -181,3 +181,107 @@ def test_detector_finds_nothing_in_a_package_without_a_circle(tmp_path):
     })
     assert import_graph(pkg)["pkg.a"] == {"pkg.b", "pkg.c"}
     assert import_circles(pkg) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Private boundaries: a subpackage's private modules and underscore names are its own business.
+
+def owner(module: str, modules: dict[str, Path]) -> str:
+    """The package a module belongs to: ``attnflow.phase._run`` -> ``attnflow.phase``; a module at the
+    root (``attnflow._validate``, ``attnflow.fields``) belongs to the root package ``attnflow``."""
+    parts = module.split(".")
+    if len(parts) > 1 and f"{parts[0]}.{parts[1]}" in modules and modules[f"{parts[0]}.{parts[1]}"].name == "__init__.py":
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
+
+
+def private_crossings(package_dir: Path) -> list[str]:
+    """Every import that crosses a private boundary, one line each:
+
+    * a module importing a private module (a dotted component starting with ``_``) that lives in
+      another subpackage (``attnflow.phase._run`` importing ``attnflow.sweep._chunks``); the root's own
+      private modules (``attnflow._validate``, ``attnflow._x64``) are the package's shared internals and
+      may be imported from anywhere;
+    * ``from M import _name`` where ``_name`` is not a module and ``M`` belongs to another package than
+      the importer (``from attnflow._chunked import _attend`` in ``attnflow.meanfield``).
+    """
+    modules = package_modules(package_dir)
+    found = []
+    for module, path in modules.items():
+        mine = owner(module, modules)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name in imported_names(module, path, node, modules):
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if not name or name == module:
+                    continue
+                theirs = owner(name, modules)
+                inner = name.split(".")[len(theirs.split(".")):]
+                if theirs != mine and theirs != package_dir.name and any(p.startswith("_") for p in inner):
+                    found.append(f"{module} imports the private module {name}")
+            if isinstance(node, ast.ImportFrom):
+                source = imported_names(module, path, ast.ImportFrom(module=node.module, names=[ast.alias("_")],
+                                                                     level=node.level), modules)[0]
+                while source and source not in modules:
+                    source = source.rpartition(".")[0]
+                for alias in node.names:
+                    underscore = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if underscore and f"{source}.{alias.name}" not in modules and owner(source, modules) != mine:
+                        found.append(f"{module} imports the private name {alias.name} from {source}")
+    return sorted(set(found))
+
+
+#: the deliberate crossings, each with its reason; a new one must be added here, with a reason, or removed
+ALLOWED_CROSSINGS = {
+    # simulate is the integrators' one-call form: it sizes (and refuses) the output from the plan of the flat
+    # keywords before it builds the integrator, and attaches the in-jit failure checks to what it returns
+    "attnflow._simulation imports the private module attnflow.integrate._make",
+    "attnflow._simulation imports the private module attnflow.integrate._solution",
+    # the command line is the extensions job's thin edge; the report's face is the reproduction report
+    "attnflow.cli.extensions imports the private module attnflow.report._extensions",
+    # figure workers are separate processes that import without JAX; attnflow.plot's face imports pyplot
+    "attnflow.cli.phase imports the private module attnflow.plot._workers",
+    "attnflow.phase._run imports the private module attnflow.plot._workers",
+    # the tiled online-softmax kernel's block functions: the mean-field measures tile their own pair sums
+    "attnflow.meanfield._distances imports the private name _attend from attnflow._chunked",
+    "attnflow.meanfield._distances imports the private name _tile from attnflow._chunked",
+    "attnflow.meanfield._measures imports the private name _attend from attnflow._chunked",
+    "attnflow.meanfield._measures imports the private name _tile from attnflow._chunked",
+    # the phase report prints the lifetime fit's working quantities (data kept, parameters, intervals on
+    # the fit's own scale) that attnflow.stats.censored_lognormal_fit summarises for other users
+    "attnflow.phase._metastability imports the private module attnflow.stats._survival",
+    "attnflow.phase._metastability imports the private name _lognormal_data from attnflow.stats._survival",
+    "attnflow.phase._metastability imports the private name _lognormal_intervals from attnflow.stats._survival",
+    "attnflow.phase._metastability imports the private name _lognormal_theta from attnflow.stats._survival",
+    "attnflow.phase._metastability imports the private name _retained from attnflow.stats._survival",
+}
+
+
+def test_no_import_crosses_a_private_boundary_outside_the_allow_list():
+    crossings = set(private_crossings(ROOT / "attnflow"))
+    assert not crossings - ALLOWED_CROSSINGS, "imports across a private boundary (import from the package's " \
+        "face, or add the line to ALLOWED_CROSSINGS with its reason):\n" + "\n".join(sorted(crossings - ALLOWED_CROSSINGS))
+    assert not ALLOWED_CROSSINGS - crossings, "allowed crossings that no longer exist (remove them):\n" + \
+        "\n".join(sorted(ALLOWED_CROSSINGS - crossings))
+
+
+def test_private_boundary_detector_on_a_small_package(tmp_path):
+    pkg = _write_package(tmp_path, {
+        "__init__.py": "",
+        "_shared.py": "def helper():\n    return 1\n",
+        "a/__init__.py": "from ._impl import f\n",
+        "a/_impl.py": "from .._shared import helper\ndef f():\n    return helper()\ndef _g():\n    return 2\n",
+        "b/__init__.py": "",
+        "b/_use.py": "from ..a._impl import f\nfrom ..a import f as face_f\n",
+        "b/_late.py": "def late():\n    from pkg.a._impl import _g\n    return _g\n",
+        "c.py": "from .a._impl import _g\nfrom . import _shared\n",
+    })
+    assert private_crossings(pkg) == [
+        "pkg.b._late imports the private module pkg.a._impl",
+        "pkg.b._late imports the private name _g from pkg.a._impl",
+        "pkg.b._use imports the private module pkg.a._impl",
+        "pkg.c imports the private module pkg.a._impl",
+        "pkg.c imports the private name _g from pkg.a._impl",
+    ]

@@ -26,7 +26,7 @@ BUILDERS = ("attnflow/fields.py", "attnflow/dynamics/")
 #: wrappers of a field already built (not a choice of field)
 WRAPPERS = {"FoldedBatch"}
 #: what attnflow.dynamics exports that builds no field (weights, helpers, tables)
-NOT_FIELDS = {"as_weights", "normalise", "perturbed_layers", "ACTIVATIONS"}
+NOT_FIELDS = {"as_weights", "normalise", "perturbed_layers", "rescaling_generator", "ACTIVATIONS"}
 
 
 def _is_field_class(obj) -> bool:

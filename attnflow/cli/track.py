@@ -69,7 +69,7 @@ def _track(args) -> int:
 def _heads(args) -> int:
     from ..errors import InputError
     from ..models import assumption_table, format_table, ginibre_baseline, load_model
-    from ..models._heads import table_records
+    from ..models import table_records
 
     model = load_model(args.model)
     S = model.config.num_param_layers

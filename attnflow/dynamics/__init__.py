@@ -3,11 +3,13 @@
 from ._attention_flows import AttentionFlow, DiscreteRescaledFlow, RescaledFlow, as_weights
 from ._base import AbstractAttentionDynamics, AbstractDynamics, FoldedBatch, SumOfFields
 from ._feedforward import ACTIVATIONS, FeedForward, TransformerBlock, Wrapped, section12_2_flow
+from ._multihead import rescaling_generator
 from ._layered import LayerInterpolation, LayeredFlow, TimeVaryingFlow, perturbed_layers
 from ._normalised import IdentitySphereFlow, PreNorm, TangentProjected, normalise, sphere_flow
 from ._wrapping import AbstractWrapper
 
 __all__ = [
+    "rescaling_generator",
     "AbstractDynamics",
     "AbstractAttentionDynamics",
     "SumOfFields",

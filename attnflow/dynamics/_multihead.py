@@ -66,7 +66,7 @@ def rescaling_generator(weights: AttentionWeights, who: str = "the rescaled pict
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow import AttentionWeights
-        >>> from attnflow.dynamics._multihead import rescaling_generator
+        >>> from attnflow.dynamics import rescaling_generator
         >>> I = jnp.eye(2)
         >>> w = AttentionWeights.stack([AttentionWeights(I, I, I)] * 3, axis="head")
         >>> rescaling_generator(w).tolist()

@@ -47,10 +47,10 @@ from ._margins import (
     spectral_projector,
 )
 from ._sensitivity import hvp, per_system_grad
-from ._smooth import boltzmann_max, boltzmann_min, soft_max, soft_min
+from ._smooth import boltzmann_max, boltzmann_min, safe_norm, soft_max, soft_min
 
 __all__ = [
-    "soft_max", "soft_min", "boltzmann_min", "boltzmann_max",
+    "soft_max", "soft_min", "boltzmann_min", "boltzmann_max", "safe_norm",
     "soft_cluster_count", "soft_rank", "soft_pair_fraction",
     "hyperplane_levels", "hyperplane_distances", "vertex_distances", "subspace_distances",
     "boolean_distance_soft", "uniform_distance_soft",

@@ -41,9 +41,8 @@ from jaxtyping import Array, Complex, Float
 from .. import _validate as v
 from .._x64 import keeps_float64
 from ..errors import InputError
-from ..spectral._eig import eigvals_sorted
-from ..spectral._eig import modulus_order
-from ..spectral._eigenpair import leading_eigenpair_jax as _leading_eigenpair_jax
+from ..spectral import eigvals_sorted, modulus_order
+from ..spectral import leading_eigenpair_jax as _leading_eigenpair_jax
 from ._smooth import safe_norm
 
 

@@ -42,13 +42,14 @@ def safe_sqrt(x: Float[Array, "*s"]) -> Float[Array, "*s"]:
     return jnp.sqrt(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
 
 
+@keeps_float64
 def safe_norm(A: Array) -> Float[Array, ""]:
     r"""Frobenius (vector 2-) norm, real or complex, with gradient 0 (a subgradient) where it
     vanishes instead of NaN.
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from attnflow.geometry._smooth import safe_norm
+        >>> from attnflow.geometry import safe_norm
         >>> float(safe_norm(jnp.array([3.0, 4.0]))), jax.grad(safe_norm)(jnp.zeros(2)).tolist()
         (5.0, [0.0, 0.0])
     """

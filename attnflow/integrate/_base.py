@@ -26,7 +26,7 @@ from typing import Callable
 import equinox as eqx
 from jaxtyping import Array, Float, PyTree
 
-from ..dynamics._base import AbstractDynamics
+from ..dynamics import AbstractDynamics
 from ..errors import InputError
 from ._solution import Trajectory
 

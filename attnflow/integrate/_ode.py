@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, PyTree
 
 from .. import _validate as v
 from .._x64 import check_float64_kept
-from ..dynamics._base import AbstractDynamics
+from ..dynamics import AbstractDynamics
 from ..errors import InputError
 from ._base import AbstractIntegrator, check_dynamics
 from ._solution import RESULTS, Trajectory, first_nonfinite_time

@@ -46,7 +46,7 @@ from jaxtyping import Array, Float, PyTree
 
 from .. import _validate as v
 from .._x64 import check_float64_kept
-from ..dynamics._base import AbstractDynamics
+from ..dynamics import AbstractDynamics
 from ..errors import InputError
 from ._base import check_dynamics
 from ._euler import _GridStepper, plain_shift

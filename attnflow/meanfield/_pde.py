@@ -66,7 +66,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
 from .._x64 import keeps_float64
-from ..dynamics._base import AbstractDynamics
+from ..dynamics import AbstractDynamics
 from ..errors import InputError
 from ..integrate import RK_TABLEAUX, SOLVERS, RKStepper, Trajectory, solve_ode
 from ._kernel import kernel_modes

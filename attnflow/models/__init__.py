@@ -54,10 +54,11 @@ from ._heads import (  # noqa: E402
     ginibre_baseline,
     head_weights,
     multihead_attention,
+    table_records,
 )
 
 __all__ += ["HeadAssumptions", "head_assumptions", "head_factors", "assumption_table", "format_table", "ginibre_baseline", "head_weights",
-            "multihead_attention"]
+            "multihead_attention", "table_records"]
 from ._tokenize import Tokenized, load_tokenizer, tokenize  # noqa: E402
 
 __all__ += ["Tokenized", "load_tokenizer", "tokenize"]

@@ -282,7 +282,7 @@ def table_records(rows: list[HeadAssumptions]) -> list[dict]:
     """Rows as plain dicts (for JSON/CSV), with the status.
 
     Example:
-        >>> from attnflow.models._heads import HeadAssumptions, table_records
+        >>> from attnflow.models import HeadAssumptions, table_records
         >>> r = HeadAssumptions(0, 1, 1.5, 0.0, 0.5, 1.0, True, -0.2, False, False, True, -1.0, 2.0, False)
         >>> table_records([r])[0]["status"]
         'cond1'

@@ -45,6 +45,7 @@ from ._pairs import (
     pairs_clustered,
     similar_pairs,
     span_dimension,
+    sphere_energy_from_row_sums,
 )
 from ._collapse import collapse_bound, max_norm, uniform_distance
 from ._classification import (
@@ -91,7 +92,7 @@ from ._metastability import (
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
     "connected_components", "count_components", "similar_pairs", "close_pairs", "pair_fraction",
-    "pairs_clustered", "clusters_above", "gram_statistics", "interaction_energy", "span_dimension", "inner_product_range",
+    "pairs_clustered", "clusters_above", "gram_statistics", "interaction_energy", "sphere_energy_from_row_sums", "span_dimension", "inner_product_range",
     "DEFAULT_THRESHOLD",
     "numerical_rank", "boolean_distance", "leaders", "off_leader_mass", "double_log_slope",
     "AffineHull", "affine_hull", "hull_vertices", "hull_violation", "hull_nesting", "classify_tokens",

@@ -42,7 +42,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ..errors import InputError
 from .._x64 import keeps_float64
-from ..spectral._batched import GEOMETRIES, left_eig, projector_from_left_eig
+from ..spectral import GEOMETRIES, left_eig, projector_from_left_eig
 from ._clusters import cluster_labels, pairwise_distances
 
 __all__ = ["GEOMETRY_LABELS", "BatchObservation", "GeometryObservation", "clustered", "levels_clustered",

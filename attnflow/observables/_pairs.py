@@ -65,6 +65,7 @@ def _energy(gram, beta, top=None) -> Float[Array, ""]:
     return jnp.exp(log_sum - jnp.log(2 * beta * n * n))
 
 
+@keeps_float64
 def sphere_energy_from_row_sums(row_sums: Float[Array, " n"], beta) -> Float[Array, ""]:
     r"""The interaction energy of n tokens on the unit sphere from the row sums
     :math:`r_i = \sum_j e^{\beta\langle x_i, x_j\rangle - m_i}` of an attention step's max-shifted
@@ -80,7 +81,7 @@ def sphere_energy_from_row_sums(row_sums: Float[Array, " n"], beta) -> Float[Arr
         >>> import jax.numpy as jnp
         >>> from attnflow._attention import attend_with_row_sums
         >>> from attnflow.observables import interaction_energy
-        >>> from attnflow.observables._pairs import sphere_energy_from_row_sums
+        >>> from attnflow.observables import sphere_energy_from_row_sums
         >>> x = jnp.array([[1.0, 0.0], [0.6, 0.8], [0.0, -1.0]])
         >>> _, sums = attend_with_row_sums(3.0 * x, x, x)
         >>> bool(jnp.isclose(sphere_energy_from_row_sums(sums, 3.0), interaction_energy(x, 3.0), rtol=1e-6))

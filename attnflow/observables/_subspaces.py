@@ -58,7 +58,7 @@ def unstable_left_basis(V, tol: float = 1e-12) -> np.ndarray:
         >>> W.shape, np.round(np.abs(W), 6).tolist()
         ((1, 2), [[0.371391, 0.928477]])
     """
-    from ..spectral._batched import left_eig, projector_from_left_eig
+    from ..spectral import left_eig, projector_from_left_eig
 
     V = np.asarray(V, np.float64)
     with jax.enable_x64(True):

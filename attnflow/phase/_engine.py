@@ -49,7 +49,7 @@ from ..ensembles import draw_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
 from ..integrate import EulerStepper, SaveLayers
 from ..observables import directions, gram_statistics, span_dimension
-from ..observables._pairs import sphere_energy_from_row_sums
+from ..observables import sphere_energy_from_row_sums
 from ..runs import sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 

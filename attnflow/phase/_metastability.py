@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..observables._metastability import (  # noqa: F401  (re-exported: the phase job's names)
+from ..observables import (  # noqa: F401  (re-exported: the phase job's names)
     ENERGY_REL_TOL,
     HOLD_RATIO,
     EnergyPlateau,

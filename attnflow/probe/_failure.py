@@ -49,7 +49,7 @@ import optax
 
 from .. import geometry as geo
 from ..errors import InputError
-from ..geometry._smooth import safe_norm
+from ..geometry import safe_norm
 from ..observables import diameter
 from ._config import FailureConfig, read_probe_config
 from ._optimize import failure_reason, finite_guard, optimize

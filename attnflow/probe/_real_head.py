@@ -53,7 +53,7 @@ def load_real_head(head_cfg: Head) -> RealHead:
     from dataclasses import asdict
 
     from ..models import forward, head_factors, head_weights, load_model, load_tokenizer, resolve_model_path, tokenize
-    from ..models._heads import head_assumptions
+    from ..models import head_assumptions
 
     model = load_model(head_cfg.model or None, dtype=jnp.float64)
     cfg = model.config

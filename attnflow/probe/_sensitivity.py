@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import geometry as geo
 from ..observables import diameter
-from ..spectral._eig import modulus_order
+from ..spectral import modulus_order
 from ._real_head import load_real_head
 from ._tables import fmt, write_rows
 from ._config import SensitivityConfig

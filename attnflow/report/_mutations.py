@@ -31,7 +31,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 
-from ..dynamics._base import AbstractAttentionDynamics
+from ..dynamics import AbstractAttentionDynamics
 from .._linalg import euler_transfer_matrix, expm_tV, matrix_power
 
 __all__ = ["MUTATIONS", "MutatedFlow", "mutated_field_factory"]

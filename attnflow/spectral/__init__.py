@@ -16,7 +16,7 @@ from ._assumptions import (
     predict_geometry,
     spectral_one,
 )
-from ._eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order
+from ._eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order, sort_by_modulus
 from ._eigenpair import eigenpair_at, leading_eigenpair_jax
 from ._batched import (
     GEOMETRIES,
@@ -28,6 +28,7 @@ from ._batched import (
     geometry_names,
     left_eig,
     projector_from_left_eig,
+    stats_from_eigvals,
     unstable_projector,
 )
 
@@ -58,4 +59,6 @@ __all__ = [
     "eigenpair_at",
     "leading_eigenpair_jax",
     "modulus_order",
+    "sort_by_modulus",
+    "stats_from_eigvals",
 ]

@@ -109,7 +109,20 @@ class EigenStats(eqx.Module):
     num_pos_real_part: Int[Array, " B"]  # k of the codim-k conjecture
 
 
-def _stats_from_eigvals(w):
+def stats_from_eigvals(w: Complex[Array, "*B d"]) -> "EigenStats":
+    r"""The Def 4.1 statistics of eigenvalues already sorted by decreasing modulus
+    (:func:`attnflow.spectral.sort_by_modulus`): :math:`\lambda_1`, the gap
+    :math:`\mathrm{Re}\,\lambda_1 - |\lambda_2|`, condition (1) and its "largest real part" misreading, the
+    counts of real eigenvalues and of eigenvalues with positive real part. :func:`eigen_stats` is this
+    function after the eigenvalues of V.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.spectral import stats_from_eigvals
+        >>> s = stats_from_eigvals(jnp.array([[2.0, -1.0, 0.5]]) + 0j)
+        >>> bool(s.cond1[0]), float(s.gap[0]), int(s.num_real[0]), int(s.num_pos_real_part[0])
+        (True, 1.0, 3, 2)
+    """
     d = w.shape[-1]
     lam1 = w[..., 0]
     scale = jnp.maximum(1.0, jnp.abs(lam1))
@@ -152,8 +165,8 @@ def eigen_stats(V: Float[Array, "B d d"], route: str = "auto") -> EigenStats:
     return _eigen_stats_jit(V, route)
 
 
-_stats_jit = jax.jit(lambda w: _stats_from_eigvals(w))
-_eigen_stats_jit = jax.jit(lambda V, route: _stats_from_eigvals(eigvals_sorted(V, route)), static_argnums=1)
+_stats_jit = jax.jit(lambda w: stats_from_eigvals(w))
+_eigen_stats_jit = jax.jit(lambda V, route: stats_from_eigvals(eigvals_sorted(V, route)), static_argnums=1)
 
 
 class SpectralBatch(eqx.Module):
@@ -293,7 +306,7 @@ def _check_jit(Q, K, V, eigenvalues, route, loop):
             return loop_over_systems(lambda q, k, v: _check_jit(q, k, v, None, route, False))(Q, K, V)
         return loop_over_systems(lambda q, k, v, w: _check_jit(q, k, v, w, route, False))(Q, K, V, eigenvalues)
     w = eigvals_sorted(V, route) if eigenvalues is None else eigenvalues
-    st = _stats_from_eigvals(w)
+    st = stats_from_eigvals(w)
     out = jax.vmap(_one_system)(Q, K, V, st.eigenvalues, st)
     (phi, dual, qk, cond2, good, spd, symmetric, sym_pd, lam_min, para, dim_F, mult, radius, F_basis, G_basis,
      scalar_V, origin, rule) = out

@@ -88,7 +88,7 @@ def sort_by_modulus(w: Complex[Array, "*B d"]) -> Complex[Array, "*B d"]:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.spectral._eig import sort_by_modulus
+        >>> from attnflow.spectral import sort_by_modulus
         >>> sort_by_modulus(jnp.array([1.0, -2.0, 2.0, 0.5]) + 0j).real.tolist()
         [2.0, -2.0, 1.0, 0.5]
     """

@@ -41,10 +41,10 @@ from .._attention import select_impl
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_heads, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS
-from ..spectral._batched import GEOMETRIES, check_batch
-from ..spectral._eig import sort_by_modulus
-from ..observables._classification import classify_configuration
-from ..spectral._batched import left_eig, projector_from_left_eig
+from ..spectral import GEOMETRIES, check_batch
+from ..spectral import sort_by_modulus
+from ..observables import classify_configuration
+from ..spectral import left_eig, projector_from_left_eig
 from ._config import DynamicsSweepConfig, run_settings
 from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, head_seeds, initial_clouds, run_final_layer, sweep_dynamics
 from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables

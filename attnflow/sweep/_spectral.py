@@ -22,10 +22,10 @@ import numpy as np
 from .. import _validate as v
 from .._resources import check_fits
 from .. import runs
-from ..ensembles import V_ENSEMBLES, _V_TAG, sample_V, system_seeds
+from ..ensembles import V_ENSEMBLES, V_TAG, sample_V, system_seeds
 from ..errors import InputError
-from ..spectral._batched import eigen_stats, _stats_from_eigvals
-from ..spectral._eig import eigvals_sorted
+from ..spectral import eigen_stats, stats_from_eigvals
+from ..spectral import eigvals_sorted
 from ._config import SpectralSweepConfig, run_settings
 from ..stats import standard_error, wilson_interval
 from ..runs import check_job_table, check_table_memory, concat, plan_chunks, sharded, start_chunked, write_tables
@@ -115,7 +115,7 @@ def spectral_work(config: SpectralSweepConfig) -> tuple[str, float, float, list]
 
 def _compute_fn(ensemble: str, d: int, dtype, density: float, route: str):
     def batch(seeds):
-        V = jax.vmap(lambda s: sample_V(jax.random.fold_in(jax.random.key(s), _V_TAG), ensemble, d, dtype, density))(
+        V = jax.vmap(lambda s: sample_V(jax.random.fold_in(jax.random.key(s), V_TAG), ensemble, d, dtype, density))(
             seeds.astype(jnp.uint32))
         st = eigen_stats(V, route)
         return {"lambda1_re": st.lambda1.real, "lambda1_im": st.lambda1.imag, "abs_lambda2": st.abs_lambda2,
@@ -126,9 +126,9 @@ def _compute_fn(ensemble: str, d: int, dtype, density: float, route: str):
 
 def _cpu_route_fn(ensemble: str, d: int, dtype, density: float):
     """Route 'cpu': draw on the default device, eig on the CPU device, statistics back."""
-    draw = jax.jit(jax.vmap(lambda s: sample_V(jax.random.fold_in(jax.random.key(s), _V_TAG), ensemble, d, dtype,
+    draw = jax.jit(jax.vmap(lambda s: sample_V(jax.random.fold_in(jax.random.key(s), V_TAG), ensemble, d, dtype,
                                                density)))
-    stats = jax.jit(_stats_from_eigvals)
+    stats = jax.jit(stats_from_eigvals)
 
     def batch(seeds):
         w = eigvals_sorted(draw(jnp.asarray(seeds, jnp.uint32)), "cpu")
