@@ -21,7 +21,7 @@ from ._lazy import lazy_names as _lazy_names
 #: public name -> the module that defines it; imported on first use (PEP 562), so that
 #: ``import attnflow`` and ``attnflow --help`` do not load JAX until a name is asked for
 _LAZY = {
-    **dict.fromkeys(("attend", "attention_matrix", "scores", "select_impl", "softmax"), "._attention"),
+    **dict.fromkeys(("attend", "attention_matrix", "scores", "select_impl", "softmax"), ".kernels"),
     **dict.fromkeys(("AbstractAttentionDynamics", "AbstractDynamics", "AttentionFlow", "DiscreteRescaledFlow",
                      "FoldedBatch", "RescaledFlow", "SumOfFields"), ".dynamics"),
     **dict.fromkeys(("AttnflowError", "InputError", "NonFiniteError", "SolverError"), ".errors"),

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _cache
-from ._attention import held_scores
+from .kernels import held_scores
 from ._weights import AttentionWeights
 from .errors import InputError
 
@@ -76,7 +76,7 @@ def group_size(batch: int, n_tokens: int, itemsize: int = 4, matrices: int = 1, 
     keep their attention scores within :data:`attnflow._cache.GROUP_BYTES` (at least 1, at most ``batch``).
 
     One system's scores: ``matrices`` (heads, clouds, ...) x the block of an n x n score matrix that
-    :func:`attnflow._attention.held_scores` says ``attend`` holds at once for ``impl``.
+    :func:`attnflow.kernels.held_scores` says ``attend`` holds at once for ``impl``.
 
     Example:
         >>> import jax

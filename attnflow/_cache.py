@@ -1,7 +1,7 @@
 """The CPU cache budget shared by the batching of systems and the tiled attention kernel.
 
 A leaf: it imports nothing from attnflow, so both :mod:`attnflow._batching` and
-:mod:`attnflow._chunked` read it without importing each other. Read it at call time
+:func:`attnflow.kernels.tiled_logsumexp` read it without importing each other. Read it at call time
 (``_cache.GROUP_BYTES``), so that a changed value reaches every user.
 """
 

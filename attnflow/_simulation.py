@@ -7,7 +7,7 @@ r"""One call for the common case: :func:`simulate` a token cloud, or an explicit
 :func:`make_integrator` check their own options; this module checks only the rules that combine
 arguments (the tokens against the weights, the output size against the saves, a singular
 :math:`I + \Delta t V` for the exact discrete rescaling, the Fourier path against the run:
-:func:`attnflow._fourier.plan`). It builds the field of the requested picture once
+:func:`attnflow.kernels.fourier.plan`). It builds the field of the requested picture once
 (:func:`attnflow.fields.make_dynamics`, for batched weights under ``jax.vmap``) and hands field and
 integrator to one jitted runner, ``_run(x0, batched, shared, integrator, ...)``:
 
@@ -37,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
-from . import _fourier, _validate as v
-from ._attention import IMPLS
+from . import _validate as v
+from .kernels import fourier as _fourier
+from .kernels import IMPLS
 from ._batching import (field_batch_sizes, lapack_needs_loop, map_over_batch, split_field, vmap_build,
                         vmap_systems)
 from ._linalg import check_invertible_transfer
@@ -218,7 +219,7 @@ def simulate(
         attention_impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"fused"`` (see
             :func:`attnflow.attend`), or ``"fourier"``: the O(n K) path for tokens on the unit circle
             (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; every rule in
-            :func:`attnflow._fourier.plan`), which needs states that stay on the circle: the layer stepper
+            :func:`attnflow.kernels.fourier.plan`), which needs states that stay on the circle: the layer stepper
             with ``shift="sphere"`` and x0 on the circle (for the ODE flow on the circle pass the field
             ``sphere_flow(..., attention_impl="fourier")``). Forward-mode autodiff needs ``"dense"`` (or
             ``"fourier"``).
@@ -494,7 +495,7 @@ def _check_weights(x0, Q, K, V, beta, batch, picture):
 
 def _fourier_bound(x0, weights, Q, K, beta, integrator, *, picture, mask, attention_impl, max_score,
                    dtype) -> float | None:
-    """:func:`attnflow._fourier.plan` of the (batch of) weights for this run: the bound on the score scale a the
+    """:func:`attnflow.kernels.fourier.plan` of the (batch of) weights for this run: the bound on the score scale a the
     fields' modes are chosen for (the largest a over the batch, unless given), or None off the Fourier path."""
     w = weights if weights is not None else SimpleNamespace(Q=Q, K=K, beta=beta, q_bias=None, k_bias=None, axes=(),
                                                              d=np.shape(Q)[-1], dtype=dtype)

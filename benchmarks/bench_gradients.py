@@ -56,7 +56,8 @@ import diffrax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from attnflow import AttentionFlow, _attention as attention  # noqa: E402
+from attnflow import AttentionFlow
+from attnflow.kernels import _attention as attention  # noqa: E402
 from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
 from benchmarks.common import machine_info, make_problem  # noqa: E402
 

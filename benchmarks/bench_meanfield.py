@@ -10,7 +10,7 @@ projected update. Rows:
   softmax, O(n^2) work, O(n) memory).
 * ``torch-direct``: the same layers in PyTorch (:func:`benchmarks.baselines.torch_sphere_euler`: the direct
   sum over blocks of 2048 queries, float64), at its fastest thread count (1 or 2, each timed).
-* ``fourier``: ``attention_impl="fourier"`` (:mod:`attnflow._fourier`, O(n K)) at n = 2 x 10^4 (same
+* ``fourier``: ``attention_impl="fourier"`` (:mod:`attnflow.kernels.fourier`, O(n K)) at n = 2 x 10^4 (same
   problem as the direct rows: speed-up and agreement) and at n = 10^6, float64, for beta = 1 and 4
   (K = 14 and 22 modes). Target: >= 10 steps/s at n = 10^6 (10^7 particle-steps/s) on a 2-core CPU.
 * ``sphere-tiled``: n = 10^5 on S^2 (d = 3), float32, the tiled path: time per step and the fraction of
@@ -18,7 +18,7 @@ projected update. Rows:
   products at the measured matmul rate :func:`benchmarks.common.matmul_rate`, the n^2 exponentials at
   the exp rate measured in the same run, :func:`exp_rate`).
 * ``crossover``: one field evaluation, Fourier against the dense path, n = 64 .. 2048 (float64, beta = 4),
-  the measurement behind ``attention_impl="auto"``'s threshold :data:`attnflow._fourier.TOKENS_PER_MODE`.
+  the measurement behind ``attention_impl="auto"``'s threshold :data:`attnflow.kernels.fourier.TOKENS_PER_MODE`.
 
 Timing: each program is compiled ahead of time (compile time reported), then called ``repeats`` times
 (``block_until_ready``); per step: min / median / max over the calls. Memory: XLA's compiled buffer
@@ -86,7 +86,7 @@ def attnflow_row(n: int, *, impl: str, beta: float, dtype: str = "float64", d: i
     import jax
     import jax.numpy as jnp
 
-    from attnflow import _fourier
+    from attnflow.kernels import fourier as _fourier
     from attnflow.dynamics import sphere_flow
     from attnflow.integrate import EulerStepper, sphere_shift
 

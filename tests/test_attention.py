@@ -8,7 +8,7 @@ from hypothesis.extra.numpy import arrays
 import pytest
 
 import attnflow as af
-from attnflow._attention import project_qk
+from attnflow.kernels import project_qk
 from reference import ref_attention
 
 pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances

@@ -11,8 +11,8 @@ import pytest
 
 import attnflow
 from attnflow import AttentionFlow, RescaledFlow, attend
-from attnflow import _attention as att
-from attnflow._chunked import chunked_attend
+from attnflow.kernels import _attention as att
+from attnflow.kernels import chunked_attend
 from attnflow.errors import InputError
 from attnflow.integrate import solve_euler
 
@@ -99,7 +99,7 @@ def test_automatic_selection_by_size(monkeypatch):
 
     assert has_nn_buffer(lambda q, k, v: attend(q, k, v))  # small: dense
     monkeypatch.setattr(att, "CHUNK_THRESHOLD", 32 * 32)
-    monkeypatch.setattr(attnflow._chunked, "DEFAULT_CHUNK", 16)
+    monkeypatch.setattr(attnflow.kernels._tiled, "DEFAULT_CHUNK", 16)
     assert not has_nn_buffer(lambda q, k, v: attend(q, k, v))  # above the threshold: tiled
     np.testing.assert_allclose(attend(q, k, v), attend(q, k, v, impl="dense"), atol=1e-13)
 

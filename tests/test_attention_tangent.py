@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow._attention import attend, mask_array, softmax
+from attnflow.kernels import attend, mask_array, softmax
 
 pytestmark = pytest.mark.usefixtures("x64")  # compared with float64 references at float64 tolerances
 

@@ -1,6 +1,6 @@
 """The Fourier path on the circle (attention_impl="fourier") against the direct O(n^2) sum.
 
-Tolerances follow the rounding analysis of attnflow/_fourier.py: the kernel's series is exact to
+Tolerances follow the rounding analysis of attnflow/kernels/fourier.py: the kernel's series is exact to
 the unit roundoff (truncation and aliasing below it), and the sums carry an absolute rounding
 error of about n K u relative to the largest output, u = eps/2, times e^{a(1 - cos alpha)} (the
 token's own weight in its denominator is at least e^{-a(1 - cos alpha)}). Each comparison allows
@@ -22,7 +22,7 @@ import pytest
 
 import attnflow
 from attnflow import AttentionFlow, AttentionWeights, InputError
-from attnflow import _fourier as fourier
+from attnflow.kernels import fourier
 from attnflow.dynamics import normalise, sphere_flow
 from attnflow.integrate import EulerStepper, sphere_shift
 

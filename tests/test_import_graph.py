@@ -203,7 +203,7 @@ def private_crossings(package_dir: Path) -> list[str]:
       private modules (``attnflow._validate``, ``attnflow._x64``) are the package's shared internals and
       may be imported from anywhere;
     * ``from M import _name`` where ``_name`` is not a module and ``M`` belongs to another package than
-      the importer (``from attnflow._chunked import _attend`` in ``attnflow.meanfield``).
+      the importer (``from attnflow.kernels._tiled import _attend`` in ``attnflow.meanfield``).
     """
     modules = package_modules(package_dir)
     found = []
@@ -244,11 +244,6 @@ ALLOWED_CROSSINGS = {
     # figure workers are separate processes that import without JAX; attnflow.plot's face imports pyplot
     "attnflow.cli.phase imports the private module attnflow.plot._workers",
     "attnflow.phase._run imports the private module attnflow.plot._workers",
-    # the tiled online-softmax kernel's block functions: the mean-field measures tile their own pair sums
-    "attnflow.meanfield._distances imports the private name _attend from attnflow._chunked",
-    "attnflow.meanfield._distances imports the private name _tile from attnflow._chunked",
-    "attnflow.meanfield._measures imports the private name _attend from attnflow._chunked",
-    "attnflow.meanfield._measures imports the private name _tile from attnflow._chunked",
     # the phase report prints the lifetime fit's working quantities (data kept, parameters, intervals on
     # the fit's own scale) that attnflow.stats.censored_lognormal_fit summarises for other users
     "attnflow.phase._metastability imports the private module attnflow.stats._survival",

@@ -1,4 +1,4 @@
-"""One rule for the number K of Fourier modes: attnflow._fourier.fourier_modes with a tolerance, asked by the
+"""One rule for the number K of Fourier modes: attnflow.kernels.fourier.fourier_modes with a tolerance, asked by the
 attention's Fourier path (default: the unit roundoff) and by the mean field's Fourier energy."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.special import ive
 
-from attnflow._fourier import fourier_modes, tail_bound
+from attnflow.kernels.fourier import fourier_modes, tail_bound
 from attnflow.errors import InputError
 
 

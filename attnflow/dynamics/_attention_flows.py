@@ -26,8 +26,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .. import _fourier, _validate as v
-from .._attention import IMPLS, NORMALISATIONS, attend, check_mask, mask_array, project_qk, softmax
+from .. import _validate as v
+from ..kernels import fourier as _fourier
+from ..kernels import IMPLS, NORMALISATIONS, attend, check_mask, mask_array, project_qk, softmax
 from ..errors import InputError
 from .._linalg import euler_transfer_matrix, expm_tV, matrix_power
 from .._weights import AttentionWeights
@@ -64,7 +65,7 @@ class _AttentionField(AbstractAttentionDynamics):
     attention_impl: str = eqx.field(static=True)
     #: "softmax" (row-stochastic P) or "mean" (unnormalised e^{s_ij}/n; raw picture only)
     normalisation: str = eqx.field(static=True)
-    #: how the field takes the O(n K) Fourier path on the circle (None: it does not; attnflow._fourier)
+    #: how the field takes the O(n K) Fourier path on the circle (None: it does not; attnflow.kernels.fourier)
     fourier: _fourier.FourierPlan | None = eqx.field(static=True)
 
     def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax", fourier_max_score=None,
@@ -170,7 +171,7 @@ class _AttentionField(AbstractAttentionDynamics):
 
     def _fourier_field(self, t, x):
         r""":math:`\sum_h \sum_j P^h_{ij} (V_h \hat x_j + c_h)` with P of the directions
-        :math:`\hat x = x/\|x\|` (raw picture: y = x), in O(n K) (:func:`attnflow._fourier.field_means`)."""
+        :math:`\hat x = x/\|x\|` (raw picture: y = x), in O(n K) (:func:`attnflow.kernels.fourier.field_means`)."""
         w = self.weights
         means = _fourier.field_means(x, w, self.fourier, self.normalisation, type(self).__name__)  # (h, n, 2)
         V = w.V.reshape(-1, 1, 2, 2)
@@ -214,7 +215,7 @@ class AttentionFlow(_AttentionField):
         beta: inverse temperature, finite and > 0 (the paper's model is beta = 1).
         attention_impl: ``attend``'s implementation, or ``"fourier"``: on the circle (d = 2) with
             :math:`\beta Q^T K = c R(\alpha)` a scaled rotation, no mask and no query/key bias, the
-            O(n K) Fourier path of :mod:`attnflow._fourier` (exact to rounding for unit tokens; it
+            O(n K) Fourier path of :mod:`attnflow.kernels.fourier` (exact to rounding for unit tokens; it
             attends with the directions :math:`x_j/\|x_j\|`, so tokens off the circle get the
             attention of their projections onto it).  mask: None, ``"causal"`` or (n, n) bool.
         normalisation: ``"softmax"`` (the paper's model) or ``"mean"`` (unnormalised attention,

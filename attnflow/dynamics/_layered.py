@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate as v
-from .._attention import IMPLS, NORMALISATIONS
+from ..kernels import IMPLS, NORMALISATIONS
 from ..errors import InputError
 from .._weights import AttentionWeights
 from ._attention_flows import AttentionFlow, _check_mask

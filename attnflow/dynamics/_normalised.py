@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
-from .._attention import IMPLS, NORMALISATIONS, attend, attend_with_row_sums, softmax
+from ..kernels import IMPLS, NORMALISATIONS, attend, attend_with_row_sums, softmax
 from ..errors import InputError
 from ._attention_flows import AttentionFlow
 from ._base import AbstractAttentionDynamics, AbstractDynamics
@@ -143,7 +143,7 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
 
     **On the circle** (d = 2) with :math:`\beta Q^T K = c R(\alpha)` a scaled rotation (Q = K = I),
     ``attention_impl="fourier"`` computes the attention in O(n K) instead of O(n^2)
-    (:mod:`attnflow._fourier`: a Fourier series of the kernel with K modes, exact to rounding;
+    (:mod:`attnflow.kernels.fourier`: a Fourier series of the kernel with K modes, exact to rounding;
     ``fourier_max_score`` bounds :math:`a = |\beta c|` when the weights are traced, see
     :class:`~attnflow.AttentionFlow`), and ``"auto"`` takes it where it is exact and faster
     (concrete weights, :math:`a(1-\cos\alpha) \le \log 2`, no mask, :math:`n \ge 4(K+1)`).
@@ -195,7 +195,7 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     ``save_fn`` (``save_aux=True``): the interaction energy of unit tokens follows from them,
     :math:`E_\beta = \frac{e^\beta}{2\beta n^2}\sum_i r_i`
     (:func:`attnflow.observables._pairs.sphere_energy_from_row_sums`). It computes the attention
-    densely (:func:`attnflow._attention.attend_with_row_sums`); ``vector_field`` of the softmax field
+    densely (:func:`attnflow.kernels.attend_with_row_sums`); ``vector_field`` of the softmax field
     uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size).
     The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
 

@@ -24,7 +24,7 @@ combination of the powers of :math:`\langle x, y\rangle`), as a V-statistic,
 .. math::  \mathrm{MMD}^2 = \frac1{n^2}\sum_{i,i'} k(x_i, x_{i'}) + \frac1{m^2}\sum_{j,j'} k(y_j, y_{j'})
            - \frac2{nm}\sum_{i,j} k(x_i, y_j),
 
-each double sum in O(n d) memory by the tiled log-sum-exp of :mod:`attnflow._chunked` (O(n m d) time).
+each double sum in O(n d) memory by the tiled log-sum-exp of :func:`attnflow.kernels.tiled_logsumexp` (O(n m d) time).
 
 **Sliced W1** (:func:`sliced_w1`): the mean over given unit directions :math:`u_p` of the W1
 distance on the line between the projections :math:`\langle u_p, x_i\rangle` and
@@ -43,7 +43,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as v
 from .._x64 import keeps_float64
-from .._chunked import DEFAULT_CHUNK, _attend, _tile
+from ..kernels import DEFAULT_CHUNK, tiled_logsumexp
 from ..errors import InputError
 from ._measures import _angles, _weights, check_points, check_weights
 
@@ -199,8 +199,7 @@ def _w1_densities(density_a, density_b):
 
 def _log_kernel_sum(x, y, kappa, chunk_size):
     r""":math:`\log\sum_{i,j} e^{\kappa\langle x_i, y_j\rangle}` by the tiled log-sum-exp (O((n + m) d) memory)."""
-    tile_q, tile_k = int(_tile(x.shape[0], chunk_size)), int(_tile(y.shape[0], chunk_size))
-    _, lse = _attend(kappa * x, y, jnp.ones((y.shape[0], 1), x.dtype), tile_q, tile_k, "none", None)
+    lse = tiled_logsumexp(kappa * x, y, chunk_size=chunk_size)
     return jax.nn.logsumexp(lse)
 
 

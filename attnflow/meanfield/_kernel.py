@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as v
 from .._x64 import keeps_float64
-from .._fourier import kernel_coefficients
+from ..kernels.fourier import kernel_coefficients
 
 __all__ = ["kernel_modes", "quadrature_nodes"]
 

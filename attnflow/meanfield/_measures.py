@@ -32,7 +32,7 @@ from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
 from .._x64 import keeps_float64
-from .._chunked import DEFAULT_CHUNK, _attend, _tile
+from ..kernels import DEFAULT_CHUNK, tiled_logsumexp
 from ..errors import InputError
 from ._blocks import DEFAULT_BLOCK, sum_over_blocks
 from ._kernel import kernel_modes
@@ -323,7 +323,7 @@ def _check_beta(beta):
 def interaction_energy_tiled(x: Float[Array, "n d"], beta, *, chunk_size: int = DEFAULT_CHUNK) -> Float[Array, ""]:
     r""":math:`E_\beta = \frac1{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` in O(n d + c^2) memory.
 
-    The blocked online-softmax pass of :mod:`attnflow._chunked` (tiles of c x c pairs) returns
+    The blocked online-softmax pass of :func:`attnflow.kernels.tiled_logsumexp` (tiles of c x c pairs) returns
     :math:`L_i = \log\sum_j e^{\beta\langle x_i, x_j\rangle}` per row; then
     :math:`E_\beta = \exp(\mathrm{logsumexp}_i L_i - \log(2\beta n^2))`: finite whenever
     :math:`E_\beta` is representable (``inf``, never a wrong finite number, otherwise), as
@@ -342,14 +342,14 @@ def interaction_energy_tiled(x: Float[Array, "n d"], beta, *, chunk_size: int = 
     """
     x = _tokens(x, "tokens (n, d)")
     _check_beta(beta)
-    return _energy_tiled(x, beta, int(_tile(x.shape[0], v.check_int("chunk_size", chunk_size, meaning="the tile edge"))))
+    return _energy_tiled(x, beta, max(1, min(x.shape[0], v.check_int("chunk_size", chunk_size, meaning="the tile edge"))))
 
 
 @functools.partial(jax.jit, static_argnames=("tile",))
 def _energy_tiled(x, beta, tile: int):
     n = x.shape[0]
     beta = jnp.asarray(beta, x.dtype)
-    _, lse = _attend(beta * x, x, jnp.ones((n, 1), x.dtype), tile, tile, "none", None)
+    lse = tiled_logsumexp(beta * x, x, chunk_size=tile)
     return jnp.exp(jax.nn.logsumexp(lse) - jnp.log(2 * beta * n * n))
 
 
@@ -367,7 +367,7 @@ def interaction_energy_fourier(points: Float[Array, "n *two"], beta, num_modes: 
     so :math:`E_\beta = \frac{e^\beta}{2\beta}\big(\hat I_0 + 2\sum_{m=1}^{K}\hat I_m|\hat\mu_m|^2\big)`
     (:math:`\hat I_m = I_m e^{-\beta}`, :func:`~attnflow.meanfield.kernel_modes`), truncated at
     K = ``num_modes``: the relative error is at most :math:`2\sum_{m>K}\hat I_m/\hat I_0`. When beta
-    is a concrete number, a K for which that bound (:func:`attnflow._fourier.fourier_modes`' tail bound) can
+    is a concrete number, a K for which that bound (:func:`attnflow.kernels.fourier.fourier_modes`' tail bound) can
     exceed :math:`10^{-15}` is refused (the message names the K that suffices). Traceable in beta and the angles.
 
     Example:
@@ -407,11 +407,11 @@ ENERGY_MODES_TOL = 1e-15
 def _check_modes_suffice(beta: float, num_modes: int) -> None:
     r"""Refuse a truncation whose relative error can exceed :data:`ENERGY_MODES_TOL`: the dropped terms are at
     most :math:`2\sum_{m>K}\hat I_m = T_K` against a total of at least :math:`\hat I_0`, so K must be at least
-    :func:`attnflow._fourier.fourier_modes` of beta with ``tol`` :math:`= 2\,\mathrm{tol}\,\hat I_0(\beta)`
+    :func:`attnflow.kernels.fourier.fourier_modes` of beta with ``tol`` :math:`= 2\,\mathrm{tol}\,\hat I_0(\beta)`
     (the one rule for the number of modes)."""
     from scipy.special import ive
 
-    from .._fourier import fourier_modes
+    from ..kernels.fourier import fourier_modes
 
     need = fourier_modes(beta, tol=2 * ENERGY_MODES_TOL * float(ive(0, beta)))
     if num_modes < need:

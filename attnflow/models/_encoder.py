@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._attention import softmax
+from ..kernels import softmax
 from ..errors import InputError
 from ._checkpoint import Checkpoint, ModelConfig, read_checkpoint
 

@@ -69,7 +69,7 @@ def _energy(gram, beta, top=None) -> Float[Array, ""]:
 def sphere_energy_from_row_sums(row_sums: Float[Array, " n"], beta) -> Float[Array, ""]:
     r"""The interaction energy of n tokens on the unit sphere from the row sums
     :math:`r_i = \sum_j e^{\beta\langle x_i, x_j\rangle - m_i}` of an attention step's max-shifted
-    exponentials (:func:`attnflow._attention.attend_with_row_sums` of :math:`(\beta x, x, x)`).
+    exponentials (:func:`attnflow.kernels.attend_with_row_sums` of :math:`(\beta x, x, x)`).
 
     On the unit sphere the row maximum is the diagonal, :math:`m_i = \beta |x_i|^2 = \beta`, so
     :math:`E_\beta = e^{\beta} \sum_i r_i / (2\beta n^2)`, in log form. Tokens of norm :math:`1 \pm \delta`
@@ -79,7 +79,7 @@ def sphere_energy_from_row_sums(row_sums: Float[Array, " n"], beta) -> Float[Arr
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow._attention import attend_with_row_sums
+        >>> from attnflow.kernels import attend_with_row_sums
         >>> from attnflow.observables import interaction_energy
         >>> from attnflow.observables import sphere_energy_from_row_sums
         >>> x = jnp.array([[1.0, 0.0], [0.6, 0.8], [0.0, -1.0]])

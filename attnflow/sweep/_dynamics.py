@@ -36,8 +36,8 @@ from .. import _validate as v
 from .._resources import attention_flops, check_fits
 from .. import runs
 from .._batching import group_size, loop_over_systems, vmap_systems
-from .._chunked import DEFAULT_CHUNK
-from .._attention import select_impl
+from ..kernels import DEFAULT_CHUNK
+from ..kernels import select_impl
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES, draw_heads, system_seeds
 from ..errors import InputError
 from ..observables import GEOMETRY_LABELS

@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import _chunked, _validate as v
-from .errors import InputError
+from .. import _validate as v
+from ..errors import InputError
+from . import _tiled
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
            "NORMALISATIONS"]
@@ -36,7 +37,7 @@ NORMALISATIONS = ("softmax", "mean")
 
 def _check_normalisation(normalisation: str) -> None:
     if normalisation not in NORMALISATIONS:
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
 
@@ -196,7 +197,7 @@ def causal_mask(n_q: int, n_k: int) -> Bool[Array, "n_q n_k"]:
     """Boolean mask of causal attention: query i may attend to keys j <= i.
 
     Example:
-        >>> from attnflow._attention import causal_mask
+        >>> from attnflow.kernels import causal_mask
         >>> causal_mask(3, 3).astype(int).tolist()
         [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
@@ -275,7 +276,7 @@ def attend_with_row_sums(q: Float[Array, "n r"], k: Float[Array, "n2 r"], v: Flo
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow._attention import attend_with_row_sums
+        >>> from attnflow.kernels import attend_with_row_sums
         >>> out, sums = attend_with_row_sums(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]))
         >>> out.tolist(), sums.tolist()
         ([[1.0], [1.0]], [2.0, 2.0])
@@ -340,7 +341,7 @@ def select_impl(n_q: int, n_k: int, q=None, k=None, v=None) -> str:
     """The implementation ``impl="auto"`` picks for these (static) shapes.
 
     Example:
-        >>> from attnflow._attention import select_impl
+        >>> from attnflow.kernels import select_impl
         >>> select_impl(256, 256), select_impl(100_000, 100_000)
         ('dense', 'chunked')
     """
@@ -359,7 +360,7 @@ def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tu
 
     Example:
         >>> import jax
-        >>> from attnflow._attention import held_scores
+        >>> from attnflow.kernels import held_scores
         >>> held_scores(256, 256), jax.default_backend() != "cpu" or held_scores(4096, 4096, impl="chunked") == (2048, 512)
         ((256, 256), True)
     """
@@ -368,8 +369,8 @@ def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tu
         return n_q, 1
     if impl != "chunked":
         return n_q, n_k
-    cols = min(n_k, _chunked.DEFAULT_CHUNK)
-    rows = min(n_q, cols * (_chunked.blocks_at_once(-(-n_q // cols), cols, cols, int(itemsize)) or 1))
+    cols = min(n_k, _tiled.DEFAULT_CHUNK)
+    rows = min(n_q, cols * (_tiled.blocks_at_once(-(-n_q // cols), cols, cols, int(itemsize)) or 1))
     return rows, cols
 
 
@@ -401,14 +402,14 @@ def attend(
     ``impl`` (static, chosen from shapes only, so jit/vmap/grad see one branch):
 
     * ``"dense"``: materialise the (n, n2) scores, max-subtracted softmax, matmul.
-    * ``"chunked"``: blocked online softmax (:func:`attnflow._chunked.chunked_attend`),
+    * ``"chunked"``: blocked online softmax (:func:`attnflow._tiled.chunked_attend`),
       memory O(n (r + e)) instead of O(n n2); same numbers to rounding.
     * ``"fused"``: ``jax.nn.dot_product_attention`` with scale 1 (cuDNN on GPU).
     * ``"auto"``: fused where it is exact (GPU, half precision), else chunked when
       ``n * n2 >= CHUNK_THRESHOLD`` (``GPU_CHUNK_THRESHOLD`` on GPU), else dense.
     * ``"fourier"``: not a kernel of ``attend``: the attention flows' O(n K) path for tokens on the
       circle (``attention_impl="fourier"`` of :class:`~attnflow.AttentionFlow` and
-      :func:`~attnflow.dynamics.sphere_flow`, :mod:`attnflow._fourier`), which needs the weights'
+      :func:`~attnflow.dynamics.sphere_flow`, :mod:`attnflow.kernels.fourier`), which needs the weights'
       structure (:math:`\beta Q^T K` a scaled rotation), not only q and k; here it is an
       :class:`~attnflow.InputError`.
 
@@ -433,15 +434,15 @@ def attend(
         [[0.0], [1.0]]
     """
     if impl not in IMPLS:
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
     if impl == "fourier":
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError("impl='fourier' is the attention flows' path for tokens on the circle (it needs beta Q^T K, "
                          "not only q and k): set attention_impl='fourier' on AttentionFlow or sphere_flow, or call "
-                         "attnflow._fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
+                         "attnflow.kernels.fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
     _check_normalisation(normalisation)
     _check_qkv(q, k, v)
     check_mask(mask, q.shape[0], k.shape[0])
@@ -451,11 +452,11 @@ def attend(
         return _dense_attend(q, k, v, mask, normalisation)
     if impl == "fused":
         if normalisation != "softmax":
-            from .errors import InputError
+            from ..errors import InputError
 
             raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
                              "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
     if chunk_size is None:
-        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _chunked.DEFAULT_CHUNK
-    return _chunked.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)
+        chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _tiled.DEFAULT_CHUNK
+    return _tiled.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)

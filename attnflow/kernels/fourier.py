@@ -84,8 +84,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _validate as v
-from .errors import InputError
+from .. import _validate as v
+from ..errors import InputError
 
 __all__ = ["tail_bound", "fourier_modes", "kernel_coefficients", "rotation_part", "directions", "circle_attention",
            "FourierPlan", "plan", "score_rotations", "concrete_scale", "MAX_MODES", "TOKENS_PER_MODE", "AUTO_MAX_LOSS",
@@ -141,7 +141,7 @@ def tail_bound(a: float, modes: int) -> float:
     docstring; increasing in a).
 
     Example:
-        >>> from attnflow._fourier import tail_bound
+        >>> from attnflow.kernels.fourier import tail_bound
         >>> tail_bound(4.0, 22) < 2.0**-54 < tail_bound(4.0, 21)
         True
     """
@@ -173,7 +173,7 @@ def fourier_modes(a_max: float, dtype="float64", *, tol: float | None = None) ->
     with its own tolerance) ask it.
 
     Example:
-        >>> from attnflow._fourier import fourier_modes
+        >>> from attnflow.kernels.fourier import fourier_modes
         >>> [fourier_modes(a) for a in (1.0, 4.0, 16.0, 100.0)], fourier_modes(4.0, "float32")
         ([14, 22, 38, 89], 13)
         >>> fourier_modes(4.0, tol=1e-6)
@@ -219,7 +219,7 @@ def kernel_coefficients(p: Float[Array, "*h"], q: Float[Array, "*h"], modes: int
     Example:
         >>> import jax.numpy as jnp
         >>> from scipy.special import ive
-        >>> from attnflow._fourier import kernel_coefficients
+        >>> from attnflow.kernels.fourier import kernel_coefficients
         >>> re, im = kernel_coefficients(jnp.float32(2.0), jnp.float32(0.0), 10)
         >>> bool(jnp.allclose(re, ive(range(11), 2.0), atol=1e-7)), float(jnp.abs(im).max()) < 1e-7
         (True, True)
@@ -244,7 +244,7 @@ def rotation_part(A: Float[Array, "*h 2 2"]) -> tuple[Float[Array, "*h"], ...]:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow._fourier import rotation_part
+        >>> from attnflow.kernels.fourier import rotation_part
         >>> [round(float(u), 6) for u in rotation_part(jnp.array([[1.0, -2.0], [2.0, 1.0]]))]
         [1.0, 2.0, 0.0, 0.0]
     """
@@ -263,7 +263,7 @@ def directions(x: Float[Array, "n 2"]) -> tuple[Float[Array, " n"], Float[Array,
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow._fourier import directions
+        >>> from attnflow.kernels.fourier import directions
         >>> [round(float(a[0]), 6) for a in directions(jnp.array([[3.0, 4.0]]))]
         [0.6, 0.8]
     """
@@ -542,7 +542,7 @@ def circle_attention(
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from attnflow import softmax
-        >>> from attnflow._fourier import circle_attention
+        >>> from attnflow.kernels.fourier import circle_attention
         >>> th = jax.random.uniform(jax.random.key(0), (300,)) * 6.283
         >>> x = jnp.stack([jnp.cos(th), jnp.sin(th)], axis=1)
         >>> direct = softmax(3.0 * x @ x.T) @ x
@@ -658,7 +658,7 @@ def plan(w, attention_impl: str, *, mask=None, normalisation: str = "softmax", m
     Example:
         >>> import jax.numpy as jnp
         >>> from attnflow import AttentionWeights
-        >>> from attnflow._fourier import plan
+        >>> from attnflow.kernels.fourier import plan
         >>> w = AttentionWeights(jnp.eye(2), jnp.eye(2), jnp.eye(2), beta=3.0)
         >>> plan(w, "fourier", owner="AttentionFlow").bound, plan(w, "auto", owner="AttentionFlow")
         (3.0, None)

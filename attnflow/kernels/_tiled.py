@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import _cache
+from .. import _cache
 
-__all__ = ["chunked_attend", "blocks_at_once", "DEFAULT_CHUNK"]
+__all__ = ["chunked_attend", "tiled_logsumexp", "blocks_at_once", "DEFAULT_CHUNK"]
 
 #: default tile edge (queries and keys) on CPU; 512 x 512 tiles keep XLA:CPU matmuls efficient, and
 #: both passes work on several blocks at once (:func:`blocks_at_once`)
@@ -101,7 +101,7 @@ def blocks_at_once(num_blocks: int, rows: int, cols: int, itemsize: int) -> int 
 
     Example:
         >>> import jax
-        >>> from attnflow._chunked import blocks_at_once
+        >>> from attnflow.kernels import blocks_at_once
         >>> jax.default_backend() != "cpu" or blocks_at_once(8, 512, 512, 4) == 4
         True
     """
@@ -252,7 +252,7 @@ def chunked_attend(
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from attnflow._chunked import chunked_attend
+        >>> from attnflow.kernels import chunked_attend
         >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 100, 4))
         >>> dense = jax.nn.softmax(q @ k.T, axis=-1) @ v
         >>> bool(jnp.allclose(chunked_attend(q, k, v, chunk_size=32), dense, atol=1e-5))
@@ -260,7 +260,7 @@ def chunked_attend(
     """
     qc, kc = (chunk_size, chunk_size) if isinstance(chunk_size, numbers.Integral) else tuple(chunk_size)
     if not all(isinstance(c, numbers.Integral) and c >= 1 for c in (qc, kc)):
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     qc, kc = _tile(q.shape[0], qc), _tile(k.shape[0], kc)
@@ -272,9 +272,42 @@ def chunked_attend(
     if normalisation == "softmax":
         return out
     if normalisation != "mean":
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"normalisation must be 'softmax' or 'mean', got {normalisation!r}.")
     finite = jnp.isfinite(lse)  # a row with no admissible key has lse = inf and output 0
     scale = jnp.where(finite, jnp.exp(jnp.where(finite, lse, 0) - jnp.log(k.shape[0])), 0)
     return out * scale[:, None]
+
+
+def tiled_logsumexp(
+    q: Float[Array, "n r"],
+    k: Float[Array, "m r"],
+    *,
+    chunk_size: int | tuple[int, int] = DEFAULT_CHUNK,
+) -> Float[Array, " n"]:
+    r"""Per query, :math:`L_i = \log\sum_j e^{q_i\cdot k_j}`, in O((n + m) r + c^2) memory.
+
+    The forward pass of the tiled online softmax (:func:`chunked_attend`) with one column of ones as
+    values keeps only its running log-sum-exp: no n x m matrix is built, and :math:`L_i` is finite
+    whenever it is representable. ``chunk_size`` is the tile edge c (or a pair: query tile, key tile);
+    reverse-mode gradients recompute the tiles. Sums over pairs of a kernel :math:`e^{\kappa\langle x,
+    y\rangle}` are ``jax.nn.logsumexp(tiled_logsumexp(kappa * x, y))`` (the mean field's energies and
+    kernel distances).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.kernels import tiled_logsumexp
+        >>> q, k = jax.random.normal(jax.random.key(0), (2, 300, 3))
+        >>> dense = jax.nn.logsumexp(q @ k.T, axis=1)
+        >>> bool(jnp.allclose(tiled_logsumexp(q, k, chunk_size=64), dense, rtol=1e-6))
+        True
+    """
+    qc, kc = (chunk_size, chunk_size) if isinstance(chunk_size, numbers.Integral) else tuple(chunk_size)
+    if not all(isinstance(c, numbers.Integral) and c >= 1 for c in (qc, kc)):
+        from ..errors import InputError
+
+        raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
+    ones = jnp.ones((k.shape[0], 1), jnp.result_type(q, k))
+    _, lse = _attend(q, k, ones, int(_tile(q.shape[0], qc)), int(_tile(k.shape[0], kc)), "none", None)
+    return lse

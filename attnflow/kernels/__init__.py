@@ -1,0 +1,48 @@
+r"""The attention kernels: the one max-subtracted softmax and every path that computes attention with it.
+
+* dense and fused: :func:`attend` (``impl="dense"``, ``"fused"`` through ``jax.nn.dot_product_attention``,
+  ``"chunked"``, or ``"auto"``: :func:`select_impl`), :func:`attend_with_row_sums` (the output and the
+  softmax's row sums), :func:`softmax`, :func:`scores`, :func:`attention_matrix`, masks
+  (:func:`causal_mask`, :func:`mask_array`);
+* tiled: :func:`chunked_attend`, the blocked online softmax in O(n d) memory with its own VJP, and
+  :func:`tiled_logsumexp`, its log-sum-exp per query (sums over pairs of a kernel without an n x n matrix);
+* the circle's Fourier maths: :mod:`attnflow.kernels.fourier` (the O(n K) path of unit tokens in the plane).
+
+The flows (:mod:`attnflow.dynamics`) call these kernels; none of them knows about a field.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from attnflow.kernels import attend, chunked_attend
+    >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 50, 4))
+    >>> bool(jnp.allclose(attend(q, k, v, impl="dense"), chunked_attend(q, k, v, chunk_size=16), atol=1e-5))
+    True
+"""
+
+from . import fourier
+from ._attention import (
+    CHUNK_THRESHOLD,
+    GPU_CHUNK,
+    GPU_CHUNK_THRESHOLD,
+    IMPLS,
+    NORMALISATIONS,
+    attend,
+    attend_with_row_sums,
+    attention_matrix,
+    causal_mask,
+    check_mask,
+    fused_is_exact,
+    held_scores,
+    mask_array,
+    project_qk,
+    scores,
+    select_impl,
+    softmax,
+)
+from ._tiled import DEFAULT_CHUNK, blocks_at_once, chunked_attend, tiled_logsumexp
+
+__all__ = [
+    "softmax", "scores", "project_qk", "attention_matrix", "attend", "attend_with_row_sums", "select_impl",
+    "held_scores", "fused_is_exact", "causal_mask", "check_mask", "mask_array", "NORMALISATIONS", "IMPLS",
+    "CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "chunked_attend", "tiled_logsumexp", "blocks_at_once",
+    "DEFAULT_CHUNK", "fourier",
+]
