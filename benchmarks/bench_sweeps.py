@@ -71,7 +71,8 @@ def main() -> int:
     from attnflow.ensembles import system_seeds
     from attnflow.runs import atomic_write_json, load_config, provenance
     from attnflow.spectral import eig_route
-    from attnflow.sweep import check_eig_route, make_chunk_fn, make_mesh, make_spectral_chunk_fn
+    from attnflow.runs import make_mesh
+    from attnflow.sweep import check_eig_route, make_chunk_fn, make_spectral_chunk_fn
 
     route = eig_route(args.eig_route)
     counts = [int(c) for c in args.devices.split(",")]

@@ -264,8 +264,9 @@ def _phase_rows(args, mm) -> list[dict]:
     system-step without them)."""
     import numpy as np
 
-    from attnflow.phase import check_phase_config, load_phase_config, make_chunk_fn
-    from attnflow.sweep import make_mesh
+    from attnflow.phase import check_phase_config, load_phase_config
+    from attnflow.phase._engine import make_chunk_fn
+    from attnflow.runs import make_mesh
     from benchmarks.common import attention_flops
 
     layers, checkpoints, sizes = (30, 20, [(2, 256), (128, 64)]) if args.cpu else (300, 200, [(2, 4096), (2, 32768),
@@ -362,7 +363,7 @@ def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
     from attnflow.ensembles import system_seeds
     from attnflow.spectral import eig_route
     from attnflow.sweep import make_chunk_fn
-    from attnflow.sweep import make_mesh
+    from attnflow.runs import make_mesh
 
     from attnflow.runs import load_config
 

@@ -16,18 +16,20 @@ from attnflow.ensembles import system_seeds, token_key
 from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.observables import clusters_above
 from attnflow.phase import (
+    OBSERVABLES,
+    ensemble,
     check_phase_config,
     checkpoint_layers,
     equiangular_time,
     first_plateaus,
     lifetime_slope,
     load_phase_config,
-    make_chunk_fn,
     plateaus,
     run_phase,
     statistics,
 )
-from attnflow.sweep import make_mesh
+from attnflow.phase._engine import make_chunk_fn
+from attnflow.runs import make_mesh
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -323,6 +325,14 @@ def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypat
     mean_last = arrays["pairs_clustered"][sel][:, -1].mean()
     last = [r for r in rows if float(r["beta"]) == 6.0][-1]
     assert float(last["pairs_clustered"]) == pytest.approx(mean_last, rel=1e-12)
+    # the same numbers from Python without a run folder: attnflow.phase.ensemble, arranged (beta, system, t)
+    got = ensemble(cfg)
+    order = np.lexsort((arrays["system"], arrays["beta_index"]))
+    assert got["beta"].tolist() == [0.5, 2.0, 6.0] and got["t"].tolist() == sorted({float(r["t"]) for r in rows})
+    for name in (*OBSERVABLES, "finite", "t_nonfinite"):
+        np.testing.assert_array_equal(got[name].reshape(3 * 4, *got[name].shape[2:]), arrays[name][order], err_msg=name)
+    with pytest.raises(InputError, match="group must be an index"):
+        ensemble(cfg, group=1)
     for name in ("phase_g000.png", "curves_g000.png", "staircase_g000.png", "lifetime_g000.png", "report.md",
                  "summary.json", "metastability.csv", "provenance.json"):
         assert (tmp_path / "full" / name).is_file(), name

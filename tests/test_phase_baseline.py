@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnflow.phase import OBSERVABLES, check_phase_config, load_phase_config, make_chunk_fn
+from attnflow.phase import OBSERVABLES, check_phase_config, load_phase_config
+from attnflow.phase._engine import make_chunk_fn
 from attnflow.phase._engine import group_pairs, start_clouds
 from attnflow.phase._tables import cell_rows
-from attnflow.sweep import make_mesh
+from attnflow.runs import make_mesh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import phase_torch  # noqa: E402

@@ -127,8 +127,9 @@ def test_float64_check_steps_the_float32_clouds():
     import jax.numpy as jnp
 
     from attnflow._x64 import float64_scope
-    from attnflow.phase import check_phase_config, load_phase_config, make_chunk_fn
-    from attnflow.sweep import make_mesh
+    from attnflow.phase import check_phase_config, load_phase_config
+    from attnflow.phase._engine import make_chunk_fn
+    from attnflow.runs import make_mesh
 
     cfg = load_phase_config(None)
     cfg.update(beta=[2.0, 6.0], d=2, n=8, systems=4, t1=4.0, dt=0.2, checkpoints=4, dtype="float32")

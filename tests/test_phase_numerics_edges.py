@@ -179,9 +179,10 @@ def test_mean_normalisation_steps_the_rescaled_flow(weights):
     from attnflow.dynamics import normalise, sphere_flow
     from attnflow.ensembles import system_seeds, token_key
     from attnflow.integrate import EulerStepper, sphere_shift
-    from attnflow.phase import check_phase_config, make_chunk_fn, statistics, step_scale
+    from attnflow.phase import check_phase_config, statistics, step_scale
+    from attnflow.phase._engine import make_chunk_fn
     from attnflow.phase._engine import _weights
-    from attnflow.sweep import make_mesh
+    from attnflow.runs import make_mesh
 
     config = check_phase_config(_small_phase(qk_ensemble=weights, beta=[1.0, 9.0], systems=1))
     group = config.groups[0]
@@ -206,8 +207,9 @@ def test_mean_normalisation_runs_beyond_the_float_range_of_e_beta():
     """With Q = K = V = I the rescaled 1/n field is the softmax layer times r_i e^{beta - log s}/n: the state
     stays finite at beta = 800, where e^beta overflows float64 (the unscaled 1/n attention is inf there). The
     energy E_beta ~ e^beta / (2 beta) itself exceeds float64 there, so the run is reported non-finite by it."""
-    from attnflow.phase import check_phase_config, make_chunk_fn
-    from attnflow.sweep import make_mesh
+    from attnflow.phase import check_phase_config
+    from attnflow.phase._engine import make_chunk_fn
+    from attnflow.runs import make_mesh
 
     config = check_phase_config(_small_phase(beta=[800.0], t1=0.5, checkpoints=3))
     cols = make_chunk_fn(config, config.groups[0], make_mesh())(0, 2)

@@ -1,6 +1,6 @@
 r"""Phase diagrams and metastability: clustering over a grid of beta, n, d (and the dynamics' scalars) in time.
 
-:func:`run_phase` (``attnflow phase CONFIG --out DIR``) steps ``systems`` random clouds per grid
+:func:`run_phase` (``attnflow phase CONFIG --out DIR``; :func:`ensemble` gives one group's arrays from Python, without a run folder) steps ``systems`` random clouds per grid
 cell with any of the sweep's dynamics and records, inside the solve, the pair statistics of
 :func:`statistics` at checkpoint times; it writes a tidy per-(cell, checkpoint) table with
 confidence intervals, per-system arrays, heat maps, the metastable plateaus of the cluster count
@@ -23,7 +23,7 @@ _NAMES = {
     "._compare": ("COMPARED", "compare_runs", "crossing_times"),
     "._config": ("DEFAULT_CONFIG", "GRID_KEYS", "PhaseConfig", "PhaseGroup", "check_phase_config", "checkpoint_layers",
                  "load_phase_config", "step_scale"),
-    "._engine": ("OBSERVABLES", "make_chunk_fn", "pair_index", "start_clouds", "statistics"),
+    "._engine": ("OBSERVABLES", "ensemble", "start_clouds", "statistics"),
     "._metastability": ("EnergyPlateau", "Plateau", "energy_plateaus", "first_plateaus", "gathered", "kaplan_meier",
                         "lifetime_slope", "lifetime_summary", "merges", "plateaus"),
     "._run": ("check_phase_sizes", "run_phase"),
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the nam
         load_phase_config,
         step_scale,
     )
-    from ._engine import OBSERVABLES, make_chunk_fn, pair_index, start_clouds, statistics
+    from ._engine import OBSERVABLES, ensemble, start_clouds, statistics
     from ._metastability import (
         EnergyPlateau,
         Plateau,
@@ -65,8 +65,8 @@ __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in 
 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
-    "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "statistics", "OBSERVABLES", "make_chunk_fn", "start_clouds",
-    "pair_index", "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
+    "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "ensemble", "statistics", "OBSERVABLES", "start_clouds",
+    "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
     "EnergyPlateau", "energy_plateaus", "kaplan_meier", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
     "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence", "step_scale",
 ]

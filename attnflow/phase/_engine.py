@@ -35,6 +35,7 @@ Common random numbers: system s of a group starts from the same cloud (and, with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -115,7 +116,8 @@ def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, 
     """(beta index, system) of the flattened pairs start..stop-1 of a group (beta-major order).
 
     Example:
-        >>> from attnflow.phase import check_phase_config, load_phase_config, pair_index
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import pair_index
         >>> cfg = load_phase_config(None)
         >>> cfg.update(beta=[1.0, 2.0], systems=3)
         >>> [a.tolist() for a in pair_index(check_phase_config(cfg), 2, 5)]
@@ -283,3 +285,43 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         return {**cols, "beta_index": into["beta_index"], "system": into["system"]}
 
     return compute
+
+
+def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.ndarray]:
+    r"""The phase job's ensemble from Python, without a run folder: every observable of one grid group as
+    arrays per beta, system and checkpoint.
+
+    ``config`` is a phase config (a table as :func:`load_phase_config` returns it, or a parsed
+    :class:`PhaseConfig`); ``group`` indexes its groups (the (n, d, heads, epsilon) cells of
+    :attr:`PhaseConfig.groups`). The systems, clouds, weights and steps are the job's own, so the arrays
+    are the numbers ``attnflow phase`` stores for that group (its chunk files), arranged by beta and system.
+
+    Returns a dict: ``beta`` (B,), ``t`` (K,) the checkpoint times (the rescaled time :math:`\tau` of the
+    1/n normalisation), every observable of :data:`OBSERVABLES` as (B, S, K), ``finite`` (B, S) and
+    ``t_nonfinite`` (B, S) (``inf`` where the run stayed finite).
+
+    Example:
+        >>> from attnflow.phase import ensemble, load_phase_config
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(beta=[1.0, 4.0], n=[8], d=[2], systems=3, t1=1.0, checkpoints=4)
+        >>> out = ensemble(cfg)
+        >>> out["beta"].tolist(), out["t"].shape, out["clusters"].shape, bool(out["finite"].all())
+        ([1.0, 4.0], (4,), (2, 3, 4), True)
+    """
+    from ..errors import InputError
+    from ..runs import make_mesh
+    from ._config import check_phase_config
+
+    config = check_phase_config(config)
+    groups = config.groups
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or not 0 <= group < len(groups):
+        raise InputError(f"group must be an index of the config's {len(groups)} grid group(s) (0 to "
+                         f"{len(groups) - 1}), got {group!r}.")
+    betas, systems = len(config.beta), config.systems
+    with float64_scope() if config.dtype == "float64" else contextlib.nullcontext():
+        cols = make_chunk_fn(config, groups[group], make_mesh(num_devices))(0, group_pairs(config))
+    out = {name: np.asarray(cols[name]).reshape(betas, systems, *np.shape(cols[name])[1:])
+           for name in (*OBSERVABLES, "finite", "t_nonfinite")}
+    return {"beta": np.asarray(config.beta, np.float64),
+            "t": np.round(np.asarray(config.checkpoint_layers) * config.dt, 12), **out}
+
