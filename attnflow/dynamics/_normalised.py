@@ -179,7 +179,7 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     r"""Post-LN attention on the unit sphere with Q = K = V = I, without the projections.
 
     .. math::  \dot x_i = \frac{1}{s}\,\mathrm{Proj}_{x_i^\perp}\Big(\sum_j P_{ij}\, x_j\Big),
-               \qquad P_{ij} = \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle) \ \text{or}\
+               \qquad P_{ij} = \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle) \quad\text{or}\quad
                \frac{e^{\beta\langle x_i, x_j\rangle}}{n},
 
     the field of :func:`sphere_flow` with Q = K = V = I (the same numbers to rounding; the three d x d
@@ -194,7 +194,7 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     ``vector_field_with_aux(t, y, args) -> (dy, r)`` hands the row sums r (n,) to a layer stepper's
     ``save_fn`` (``save_aux=True``): the interaction energy of unit tokens follows from them,
     :math:`E_\beta = \frac{e^\beta}{2\beta n^2}\sum_i r_i`
-    (:func:`attnflow.observables._pairs.sphere_energy_from_row_sums`). It computes the attention
+    (:func:`attnflow.observables.sphere_energy_from_row_sums`). It computes the attention
     densely (:func:`attnflow.kernels.attend_with_row_sums`); ``vector_field`` of the softmax field
     uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size).
     The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
