@@ -14,17 +14,15 @@ from attnflow import AttentionWeights, InputError
 from attnflow.dynamics import normalise, sphere_flow
 from attnflow.ensembles import system_seeds, token_key
 from attnflow.integrate import EulerStepper, sphere_shift
-from attnflow.observables import clusters_above
+from attnflow.observables import clusters_above, first_plateaus, plateaus
 from attnflow.phase import (
     OBSERVABLES,
-    ensemble,
     check_phase_config,
     checkpoint_layers,
+    ensemble,
     equiangular_time,
-    first_plateaus,
     lifetime_slope,
     load_phase_config,
-    plateaus,
     run_phase,
     statistics,
 )

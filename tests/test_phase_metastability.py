@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 from scipy.sparse.csgraph import connected_components
 
-from attnflow.phase import (
-    energy_plateaus,
-    first_plateaus,
-    lifetime_slope,
-    lifetime_summary,
-    plateaus,
-)
+from attnflow.observables import energy_plateaus, first_plateaus, plateaus
+from attnflow.phase import lifetime_slope, lifetime_summary
 
 BETA, THRESHOLD = 4.0, 0.999
 #: log-spaced checkpoints, 60 per decade: consecutive times differ by 10^(1/60) - 1 = 3.9%

@@ -1,15 +1,16 @@
 r"""Phase diagrams and metastability: clustering over a grid of beta, n, d (and the dynamics' scalars) in time.
 
-:func:`run_phase` (``attnflow phase CONFIG --out DIR``; :func:`ensemble` gives one group's arrays from Python, without a run folder) steps ``systems`` random clouds per grid
-cell with any of the sweep's dynamics and records, inside the solve, the pair statistics of
-:func:`statistics` at checkpoint times; it writes a tidy per-(cell, checkpoint) table with
-confidence intervals, per-system arrays, heat maps, the metastable plateaus of the cluster count
-and their lifetimes against beta. The pieces are usable from Python: the observables
-(:mod:`attnflow.observables`: ``pairs_clustered``, ``clusters_above``, ``interaction_energy``, ...),
-the plateau detection (:func:`plateaus`, :func:`first_plateaus`, :func:`energy_plateaus`,
-:func:`lifetime_summary`, :func:`lifetime_slope`), the equiangular model's theory line
-(:func:`equiangular_time`), the paired comparison of two runs (:func:`compare_runs`, e.g. two dt) and
-the layer map's convergence to the flow (:func:`sphere_convergence`).
+:func:`run_phase` (``attnflow phase CONFIG --out DIR``) steps ``systems`` random clouds per grid cell
+with any of the sweep's dynamics and records, inside the solve, the pair statistics of :func:`statistics`
+at checkpoint times; it writes a tidy per-(cell, checkpoint) table with confidence intervals, per-system
+arrays, heat maps, the metastable plateaus of the cluster count and their lifetimes against beta.
+:func:`ensemble` gives one group's arrays from Python, without a run folder; :func:`read_cells` reads the
+table back. The science it uses lives in the library: the observables and the plateau rule
+(:mod:`attnflow.observables`: ``pairs_clustered``, ``clusters_above``, ``plateaus``, ``first_plateaus``,
+``energy_plateaus``, ...), the intervals and survival fits (:mod:`attnflow.stats`); the job's own
+readings are the lifetimes' fits (:func:`lifetime_summary`, :func:`lifetime_slope`), the equiangular
+model's theory line (:func:`equiangular_time`), the paired comparison of two runs (:func:`compare_runs`,
+e.g. two dt) and the layer map's convergence to the flow (:func:`sphere_convergence`).
 """
 
 from typing import TYPE_CHECKING
@@ -24,10 +25,9 @@ _NAMES = {
     "._config": ("DEFAULT_CONFIG", "GRID_KEYS", "PhaseConfig", "PhaseGroup", "check_phase_config", "checkpoint_layers",
                  "load_phase_config", "step_scale"),
     "._engine": ("OBSERVABLES", "ensemble", "start_clouds", "statistics"),
-    "._metastability": ("EnergyPlateau", "Plateau", "energy_plateaus", "first_plateaus", "gathered", "kaplan_meier",
-                        "lifetime_slope", "lifetime_summary", "merges", "plateaus"),
+    "._metastability": ("lifetime_slope", "lifetime_summary"),
     "._run": ("check_phase_sizes", "run_phase"),
-    "._tables": ("CELL_COLUMNS", "mean_interval", "read_cells"),
+    "._tables": ("CELL_COLUMNS", "read_cells"),
     "._theory": ("equiangular_rate", "equiangular_time"),
 }
 if TYPE_CHECKING:  # for type checkers and the API reference, which read the names statically
@@ -44,20 +44,9 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the nam
         step_scale,
     )
     from ._engine import OBSERVABLES, ensemble, start_clouds, statistics
-    from ._metastability import (
-        EnergyPlateau,
-        Plateau,
-        energy_plateaus,
-        first_plateaus,
-        gathered,
-        kaplan_meier,
-        lifetime_slope,
-        lifetime_summary,
-        merges,
-        plateaus,
-    )
+    from ._metastability import lifetime_slope, lifetime_summary
     from ._run import check_phase_sizes, run_phase
-    from ._tables import CELL_COLUMNS, mean_interval, read_cells
+    from ._tables import CELL_COLUMNS, read_cells
     from ._theory import equiangular_rate, equiangular_time
 
 __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in _NAMES.items() for name in names},
@@ -66,7 +55,6 @@ __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
     "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "ensemble", "statistics", "OBSERVABLES", "start_clouds",
-    "CELL_COLUMNS", "mean_interval", "read_cells", "Plateau", "plateaus", "gathered", "merges", "first_plateaus",
-    "EnergyPlateau", "energy_plateaus", "kaplan_meier", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
+    "CELL_COLUMNS", "read_cells", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
     "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence", "step_scale",
 ]
