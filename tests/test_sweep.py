@@ -296,7 +296,7 @@ d = [64]
 systems = 6
 n = 64
 clouds = 1
-t1 = 2.0
+t1 = 1.0
 dt = 0.1
 [run]
 chunk_size = 6
