@@ -2,7 +2,7 @@ r"""Metastability in the phase job: the first metastable plateau's lifetime per 
 
 The plateau rule (what a metastable state, a plateau, its lifetime and its left truncation are) is
 :mod:`attnflow.observables`' (:func:`~attnflow.observables.metastable_states`,
-:func:`~attnflow.observables.first_plateaus`; re-exported here). For a fixed configuration of well-separated
+:func:`~attnflow.observables.first_plateaus`). For a fixed configuration of well-separated
 clusters the time they sit still grows exponentially in beta (Geshkovski, Koubbi, Polyanskiy, Rigollet,
 arXiv 2410.06833; Bruno, Pasqualotto, Agazzi, arXiv 2410.23228). Across random clouds the configuration
 itself changes with beta (more clusters, closer together, at larger beta), so a lifetime pooled over
@@ -28,17 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..observables import (  # noqa: F401  (re-exported: the phase job's names)
-    ENERGY_REL_TOL,
-    HOLD_RATIO,
-    EnergyPlateau,
-    Plateau,
-    energy_plateaus,
-    first_plateaus,
-    gathered,
-    merges,
-    plateaus,
-)
 from ..stats import kaplan_meier, survival_quantile
 from ..stats._survival import _lognormal_data, _lognormal_intervals, _lognormal_theta, _retained
 

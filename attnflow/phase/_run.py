@@ -31,21 +31,13 @@ import numpy as np
 from .. import runs
 from .._resources import check_fits
 from .._x64 import in_float64
+from ..observables import ENERGY_REL_TOL, HOLD_RATIO, first_plateaus
 from ..plot._workers import FigureWorkers, worker_count
 from ..runs import check_table_memory, concat, plan_chunks, start_chunked, write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config, log_step_scale
 from ._engine import OBSERVABLES, column_layout, group_pairs, make_chunk_fn
 from ._figures import MAPS
-from ._metastability import (
-    ENERGY_REL_TOL,
-    HOLD_RATIO,
-    MIN_FIT_CELLS,
-    MIN_FIT_CLUSTERS,
-    MIN_RETAINED,
-    first_plateaus,
-    lifetime_slope,
-    lifetime_summary,
-)
+from ._metastability import MIN_FIT_CELLS, MIN_FIT_CLUSTERS, MIN_RETAINED, lifetime_slope, lifetime_summary
 from ._tables import CELL_COLUMNS, cell_rows, finite_rows, grid_of
 from ._theory import equiangular_time
 
