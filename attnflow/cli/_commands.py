@@ -49,18 +49,50 @@ EXTENSION_STUDIES = ("sec12_2", "multihead", "albert", "causal", "sphere")
 
 
 def add_run_options(parser) -> None:
-    """``--devices``, ``--no-progress`` and the several-processes group of the chunked jobs (sweep, phase)."""
+    """``--devices``, ``--no-progress`` and the several-processes group (:func:`add_process_options`) of the
+    chunked jobs (sweep, phase)."""
     parser.add_argument("--devices", type=int, default=None,
                         help="local devices to shard over (default: config run.devices; 0 = all)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_process_options(parser, "chunks", "Under SLURM, Open MPI or Kubernetes set run.distributed = true in "
+                        "the config instead.")
+
+
+def add_process_options(parser, work: str = "units of work", more: str = "") -> None:
+    """The several-processes group of every job that splits its ``work`` (chunks, units) over processes:
+    ``--coordinator HOST:PORT``, ``--num-processes P`` and ``--process-id I`` (a manual launch, one command per
+    process; :func:`process_options` reads them), ``more`` added to the group's description.
+
+    Example:
+        >>> import argparse
+        >>> p = argparse.ArgumentParser()
+        >>> add_process_options(p)
+        >>> process_options(p.parse_args(["--coordinator", "h:1", "--num-processes", "2", "--process-id", "1"]))
+        {'coordinator': 'h:1', 'num_processes': 2, 'process_id': 1}
+    """
     g = parser.add_argument_group(
         "several processes (hosts)",
-        "Split the chunks over P processes that share the output folder: start the same command once per "
-        "process with these three options (process 0 serves the coordinator and writes the tables). Under "
-        "SLURM, Open MPI or Kubernetes set run.distributed = true in the config instead.")
+        f"Split the {work} over P processes that share the output folder: start the same command once per "
+        "process with these three options (process 0 serves the coordinator and writes the tables)."
+        + (f" {more}" if more else ""))
     g.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (the same for all processes)")
     g.add_argument("--num-processes", type=int, metavar="P", help="number of processes")
     g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. P-1")
+
+
+def process_options(args) -> dict | None:
+    """The ``processes`` keyword of a job from :func:`add_process_options`' options: the ones given, or None.
+
+    Example:
+        >>> import argparse
+        >>> p = argparse.ArgumentParser()
+        >>> add_process_options(p)
+        >>> process_options(p.parse_args([])) is None
+        True
+    """
+    processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
+                                   ("process_id", args.process_id)) if v is not None}
+    return processes or None
 
 
 def cpu_device_per_core(num_devices: int | None) -> int | None:
@@ -109,7 +141,5 @@ def run_options(args) -> dict:
         >>> run_options(p.parse_args(["--devices", "2"]))
         {'num_devices': 2, 'progress': None, 'processes': None}
     """
-    processes = {k: v for k, v in (("coordinator", args.coordinator), ("num_processes", args.num_processes),
-                                   ("process_id", args.process_id)) if v is not None}
     return {"num_devices": args.devices, "progress": False if args.no_progress else None,
-            "processes": processes or None}
+            "processes": process_options(args)}

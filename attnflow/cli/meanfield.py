@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import summary
+from ._commands import add_process_options, process_options, summary
 
 
 def add_parser(subparsers) -> None:
@@ -24,6 +24,7 @@ def add_parser(subparsers) -> None:
                    help="TOML config (a path, or the name of a shipped config); default: configs/meanfield.toml")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_process_options(p, "units of work")
     p.set_defaults(func=_run)
 
 
@@ -31,7 +32,12 @@ def _run(args: argparse.Namespace) -> int:
     from ..meanfield import check_meanfield_config, load_meanfield_config, run_meanfield
 
     config = check_meanfield_config(load_meanfield_config(args.config))
-    s = run_meanfield(config, args.out, progress=not args.no_progress)
+    s = run_meanfield(config, args.out, progress=not args.no_progress, processes=process_options(args))
+    if s["process_count"] > 1:
+        print(f"process {s['process_index']} of {s['process_count']}: computed {s['units_computed']} of "
+              f"{s['units']} units ({s['units_resumed']} of its share resumed from an earlier run)")
+        if s["process_index"] != 0:
+            return 0
     for norm, c in s["convergence"].items():
         rates = ", ".join(f"t = {r['t']:g}: {r['rate']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]" for r in c["rates"]
                           if r["rate"] is not None)

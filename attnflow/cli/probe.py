@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import summary
+from ._commands import add_process_options, process_options, summary
 
 
 def add_parser(subparsers) -> None:
@@ -20,13 +20,25 @@ def add_parser(subparsers) -> None:
     p.add_argument("config", help="TOML config (a path, or a shipped name such as probe-sensitivity.toml)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_process_options(p, "independent units (the searches of distance-to-failure, the systems of sensitivity; "
+                        "beyond-pd runs on process 0)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from ..probe import read_probe_config, run_probe
+    from ..runs import init_distributed
 
+    processes = process_options(args)
+    if processes is not None:  # joined before the config's memory check starts JAX
+        init_distributed(False, **processes)
     config = read_probe_config(args.config)  # parsed once, every key checked
-    run_probe(config, args.out, progress=not args.no_progress)
+    s = run_probe(config, args.out, progress=not args.no_progress, processes=processes)
+    if s.get("process_count", 1) > 1:
+        note = f" ({s['note']})" if "note" in s else ""
+        print(f"process {s['process_index']} of {s['process_count']}: computed {s['units_computed']} of "
+              f"{s['units']} units{note}")
+        if s["process_index"] != 0:
+            return 0
     print(f"{config.study}: report in {args.out}/report.md")
     return 0

@@ -18,6 +18,12 @@ Particles run the ODE flow (:func:`~attnflow.meanfield.circle_solver`, Tsit5 wit
 work (one normalisation, study, n or beta, seed) is stored as it finishes in ``units/*.npz``
 (verified: :class:`attnflow.runs.UnitStore`), so the same command after an interruption
 recomputes nothing that finished.
+
+Several processes (``jax.distributed``, :func:`attnflow.runs.init_distributed`) split the units: process p
+of P computes the units whose index in the plan is p, p + P, ... into the shared ``units/`` folder (a
+particle unit of the convergence study that needs the PDE unit of another process waits for its file);
+process 0 then waits for the other processes' units (:func:`attnflow.runs.wait_for_units`), reads them
+verified and writes the same tables as one process would.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runs import UnitStore, atomic_write_json, count_kept, open_run, releases_output_dirs
+from ..runs import (UnitStore, atomic_write_json, count_kept, init_distributed, open_run, releases_output_dirs,
+                    wait_for_units)
 from ._config import MeanfieldConfig, check_meanfield_config
 
 __all__ = ["run_meanfield", "check_meanfield_sizes", "start_density", "near_uniform_start", "time_scale"]
@@ -193,14 +200,23 @@ def check_meanfield_sizes(config: MeanfieldConfig | dict) -> dict:
 
 class _Units:
     """The stored units of one run folder (:class:`attnflow.runs.UnitStore` in ``units/``): computed once,
-    then read back (verified); each computed unit records its ``seconds``."""
+    then read back (verified); each computed unit records its ``seconds``.
 
-    def __init__(self, out: Path, fingerprint: str, progress=None):
+    In the first pass of a multi-process run ``share`` holds the names of this process's units: :meth:`get`
+    computes (or resumes) those and gives None for the others, and process 0 keeps what it got in ``held``
+    for its second pass (``share`` None: every unit), where the other processes' units join them."""
+
+    def __init__(self, out: Path, fingerprint: str, progress=None, *, share: set | None = None,
+                 process_index: int = 0, process_count: int = 1):
         self.store = UnitStore(out / "units", "meanfield-unit", fingerprint, on_store=self._stored)
         self.progress = progress
         self.cache: dict = {}  # compiled particle solves, shared by the units of one n
         self.kept: dict = {}  # the verified units found in the folder, read before any unit runs
         self.tally = None  # the units stored so far (attnflow.runs.count_kept), for an interrupted command's line
+        self.share = share
+        self.process_index, self.process_count = process_index, process_count
+        self.held: dict = {}  # units already counted: process 0's share after its first pass, the others' units
+        self.fetched: dict = {}  # the other processes' units this process's own units need (the first pass)
 
     @property
     def computed(self) -> int:
@@ -209,6 +225,11 @@ class _Units:
     @property
     def resumed(self) -> int:
         return self.store.resumed
+
+    @property
+    def first_pass(self) -> bool:
+        """True while a process of a multi-process run computes its share (the results are assembled later)."""
+        return self.share is not None
 
     def _stored(self, name: str) -> None:
         if self.tally is not None:
@@ -226,19 +247,49 @@ class _Units:
                     self.kept[name] = found
         return len(self.kept)
 
-    def get(self, name: str, compute) -> dict:
-        found = self.kept.pop(name, None)
-        if found is not None:
-            self.store.resumed += 1
-            return found
+    def read_others(self, names) -> None:
+        """Hold the other processes' units ``names`` (loaded verified; one that is not is computed again here)."""
+        for name in names:
+            found = self.store.load(name)
+            if found is not None:
+                self.held[name] = found
 
+    def _timed(self, compute):
         def timed() -> dict:
             t = time.perf_counter()
             arrays = {k: np.asarray(v) for k, v in compute().items()}
             arrays["seconds"] = np.asarray(time.perf_counter() - t)
             return arrays
 
-        return self.store.get(name, timed)
+        return timed
+
+    def get(self, name: str, compute) -> dict | None:
+        """The unit ``name``: held, kept from an earlier run, or computed and stored; None in the first pass when
+        another process computes it."""
+        if self.share is not None and name not in self.share:
+            return None
+        if name in self.held:
+            return self.held[name] if self.share is not None else self.held.pop(name)
+        found = self.kept.pop(name, None)
+        if found is not None:
+            self.store.resumed += 1
+        else:
+            found = self.store.get(name, self._timed(compute))
+        if self.share is not None and self.process_index == 0:
+            self.held[name] = found  # for the second pass
+        return found
+
+    def need(self, name: str, compute) -> dict:
+        """The unit ``name`` that a unit of this process needs, whichever process computes it: :meth:`get` when
+        it is this process's, else its file, waited for (:func:`attnflow.runs.wait_for_units`) and loaded
+        verified (computed here when it does not verify)."""
+        if self.share is None or name in self.share:
+            return self.get(name, compute)
+        if name not in self.fetched:
+            wait_for_units(self.store, [name], process_index=self.process_index, process_count=self.process_count)
+            found = self.store.load(name)
+            self.fetched[name] = found if found is not None else self.store.get(name, self._timed(compute))
+        return self.fetched[name]
 
 
 def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> dict:
@@ -262,8 +313,12 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
         return {"ts": path.ts, "density": path.density, "mass": path.mass, "min_density": path.min_density,
                 "result": path.result}
 
-    sol = units.get(_conv_name(norm), pde)
+    sol = units.get(_conv_name(norm), pde)  # None: another process's unit (the first pass)
     at = np.searchsorted(ts_pde, times)
+
+    def solution() -> dict:  # the PDE a particle unit is compared with (waited for when another process's)
+        return sol if sol is not None else units.need(_conv_name(norm), pde)
+
     w1 = np.full((len(c.n), c.seeds, len(c.times)), np.nan)
     histogram = None
     for i, n in enumerate(c.n):
@@ -272,10 +327,10 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
                 import jax
 
                 key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), n), s)
-                theta0 = draw_from_density(key, jnp.asarray(sol["density"][0], dtype), n)
+                theta0 = draw_from_density(key, jnp.asarray(solution()["density"][0], dtype), n)
                 frames_too = n == c.n[-1] and s == 0  # the density figure: histograms at every frame too
                 ts = ts_pde if frames_too else times
-                dens = jnp.asarray(sol["density"], dtype)[at]
+                dens = jnp.asarray(solution()["density"], dtype)[at]
 
                 def save(y):
                     return {"y": y, "hist": circle_histogram(y, c.bins)} if frames_too else {"y": y}
@@ -288,9 +343,13 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
                 return out
 
             got = units.get(_conv_name(norm, n, s), particles)
+            if units.first_pass:
+                continue
             w1[i, s] = got["w1"]
             if "hist" in got:
                 histogram = (got["frames"], got["hist"])
+    if units.first_pass:
+        return None
     return {"w1": w1, "pde_ts": np.asarray(sol["ts"]), "pde_density": np.asarray(sol["density"]),
             "mass": np.asarray(sol["mass"]), "min_density": np.asarray(sol["min_density"]),
             "pde_result": int(sol["result"]), "frames": histogram, "times": times, "time_scale": scale,
@@ -383,6 +442,8 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
 
             p = units.get(_growth_name(norm, b, s, "particles"), particles)
             q = units.get(_growth_name(norm, b, s, "pde"), pde)
+            if units.first_pass:
+                continue
             in_lin = np.isin(p["ts"], ts_lin)
             fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
             fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
@@ -432,6 +493,8 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
                 "state_bytes": int(x0.size * x0.dtype.itemsize), "temp_bytes": -1 if temp is None else int(temp)}
 
     got = units.get("largest", run)
+    if units.first_pass:
+        return None
     return {k: (float(v) if k.endswith("_s") else int(v) if k.endswith("bytes") else bool(v)) for k, v in got.items()
             if k != "seconds"}
 
@@ -440,8 +503,19 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
 
 
 @releases_output_dirs
-def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: bool = True) -> dict:
+def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: bool = True,
+                  processes: dict | None = None) -> dict:
     """Run (or resume) the mean-field study of ``config`` into ``out``; returns the summary.
+
+    ``processes`` (``coordinator``, ``num_processes``, ``process_id``: a manual launch of one command per
+    process, :func:`attnflow.runs.init_distributed`) splits the units over processes that share ``out``:
+    process p of P computes the units p, p + P, ... of the plan (resuming the ones of its share it finds);
+    every process but 0 returns only what it did (``process_index``, ``process_count``, ``units_computed``,
+    ``units_resumed``, ``units``); process 0 waits for the other processes' units, reads them verified
+    (computing again any that is not) and writes the same tables and summary as one process, whose
+    ``units_computed`` / ``units_resumed`` count its own work. The returned summary also says
+    ``process_index``, ``process_count`` and ``units`` (in the plan; these three are not written to
+    summary.json).
 
     Example:
         >>> import tempfile, pathlib
@@ -458,27 +532,48 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     import jax
 
     config = check_meanfield_config(config)  # before the folder is claimed or anything compiles
+    pidx, pcount = init_distributed(False, **(processes or {}))  # before any JAX computation
     sizes = check_meanfield_sizes(config)  # every unit fits, before any unit runs
-    run = open_run(out, "meanfield", config, seed=config.seed)
+    run = open_run(out, "meanfield", config, process=pidx, seed=config.seed)
     out = run.out
-    units = _Units(out, run.fingerprint)
-    kept = units.read_kept(u["name"] for u in _plan(config))
-    units.tally = count_kept(sizes["units"], "units", kept=kept)
+    plan = [u["name"] for u in _plan(config)]
+    share = None if pcount == 1 else {name for i, name in enumerate(plan) if i % pcount == pidx}
+    units = _Units(out, run.fingerprint, share=share, process_index=pidx, process_count=pcount)
+    mine = plan if share is None else [name for name in plan if name in share]
+    kept = units.read_kept(mine)
+    units.tally = count_kept(len(mine), "units" if pcount == 1 else f"units of process {pidx}'s share", kept=kept)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         # a resumed run's bar starts at the units already kept
-        bar = tqdm(total=sizes["units"], initial=kept, desc="meanfield units", file=sys.stderr)
+        bar = tqdm(total=len(mine), initial=kept, desc="meanfield units" if pcount == 1 else
+                   f"meanfield units (process {pidx} of {pcount})", file=sys.stderr)
     units.progress = bar
     t0 = time.perf_counter()
     with jax.enable_x64(config.dtype == "float64"):
         import jax.numpy as jnp
 
         dtype = jnp.float64 if config.dtype == "float64" else jnp.float32
-        conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
-        growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
-        largest = _largest(config, units, dtype)
+
+        def studies():
+            conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
+            growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
+            return conv, growth, _largest(config, units, dtype)
+
+        if share is not None:  # the first pass: this process's share of the units
+            studies()
+            if bar is not None:
+                bar.close()
+            units.progress = bar = units.tally = None
+            if pidx != 0:
+                return {"process_index": pidx, "process_count": pcount, "units_computed": units.computed,
+                        "units_resumed": units.resumed, "units": len(plan)}
+            others = [name for name in plan if name not in share]
+            wait_for_units(units.store, others, process_index=pidx, process_count=pcount)
+            units.read_others(others)
+            units.share = None  # the second pass: every unit, held or (when damaged) computed here
+        conv, growth, largest = studies()
     if bar is not None:
         bar.close()
     from ._report import write_results
@@ -489,4 +584,4 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
                             "particle_steps": sizes["work"]})
     summary["provenance"] = run.write_provenance()
     atomic_write_json(out / "summary.json", summary)
-    return summary
+    return dict(summary, process_index=pidx, process_count=pcount, units=len(plan))

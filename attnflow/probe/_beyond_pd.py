@@ -13,6 +13,11 @@ and the class of every token (vertex of the hull / origin / boundary / interior,
 :func:`attnflow.observables.classify_tokens`). A counterexample candidate is a configuration
 whose non-vertex fraction does not decrease with the horizon; a fraction that decays is slow
 convergence to the polytope pattern, not a counterexample.
+
+The starts are independent problems but advance as one batched optimisation (one jitted step for
+all of them, one checkpoint), and the judgement re-runs the best one: the study is one unit of work.
+A multi-process launch (``attnflow probe --coordinator ... --num-processes P --process-id I``) runs it on
+process 0 only; every other process returns at once, computing nothing (its command says so in one line).
 """
 
 from __future__ import annotations
@@ -44,8 +49,16 @@ def normalised_qk(A_raw, norm):
     return norm * A_raw / jnp.linalg.norm(A_raw)
 
 
-def run_beyond_pd(config: BeyondPDConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
-    """Run study 2; returns (summary, markdown, figure names). See the module docstring."""
+def run_beyond_pd(config: BeyondPDConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = "",
+                  process_index: int = 0, process_count: int = 1, work: dict | None = None):
+    """Run study 2; returns (summary, markdown, figure names), or None at once on a process other than 0 of a
+    multi-process run (one batched optimisation: process 0 runs it; ``work``, when given, receives
+    ``units_computed`` and ``units``). See the module docstring."""
+    if work is not None:
+        work.update(units_computed=int(process_index == 0), units=1,
+                    note="beyond-pd is one batched optimisation, run by process 0")
+    if process_index != 0:
+        return None
     sy, dy, ob, op, ch = config.system, config.dynamics, config.objective, config.optimizer, config.check
     d, n, B = sy.d, sy.n, sy.num_starts
     layers = dy.layers

@@ -34,6 +34,12 @@ resolution.
 
 Your own weights: ``[weights]`` / ``system.weights_file`` in the config, or
 :func:`distance_to_failure` from Python.
+
+Its independent units are the two searches (each one batched optimisation of every member, with its own
+checkpoint): several processes (``attnflow probe --coordinator ... --num-processes P --process-id I``) split
+them, process p running the searches p, p + P, ... and storing each result as a verified unit in
+``units/``; process 0 waits for the other processes' results (:func:`attnflow.runs.wait_for_units`) and
+judges every witness as one process would.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from ..errors import InputError
 from ..geometry import safe_norm
 from ..observables import diameter
 from ._config import FailureConfig, read_probe_config
-from ._optimize import failure_reason, finite_guard, optimize
+from ._optimize import OptimizationResult, failure_reason, finite_guard, optimize
 from ._systems import final_tokens, sample_good_triples
 from ._tables import fmt, write_rows
 
@@ -125,9 +131,24 @@ def _first(witnesses: list[dict], pred) -> dict | None:
     return min(found, key=lambda w: (w["rho"], w["witness"])) if found else None
 
 
-def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: int | None, fingerprint: str) -> dict:
+def _result_arrays(res: OptimizationResult) -> dict:
+    """What process 0 needs of a search another process ran, as arrays (a unit of ``units/``)."""
+    return {"params": res.params, "losses": res.losses, "failed_at": res.failed_at, "steps": np.int64(res.steps),
+            "resumed_from": np.int64(res.resumed_from), **{f"aux_{k}": v for k, v in res.aux.items()}}
+
+
+def _result_of(arrays: dict) -> OptimizationResult:
+    """The search result a unit of ``units/`` holds (:func:`_result_arrays`)."""
+    return OptimizationResult(params=arrays["params"], losses=arrays["losses"], failed_at=arrays["failed_at"],
+                              steps=int(arrays["steps"]), resumed_from=int(arrays["resumed_from"]),
+                              aux={k[4:]: v for k, v in arrays.items() if k.startswith("aux_")})
+
+
+def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: int | None, fingerprint: str,
+           process_index: int = 0, process_count: int = 1, work: dict | None = None) -> dict | None:
     """The searches and the hard judgement of every witness; returns the summary (checkpoints
-    under ``out/checkpoints``)."""
+    under ``out/checkpoints``). With several processes each runs its share of the searches (stored in
+    ``out/units``, counted in ``work``) and only process 0 returns the summary (the others: None)."""
     from ..spectral import check_good_triple
 
     dy, fa, op = config.dynamics, config.failure, config.optimizer
@@ -162,12 +183,32 @@ def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: in
     D0 = jax.random.normal(jax.random.key(config.seed), (B * R,) + V0.shape[1:], V0.dtype)
     opt = optax.adam(op.learning_rate)
     ck = out / "checkpoints"
-    results = {}
-    for name, fn in (("clustering", loss_clustering), ("def41", loss_def41)):
-        results[name] = optimize(fn, D0, members, optimizer=opt, num_steps=op.num_steps,
-                                 checkpoint=ck / f"{name}.npz", fingerprint=fingerprint,
-                                 checkpoint_every=op.checkpoint_every, progress=progress,
-                                 desc=f"distance to failure ({name})", interrupt_after=interrupt_after)
+    loss_fns = {"clustering": loss_clustering, "def41": loss_def41}
+
+    def search(name: str) -> OptimizationResult:
+        return optimize(loss_fns[name], D0, members, optimizer=opt, num_steps=op.num_steps,
+                        checkpoint=ck / f"{name}.npz", fingerprint=fingerprint,
+                        checkpoint_every=op.checkpoint_every, progress=progress,
+                        desc=f"distance to failure ({name})", interrupt_after=interrupt_after)
+
+    if process_count == 1:
+        results = {name: search(name) for name in SEARCHES}
+    else:  # the searches are the units: process p runs the searches p, p + P, ...
+        from ..runs import UnitStore, wait_for_units
+
+        store = UnitStore(out / "units", "probe-search", fingerprint)
+        mine = [name for i, name in enumerate(SEARCHES) if i % process_count == process_index]
+        held = {name: store.get(f"search-{name}", lambda name=name: _result_arrays(search(name))) for name in mine}
+        if work is not None:
+            work.update(units_computed=store.computed, units_resumed=store.resumed, units=len(SEARCHES))
+        if process_index != 0:
+            return None
+        others = [name for name in SEARCHES if name not in held]
+        wait_for_units(store, [f"search-{name}" for name in others], process_count=process_count,
+                       what="search")
+        for name in others:  # one that does not verify is run here (resumed from its checkpoint)
+            held[name] = store.get(f"search-{name}", lambda name=name: _result_arrays(search(name)))
+        results = {name: _result_of(held[name]) for name in SEARCHES}
     Qn, Kn = np.asarray(Q), np.asarray(K)
     m0 = np.asarray(jax.vmap(lambda x: _relative_margin(x["Q"], x["K"], x["V0"], x["V0"]))(data))
     H0 = np.asarray(jax.jit(jax.vmap(lambda x: hyperplane_residual(tokens(x["V0"], x), x["V0"], x["scale"], tau)))(data))
@@ -254,9 +295,14 @@ def _study(config: FailureConfig, out: Path, progress: bool, interrupt_after: in
     }
 
 
-def run_failure(config: FailureConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
-    """Run study 1; returns (summary, markdown, figure names). See the module docstring."""
-    summary = _study(config, out, progress, interrupt_after, fingerprint)
+def run_failure(config: FailureConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = "",
+                process_index: int = 0, process_count: int = 1, work: dict | None = None):
+    """Run study 1; returns (summary, markdown, figure names), or None on a process other than 0 of a
+    multi-process run, which runs its share of the two searches (``work``, when given, receives
+    ``units_computed``, ``units_resumed`` and ``units``). See the module docstring."""
+    summary = _study(config, out, progress, interrupt_after, fingerprint, process_index, process_count, work)
+    if summary is None:
+        return None
     ok = [r for r in summary["rows"] if r["status"] == "ok"]
     ratio = np.array([r["rho_clustering"] / r["rho_def41"] for r in ok if r["clustering_vs_def41"] is not None])
     from .. import plot as ap

@@ -14,6 +14,12 @@ is the sensitivity to the perturbation :math:`x_j y_k` (:math:`S_{11}`: moving
 :math:`\lambda_1` itself). For a head, :math:`V_h` has rank :math:`d_k`: S is shown on its
 :math:`d_k` non-zero modes (the others share the eigenvalue 0 and have no individual basis). Every gradient is checked against a central difference along a
 random direction (float64).
+
+Each system's derivatives (the levels, their gradient and the central difference) are an independent
+unit: several processes (``attnflow probe --coordinator ... --num-processes P --process-id I``) split
+the systems, process p computing the systems p, p + P, ... into verified units in ``units/``; process 0
+waits for the others' units (:func:`attnflow.runs.wait_for_units`) and writes the rows, maps and report
+as one process would (the random directions are drawn in the same order by every process).
 """
 
 from __future__ import annotations
@@ -91,28 +97,68 @@ def _systems(config: SensitivityConfig):
     return [(f"triple {b}", Q[b], K[b], V[b], x0[b], 1.0, None) for b in range(V.shape[0])], text, sy.d
 
 
-def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = ""):
-    """Run study 3; returns (summary, markdown, figure names). See the module docstring."""
+def _system_count(config: SensitivityConfig) -> int:
+    """How many systems the study has (one trained head, or the Ginibre triples), known without drawing them."""
+    return 1 if config.system.source == "minilm" else config.system.num_triples
+
+
+def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, interrupt_after: int | None = None, fingerprint: str = "",
+                    process_index: int = 0, process_count: int = 1, work: dict | None = None):
+    """Run study 3; returns (summary, markdown, figure names), or None on a process other than 0 of a
+    multi-process run, which computes its share of the systems (``work``, when given, receives
+    ``units_computed``, ``units_resumed`` and ``units``). See the module docstring."""
     from tqdm.auto import tqdm
 
     from .. import plot as ap
 
     dy, ch = config.dynamics, config.check
     layers = dy.layers
+    count = _system_count(config)
+    names = [f"system-{b}" for b in range(count)]
+    mine = [b for b in range(count) if b % process_count == process_index]
+    if work is not None:
+        work.update(units_computed=0, units_resumed=0, units=count)
+    if process_index != 0 and not mine:
+        return None
     systems, description, modes = _systems(config)
     rng = np.random.default_rng(config.seed + 1)
     f = jax.jit(lambda Q, K, V, x0, s, beta, biases: levels_of(Q, K, V, x0, s, dt=dy.dt, layers=layers,
                                                                temperature=config.levels_temperature, beta=beta, biases=biases))
     jac = jax.jit(jax.jacrev(lambda V, *rest: f(rest[0], rest[1], V, *rest[2:])))
-    rows, figs = [], []
-    for b, (label, Q, K, V, x0, beta, biases) in enumerate(tqdm(systems, desc="sensitivity map", disable=not progress,
-                                                                 leave=False)):
+
+    def derivatives(b: int, U: np.ndarray) -> dict:
+        """System b's unit: its initial diameter, levels, gradient and central difference along U."""
+        _, Q, K, V, x0, beta, biases = systems[b]
         s = diameter(x0)
         G = np.asarray(jac(V, Q, K, x0, s, beta, biases))  # (2, d, d): da/dV, db/dV
-        U = rng.normal(size=V.shape)
         h = ch.fd_step
         fd = (np.asarray(f(Q, K, V + h * U, x0, s, beta, biases)) - np.asarray(f(Q, K, V - h * U, x0, s, beta, biases))) / (2 * h)
         ab = np.asarray(f(Q, K, V, x0, s, beta, biases))
+        return {"s": np.asarray(s), "G": G, "fd": fd, "ab": ab, "U": U}
+
+    directions = [rng.normal(size=np.shape(sys[3])) for sys in systems]  # drawn in order, the same on every process
+    units = {}
+    if process_count == 1:
+        for b in tqdm(range(count), desc="sensitivity map", disable=not progress, leave=False):
+            units[b] = derivatives(b, directions[b])
+    else:  # the systems are the units: process p computes the systems p, p + P, ...
+        from ..runs import UnitStore, wait_for_units
+
+        store = UnitStore(out / "units", "probe-system", fingerprint)
+        for b in tqdm(mine, desc="sensitivity map", disable=not progress, leave=False):
+            units[b] = store.get(names[b], lambda b=b: derivatives(b, directions[b]))
+        if work is not None:
+            work.update(units_computed=store.computed, units_resumed=store.resumed)
+        if process_index != 0:
+            return None
+        others = [b for b in range(count) if b not in units]
+        wait_for_units(store, [names[b] for b in others], process_count=process_count, what="system")
+        for b in others:  # one that does not verify is computed here
+            units[b] = store.get(names[b], lambda b=b: derivatives(b, directions[b]))
+    rows, figs = [], []
+    for b, (label, Q, K, V, x0, beta, biases) in enumerate(systems):
+        u = units[b]
+        s, G, fd, ab, U = u["s"], u["G"], u["fd"], u["ab"], u["U"]
         if not all(np.all(np.isfinite(a)) for a in (G, fd, ab, s)):  # excluded, never compared
             rows.append({"index": b, "system": label, "status": "excluded: the levels, their gradient or the central "
                          "difference is not finite (the flow overflows)", "a": float(ab[0]), "b": float(ab[1]),

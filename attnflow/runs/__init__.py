@@ -10,7 +10,8 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
   jobs that do not resume), :func:`releases_output_dirs` unlocks a job's folders when it returns;
 * :func:`atomic_write_bytes` / ``_text`` / ``_json`` and :func:`atomic_path` write through a temporary
   file and a rename; :func:`save_verified_npz` / :func:`load_verified_npz` store arrays with their
-  identity and a checksum; :class:`UnitStore` loads a verified unit or computes and saves it;
+  identity and a checksum; :class:`UnitStore` loads a verified unit or computes and saves it, and
+  :func:`wait_for_units` waits for the units other processes of a multi-process run store in a shared folder;
 * :func:`start_chunked` / :func:`run_chunks` run a plan of chunks (:func:`plan_chunks`) resumably,
   sharded over the local devices (:func:`make_mesh`, :func:`sharded`) and over processes
   (:func:`init_distributed`);
@@ -39,7 +40,7 @@ from ._settings import DTYPES, RunSettings, check_job_table, run_settings
 from ._tables import (TABLE_FORMATS, check_table_formats, concat, csv_cell, csv_text, read_csv, write_rows,
                       write_table, write_tables)
 from ._toml import CONFIG_DIR, default_config_path, load_config, merge_config, read_toml
-from ._units import UnitStore
+from ._units import UnitStore, wait_for_units
 from ._verified import load_verified_npz, npz_problem, save_verified_npz, set_aside
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
     "claim_output_dir", "releases_output_dirs", "discard_output_dir", "write_marker", "read_marker", "MARKER",
     "MIN_FREE_BYTES", "provenance", "git_commit",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path", "remove_stale_temporaries",
-    "temp_target", "save_verified_npz", "load_verified_npz", "npz_problem", "set_aside", "UnitStore",
+    "temp_target", "save_verified_npz", "load_verified_npz", "npz_problem", "set_aside", "UnitStore", "wait_for_units",
     "Chunk", "plan_chunks", "run_chunks", "ChunkedRun", "start_chunked", "check_table_memory", "make_mesh",
     "needs_per_system_loop", "check_eig_route", "sharded", "init_distributed", "RunSettings", "run_settings",
     "check_job_table", "DTYPES",

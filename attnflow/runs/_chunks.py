@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,7 +12,7 @@ from ..errors import InputError
 from ._atomic import remove_stale_temporaries
 from ._folder import read_marker
 from ._kept import count_kept
-from ._units import UnitStore
+from ._units import UnitStore, wait_for_units
 
 __all__ = ["Chunk", "plan_chunks", "run_chunks"]
 
@@ -121,16 +118,7 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     computed = len(todo)
     if process_index != 0:
         return [], computed
-    told = False
-    while True:
-        missing = [c for c in chunks if not os.path.lexists(folder / c.file)]
-        if not missing:
-            break
-        if not told:
-            print(f"process 0: waiting for {len(missing)} chunk(s) of the other {process_count - 1} process(es) "
-                  f"in {folder}", file=sys.stderr, flush=True)
-            told = True
-        time.sleep(poll_s)
+    wait_for_units(store, [c.name for c in chunks], process_count=process_count, what="chunk", poll_s=poll_s)
     parts = []
     for c in chunks:
         cols = held.pop(c.name, None)
