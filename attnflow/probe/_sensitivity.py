@@ -113,14 +113,14 @@ def run_sensitivity(config: SensitivityConfig, out, progress: bool = True, inter
 
     dy, ch = config.dynamics, config.check
     layers = dy.layers
-    count = _system_count(config)
-    names = [f"system-{b}" for b in range(count)]
-    mine = [b for b in range(count) if b % process_count == process_index]
     if work is not None:
-        work.update(units_computed=0, units_resumed=0, units=count)
-    if process_index != 0 and not mine:
+        work.update(units_computed=0, units_resumed=0, units=_system_count(config))
+    if process_index >= _system_count(config):  # no system of its own: nothing to load
         return None
     systems, description, modes = _systems(config)
+    count = len(systems)
+    names = [f"system-{b}" for b in range(count)]
+    mine = [b for b in range(count) if b % process_count == process_index]
     rng = np.random.default_rng(config.seed + 1)
     f = jax.jit(lambda Q, K, V, x0, s, beta, biases: levels_of(Q, K, V, x0, s, dt=dy.dt, layers=layers,
                                                                temperature=config.levels_temperature, beta=beta, biases=biases))
