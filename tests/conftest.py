@@ -9,6 +9,15 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # XLA's default level. Set XLA_FLAGS yourself to test at another level.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# XLA:CPU's older (non-"fusion emitter") code generator compiles these small programs faster: 28% less
+# CPU time on a sample of five test files (243 s -> 174 s of user time, 118 tests, 2-core AMD EPYC),
+# same results within rounding. Older jaxlibs may lack the flag (an unknown flag aborts XLA): it is set
+# from jaxlib 0.7 on.
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+    from importlib.metadata import version as _version
+
+    if tuple(int(p) for p in _version("jaxlib").split(".")[:2] if p.isdigit()) >= (0, 7):
+        os.environ["XLA_FLAGS"] += " --xla_cpu_use_fusion_emitters=false"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

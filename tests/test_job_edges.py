@@ -43,10 +43,10 @@ kind = "dynamics"
 v_ensembles = ["positive", "ginibre"]
 qk_ensembles = ["identity"]
 d = [2]
-systems = 60
+systems = 120
 n = 6
 clouds = 1
-t1 = 4.0
+t1 = 8.0
 dt = 0.1
 [run]
 chunk_size = 3
@@ -70,16 +70,17 @@ def test_ctrl_c_prints_one_line_with_the_chunks_kept_exits_130_and_the_same_comm
     assert p.returncode == 130, err
     lines = err.splitlines()
     assert len(lines) == 1, err
-    # 40 chunks (2 groups x 60 systems in chunks of 3): enough that the sweep cannot finish between the first
-    # chunk file and the signal, even when the chunk files are written behind a busy machine's computation
-    m = re.fullmatch(r"attnflow sweep: interrupted: (\d+) of 40 chunks kept; the same command resumes", lines[0])
+    # 80 chunks (2 groups x 120 systems in chunks of 3) of 80 layers: enough that the sweep cannot finish between
+    # the first chunk file and the signal, even when the chunk files are written behind a busy machine's
+    # computation (40 chunks of 40 layers once finished before the signal was handled)
+    m = re.fullmatch(r"attnflow sweep: interrupted: (\d+) of 80 chunks kept; the same command resumes", lines[0])
     assert m, lines[0]
     kept = int(m[1])
-    assert 1 <= kept == len(list(out.glob("chunks/*.npz"))) < 40
+    assert 1 <= kept == len(list(out.glob("chunks/*.npz"))) < 80
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert f"resuming: {kept} of 40 chunks already done" in done.stderr
-    assert f"40 chunks: {kept} resumed, {40 - kept} computed" in done.stdout
+    assert f"resuming: {kept} of 80 chunks already done" in done.stderr
+    assert f"80 chunks: {kept} resumed, {80 - kept} computed" in done.stdout
 
 
 def test_an_interrupted_command_names_its_count_in_one_line(monkeypatch, capsys):
