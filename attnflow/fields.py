@@ -24,6 +24,10 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
   ``normalisation``); ``identity_weights=True`` (Q = K = V = I given): ``IdentitySphereFlow``, the same
   field without the projections, whose ``vector_field_with_aux`` also returns the softmax row sums (the
   energy's by-product), and whose 1/n field may be divided by :math:`s = e^{\text{log\_scale}}`.
+* ``continuity`` (raw, state read as it is): the n -> infinity limit of ``sphere`` with Q = K = V = I on the
+  circle (the 2 x 2 identity given, with beta), the right-hand side
+  :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a density of ``num_points`` grid
+  points (options ``normalisation``, ``dealias``; :func:`attnflow.meanfield.solve_continuity` integrates it).
 * ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
 * ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
   denominator.
@@ -312,13 +316,19 @@ def _sphere(w, how, *, normalisation="softmax", identity_weights=False, log_scal
     return sphere_flow(w, normalisation=normalisation, **how.attention)
 
 
+def _identity_head(w) -> bool:
+    """Whether the weights are one head of Q = K = V = the identity without biases (traced matrices are not
+    read)."""
+    identity = lambda a: jnp.array_equal(a, jnp.eye(a.shape[-1], dtype=a.dtype))
+    return not (w.axes or w.Q.shape[-2] != w.d or any(
+            v.is_concrete(a) and not bool(identity(a)) for a in (w.Q, w.K, w.V)) or any(
+            b is not None for b in (w.q_bias, w.k_bias, w.v_bias)))
+
+
 def _identity_sphere(w, how, normalisation, log_scale):
     """The sphere's ``identity_weights=True``: :class:`~attnflow.dynamics.IdentitySphereFlow` of beta, once the
     weights are checked to be one head of Q = K = V = I (where concrete) and no mask is asked for."""
-    identity = lambda a: jnp.array_equal(a, jnp.eye(a.shape[-1], dtype=a.dtype))
-    if w.axes or w.Q.shape[-2] != w.d or any(
-            v.is_concrete(a) and not bool(identity(a)) for a in (w.Q, w.K, w.V)) or any(
-            b is not None for b in (w.q_bias, w.k_bias, w.v_bias)):
+    if not _identity_head(w):
         raise InputError("field 'sphere' with identity_weights=True reads no weights: give Q = K = V = the "
                          "identity (one head, no biases), or drop identity_weights.")
     if how.mask is not None:
@@ -326,6 +336,21 @@ def _identity_sphere(w, how, normalisation, log_scale):
                          f"drop identity_weights (got mask={how.mask!r}).")
     return IdentitySphereFlow(w.beta, normalisation=normalisation, log_scale=log_scale,
                               attention_impl=how.attention_impl)
+
+
+@register_field("continuity", rescaled_reading=False)
+def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias=True):
+    # imported here: the field lives with the mean-field maths it is made of, and attnflow.meanfield's solver
+    # builds it through this registry
+    from .meanfield._continuity import CircleContinuity
+
+    if w.d != 2 or not _identity_head(w):
+        raise InputError("field 'continuity' is the mean-field limit of Q = K = V = I on the circle: give the 2 x 2 "
+                         "identity as Q, K and V (one head, no biases), with beta.")
+    if how.mask is not None:
+        raise InputError(f"field 'continuity' moves a density, where every point attends to every other: drop the "
+                         f"mask (got mask={how.mask!r}).")
+    return CircleContinuity(w.beta, num_points, normalisation=normalisation, dealias=dealias, dtype=w.beta.dtype)
 
 
 @register_field("prenorm")

@@ -72,7 +72,9 @@ def main() -> int:
     from attnflow.runs import atomic_write_json, load_config, provenance
     from attnflow.spectral import eig_route
     from attnflow.runs import make_mesh
-    from attnflow.sweep import check_eig_route, make_chunk_fn, make_spectral_chunk_fn
+    from attnflow.sweep import check_eig_route
+    from attnflow.sweep._dynamics import make_chunk_fn  # the chunk functions the runners shard (engine, timed here)
+    from attnflow.sweep._spectral import make_spectral_chunk_fn
 
     route = eig_route(args.eig_route)
     counts = [int(c) for c in args.devices.split(",")]

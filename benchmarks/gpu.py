@@ -362,7 +362,7 @@ def _sweep_row(args, mm, *, systems: int, d: int, n: int, layers: int) -> dict:
     """Systems/s of the dynamics sweep's chunk function (spectral stage, Euler layers, classifier)."""
     from attnflow.ensembles import system_seeds
     from attnflow.spectral import eig_route
-    from attnflow.sweep import make_chunk_fn
+    from attnflow.sweep._dynamics import make_chunk_fn
     from attnflow.runs import make_mesh
 
     from attnflow.runs import load_config

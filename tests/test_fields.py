@@ -78,8 +78,27 @@ def test_multihead_matches_hand_built():
     _same(build_field("multihead", AttentionWeights(Qh, Kh, Vh, axes=("head",))), hand)
 
 
+def test_continuity_matches_hand_built():
+    """The continuity equation's field (a density on a grid, Q = K = V = the 2 x 2 identity) against its class;
+    other weights and a mask are refused."""
+    from attnflow.meanfield._continuity import CircleContinuity
+
+    I2 = jnp.eye(2)
+    rho = (1 + 0.2 * jnp.cos(jnp.arange(16) * (2 * np.pi / 16))) / (2 * np.pi)
+    for normalisation in ("softmax", "mean"):
+        field = build_field("continuity", I2, I2, I2, beta=2.0, num_points=16, normalisation=normalisation)
+        hand = CircleContinuity(2.0, 16, normalisation=normalisation)
+        assert type(field) is type(hand)
+        assert np.array_equal(field.vector_field(0.0, rho, None), hand.vector_field(0.0, rho, None))
+    with pytest.raises(InputError, match="field 'continuity' is the mean-field limit"):
+        build_field("continuity", Q, K, V, num_points=16)
+    with pytest.raises(InputError, match="drop the mask"):
+        build_field("continuity", I2, I2, I2, num_points=16, mask="causal")
+    assert not field_entry("continuity").steps_raw()  # the state (the density) is read as it is
+
+
 def test_every_name_is_tested():
-    assert {CASES[c][0] for c in CASES} | {"multihead"} == set(FIELDS)
+    assert {CASES[c][0] for c in CASES} | {"multihead", "continuity"} == set(FIELDS)
 
 
 def test_entries_say_shift_and_reading():

@@ -239,6 +239,10 @@ ALLOWED_CROSSINGS = {
     # keywords before it builds the integrator, and attaches the in-jit failure checks to what it returns
     "attnflow._simulation imports the private module attnflow.integrate._make",
     "attnflow._simulation imports the private module attnflow.integrate._solution",
+    # the registry builds the continuity equation's field (field "continuity"), which lives with the mean-field
+    # maths it is made of; attnflow.meanfield's face imports the registry (its solver builds that field), so the
+    # builder imports the field's own module, which imports no registry
+    "attnflow.fields imports the private module attnflow.meanfield._continuity",
     # the command line is the extensions job's thin edge; the report's face is the reproduction report
     "attnflow.cli.extensions imports the private module attnflow.report._extensions",
     # figure workers are separate processes that import without JAX; attnflow.plot's face imports pyplot

@@ -17,10 +17,11 @@ import pytest
 from scipy.special import iv
 
 from attnflow.errors import InputError
-from attnflow.meanfield import (circle_grid, circle_velocity, draw_from_density, fit_growth_rates,
-                                growth_rates, interpolate_density, load_meanfield_config, most_unstable_mode,
-                                run_meanfield, solve_continuity)
-from attnflow.meanfield._pde import RK4_IMAGINARY_BOUND, kept_modes
+from attnflow.meanfield import (circle_grid, growth_rates, load_meanfield_config, most_unstable_mode, run_meanfield,
+                                solve_continuity)
+from attnflow.meanfield._linear import fit_growth_rates
+from attnflow.meanfield._pde import RK4_IMAGINARY_BOUND, circle_velocity, interpolate_density, kept_modes
+from attnflow.meanfield._study import draw_from_density
 from attnflow.meanfield._run import check_meanfield_sizes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,19 +11,17 @@ from attnflow.dynamics import sphere_flow
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.meanfield import (
-    CircleContinuity,
-    circle_velocity,
     density_fourier_coefficients,
-    fit_growth_rates,
     fourier_coefficients,
     growth_rates,
-    interpolate_density,
     most_unstable_mode,
-    perturbed_uniform_angles,
     perturbed_uniform_density,
     solve_continuity,
     sphere_growth_rates,
 )
+from attnflow.meanfield._continuity import CircleContinuity
+from attnflow.meanfield._linear import fit_growth_rates, perturbed_uniform_angles
+from attnflow.meanfield._pde import circle_velocity, interpolate_density
 
 pytestmark = pytest.mark.usefixtures("x64")  # convergence and growth rates are measured in float64
 

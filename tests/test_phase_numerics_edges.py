@@ -111,7 +111,7 @@ def test_sphere_kernel_modes_have_a_relative_error_of_a_few_roundings_for_every_
     """k_l = K_l e^{-beta} against 60-digit Bessel functions, l = 0..40, beta from 1e-3 to 1024: every mode,
     however small against k_0 (down to 1e-200), within 4e-15 relative, the bound the docstring states (the
     recurrence and the cumulative product round about l + 10 times; the measured worst is 3e-15)."""
-    from attnflow.meanfield import sphere_kernel_modes
+    from attnflow.meanfield._linear import sphere_kernel_modes
 
     rng = np.random.default_rng(d)
     for beta in np.concatenate([[1e-3, 1.0, 64.0, 1024.0], 10.0 ** rng.uniform(-3, 3, 4)]):
@@ -128,7 +128,7 @@ def test_sphere_kernel_modes_traced_beta_and_its_bound():
     import jax
     from scipy.special import ive
 
-    from attnflow.meanfield import sphere_kernel_modes
+    from attnflow.meanfield._linear import sphere_kernel_modes
 
     jitted = jax.jit(lambda b: sphere_kernel_modes(b, 2, 6, beta_max=64.0))
     np.testing.assert_allclose(jitted(20.0), np.asarray(sphere_kernel_modes(20.0, 2, 6)), rtol=1e-14)

@@ -3,7 +3,8 @@ result is compared by name.
 
 * Only ``attnflow/fields.py`` (the registry) and ``attnflow/dynamics/`` (where the fields live) call a
   dynamics constructor: the classes and constructor functions that :mod:`attnflow.dynamics` exports and
-  every field class the registry imports. ``FoldedBatch`` is exempt: it wraps a field that was built
+  every field class the registry imports (at the top, or inside a builder: the continuity equation's field
+  lives in :mod:`attnflow.meanfield`). ``FoldedBatch`` is exempt: it wraps a field that was built
   already (a batch folded into one state), it does not choose one.
 * No module compares a ``.result`` with a bare number: the codes have names
   (:class:`attnflow.integrate.RESULTS`).
@@ -13,6 +14,7 @@ Docstrings and doctests are strings, not calls, so they are not read.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -34,12 +36,24 @@ def _is_field_class(obj) -> bool:
         and not obj.__name__.startswith("Abstract")
 
 
+def registry_imports() -> dict[str, object]:
+    """What ``attnflow/fields.py`` imports by name anywhere in its source (a builder may import its field
+    where it builds it): name -> object."""
+    found = {}
+    for node in ast.walk(ast.parse(inspect.getsource(fields))):
+        if isinstance(node, ast.ImportFrom):
+            source = importlib.import_module("." * node.level + (node.module or ""), package="attnflow")
+            found |= {a.asname or a.name: getattr(source, a.name, None) for a in node.names}
+    return found
+
+
 def constructors() -> set[str]:
     """The names whose call builds a field: attnflow.dynamics's exports (classes and the constructor
     functions) and the field classes the registry uses."""
     names = {n for n in dynamics.__all__ if n not in NOT_FIELDS and (
         _is_field_class(getattr(dynamics, n)) or inspect.isfunction(getattr(dynamics, n)))}
     names |= {n for n, obj in vars(fields).items() if _is_field_class(obj)}
+    names |= {n for n, obj in registry_imports().items() if _is_field_class(obj)}
     return names - WRAPPERS
 
 
@@ -68,7 +82,7 @@ def field_constructions_outside_registry() -> list[str]:
 def test_the_rule_knows_the_fields():
     names = constructors()
     assert {"AttentionFlow", "DiscreteRescaledFlow", "RescaledFlow", "sphere_flow", "LayeredFlow",
-            "TimeVaryingFlow", "PreNorm", "TransformerBlock"} <= names
+            "TimeVaryingFlow", "PreNorm", "TransformerBlock", "CircleContinuity"} <= names
     assert not names & (WRAPPERS | NOT_FIELDS)
 
 

@@ -101,7 +101,7 @@ def grid_components(occupied, *, periodic_columns: bool = True, pole_rows: bool 
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import grid_components
+        >>> from attnflow.meanfield._clusters import grid_components
         >>> occ = jnp.array([[0, 0, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 0]], bool)
         >>> grid_components(occ, pole_rows=False).tolist()   # (1, 3) ~ (1, 0) across the seam, ~ (2, 2)
         [[-1, -1, -1, -1], [4, -1, -1, 4], [-1, -1, 4, -1], [-1, -1, -1, -1]]

@@ -33,7 +33,7 @@ def quadrature_nodes(num_modes: int) -> int:
     """Trapezoid nodes N used for modes 0..num_modes: a power of two >= max(512, 4 (num_modes + 1)).
 
     Example:
-        >>> from attnflow.meanfield import quadrature_nodes
+        >>> from attnflow.meanfield._kernel import quadrature_nodes
         >>> quadrature_nodes(10), quadrature_nodes(300)
         (512, 2048)
     """

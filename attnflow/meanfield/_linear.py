@@ -200,7 +200,7 @@ def sphere_kernel_modes(beta, d: int, max_degree: int, *, beta_max: float | None
 
     Example:
         >>> import jax, math
-        >>> from attnflow.meanfield import sphere_kernel_modes
+        >>> from attnflow.meanfield._linear import sphere_kernel_modes
         >>> with jax.enable_x64(True):
         ...     k = sphere_kernel_modes(2.0, 3, 1)       # i_0 = sinh(b)/b, i_1 = cosh(b)/b - sinh(b)/b^2
         >>> [round(float(a) * math.exp(2.0), 10) for a in k]
@@ -270,7 +270,8 @@ def perturbed_uniform_angles(n: int, k: int, eps, phase=0.0, dtype=None) -> Floa
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import fourier_coefficients, perturbed_uniform_angles
+        >>> from attnflow.meanfield import fourier_coefficients
+        >>> from attnflow.meanfield._linear import perturbed_uniform_angles
         >>> th = perturbed_uniform_angles(64, 3, 1e-3)
         >>> round(float(jnp.abs(fourier_coefficients(th, 3)[3])), 6)
         0.0005
@@ -316,7 +317,7 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
 
     Example:
         >>> import numpy as np
-        >>> from attnflow.meanfield import fit_growth_rates
+        >>> from attnflow.meanfield._linear import fit_growth_rates
         >>> ts = np.linspace(0, 5, 11)
         >>> fit = fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3)
         >>> np.round(fit["rate"], 6).tolist(), fit["points"].tolist()

@@ -22,7 +22,8 @@ modes, and the solution is analytic for smooth starts, so spectral accuracy is a
 state is :math:`\rho` at the G points :math:`\theta_g = 2\pi g/G`. :math:`K*\rho` and its
 derivative come from the FFT of :math:`\rho` times the exact kernel modes
 (:func:`~attnflow.meanfield.kernel_modes`); the flux :math:`f = \rho v` is formed pointwise and
-differentiated spectrally, :math:`\partial_t\hat\rho_m = -i m \hat f_m`. The zero mode of the
+differentiated spectrally, :math:`\partial_t\hat\rho_m = -i m \hat f_m` (the tendency is the registry's
+field ``"continuity"``, :class:`~attnflow.meanfield._continuity.CircleContinuity`). The zero mode of the
 tendency is exactly 0, so the mass :math:`\frac{2\pi}{G}\sum_g\rho_g` is conserved to rounding.
 The modes :math:`|m| > (G-1)/3` of the tendency are removed (the 2/3 rule, ``dealias=True``): for
 the mean normalisation, where :math:`v` has the modes of :math:`\rho`, the quadratic product
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import final
 
 import equinox as eqx
 import jax
@@ -66,16 +66,14 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as v
 from .._x64 import keeps_float64
-from ..dynamics import AbstractDynamics
 from ..errors import InputError
+from ..fields import build_field
 from ..integrate import RK_TABLEAUX, SOLVERS, RKStepper, Trajectory, solve_ode
-from ._kernel import kernel_modes
+from ._continuity import NORMALISATIONS, _check_normalisation, kept_modes
 
-__all__ = ["NORMALISATIONS", "RK4_IMAGINARY_BOUND", "circle_grid", "kept_modes", "interpolate_density", "CircleContinuity", "circle_velocity",
+__all__ = ["NORMALISATIONS", "RK4_IMAGINARY_BOUND", "circle_grid", "kept_modes", "interpolate_density", "circle_velocity",
            "DensityPath", "solve_continuity"]
 
-#: the two attention normalisations of the circle flow
-NORMALISATIONS = ("softmax", "mean")
 TWO_PI = 2 * math.pi
 #: the classical RK4 is stable for h lambda on the imaginary axis up to |h lambda| = 2 sqrt 2
 RK4_IMAGINARY_BOUND = 2 * math.sqrt(2)
@@ -112,7 +110,8 @@ def interpolate_density(density: Float[Array, " G"], num_points: int) -> Float[A
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import circle_grid, interpolate_density
+        >>> from attnflow.meanfield import circle_grid
+        >>> from attnflow.meanfield._pde import interpolate_density
         >>> fine = interpolate_density(1 + jnp.cos(circle_grid(8)), 32)
         >>> float(jnp.abs(fine - (1 + jnp.cos(circle_grid(32)))).max()) < 1e-6
         True
@@ -135,21 +134,6 @@ def _interpolate(density, num_points: int):
     return jnp.fft.irfft(padded, n=num_points) * (num_points / size)
 
 
-def kept_modes(num_points: int, dealias: bool = True) -> int:
-    r"""The highest mode :math:`m_{max}` that :class:`CircleContinuity` moves on G grid points:
-    :math:`\lfloor (G-1)/3\rfloor` with the 2/3 rule (``dealias=True``), else the highest mode below Nyquist.
-
-    Example:
-        >>> from attnflow.meanfield._pde import kept_modes
-        >>> kept_modes(32), kept_modes(32, dealias=False)
-        (10, 15)
-    """
-    num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
-    modes = num_points // 2
-    resolved = modes - 1 if num_points % 2 == 0 else modes  # the Nyquist mode is never differentiated
-    return (num_points - 1) // 3 if dealias else resolved
-
-
 def _band_limit(density, cutoff: int):
     """(the density's part in the modes |m| <= cutoff, the removed part's relative L2 norm)."""
     coeffs = jnp.fft.rfft(density)
@@ -162,74 +146,14 @@ def _band_limit(density, cutoff: int):
     return jnp.fft.irfft(jnp.where(m <= cutoff, coeffs, 0), n=density.shape[0]), discarded
 
 
-def _check_normalisation(normalisation):
-    return v.check_choice("normalisation", normalisation, NORMALISATIONS, "how attention weights are normalised")
-
-
-@final
-class CircleContinuity(AbstractDynamics):
-    r"""Right-hand side :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a grid of G points.
-
-    A field of the project's interface (``vector_field(t, rho, args)``), so that
-    :func:`attnflow.integrate.solve_ode` integrates it; the state is the density (G,) on
-    :func:`circle_grid`. ``beta`` may be traced (derivatives in beta).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import CircleContinuity, circle_grid
-        >>> rho = (1 + 0.1 * jnp.cos(circle_grid(16))) / (2 * jnp.pi)
-        >>> rate = CircleContinuity(2.0, 16)(0.0, rho)
-        >>> abs(float(jnp.sum(rate))) < 1e-6        # mass is conserved
-        True
-    """
-
-    kernel_hat: Float[Array, " M"]
-    velocity_scale: Float[Array, ""]
-    keep: Float[Array, " M"]   # the modes m of the tendency kept (0 for those removed)
-    slope: Float[Array, " M"]  # the modes m of the velocity's derivative (0 at Nyquist)
-    num_points: int = eqx.field(static=True)
-    normalisation: str = eqx.field(static=True)
-
-    def __init__(self, beta, num_points: int, *, normalisation: str = "softmax", dealias: bool = True, dtype=None):
-        v.check_beta("beta", beta, "the inverse temperature", scalar=True)
-        num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
-        if num_points < 4:
-            raise InputError(f"num_points must be at least 4 (grid points of the density), got {num_points}.")
-        self.normalisation = _check_normalisation(normalisation)
-        self.num_points = num_points
-        dtype = jnp.result_type(beta, float) if dtype is None else dtype
-        beta = jnp.asarray(beta, dtype)
-        modes = num_points // 2
-        self.kernel_hat = TWO_PI * kernel_modes(beta, modes, dtype)  # 2 pi I_m e^{-beta}
-        # mean: v = (1/beta) d(K * rho) = (e^beta / beta) d(K~ * rho), K~ = e^{-beta} K; softmax: the e^beta cancels
-        self.velocity_scale = jnp.exp(beta) / beta if self.normalisation == "mean" else 1 / beta
-        m = jnp.arange(modes + 1)
-        # real multipliers m (times i where used): diffrax is given no complex leaves
-        self.slope = jnp.where(m <= kept_modes(num_points, False), m, 0).astype(dtype)
-        self.keep = jnp.where(m <= kept_modes(num_points, dealias), m, 0).astype(dtype)
-
-    def _derivative(self, values_hat):
-        return jnp.fft.irfft(values_hat * (1j * self.keep), n=self.num_points)
-
-    def velocity(self, rho: Float[Array, " G"]) -> Float[Array, " G"]:
-        r""":math:`v[\rho]` at the grid points."""
-        conv_hat = jnp.fft.rfft(rho) * self.kernel_hat
-        slope = jnp.fft.irfft(conv_hat * (1j * self.slope), n=self.num_points)
-        if self.normalisation == "mean":
-            return self.velocity_scale * slope
-        return self.velocity_scale * slope / jnp.fft.irfft(conv_hat, n=self.num_points)
-
-    def vector_field(self, t, y, args=None):
-        return -self._derivative(jnp.fft.rfft(y * self.velocity(y)))
-
-
 @keeps_float64
 def circle_velocity(density: Float[Array, " G"], beta, normalisation: str = "softmax") -> Float[Array, " G"]:
     r"""The mean-field velocity :math:`v[\rho](\theta_g)` of a density on :func:`circle_grid` (module docstring).
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import circle_grid, circle_velocity
+        >>> from attnflow.meanfield import circle_grid
+        >>> from attnflow.meanfield._pde import circle_velocity
         >>> rho = (1 + 0.5 * jnp.cos(circle_grid(32))) / (2 * jnp.pi)   # mass gathers at theta = 0
         >>> vel = circle_velocity(rho, 1.0)
         >>> bool(vel[4] < 0 < vel[-4])                                  # both sides move towards 0
@@ -242,7 +166,15 @@ def circle_velocity(density: Float[Array, " G"], beta, normalisation: str = "sof
 
 @functools.partial(jax.jit, static_argnames=("normalisation",))
 def _velocity(density, beta, normalisation: str):
-    return CircleContinuity(beta, density.shape[0], normalisation=normalisation, dtype=density.dtype).velocity(density)
+    return _field(beta, density, normalisation).velocity(density)
+
+
+def _field(beta, density, normalisation: str, dealias: bool = True):
+    """The right-hand side of the continuity equation for densities like ``density`` (its grid and dtype): the
+    registry's field ``"continuity"``, the mean-field limit of Q = K = V = I on the circle."""
+    eye = jnp.eye(2, dtype=density.dtype)
+    return build_field("continuity", eye, eye, eye, beta=beta, num_points=density.shape[0],
+                       normalisation=normalisation, dealias=dealias)
 
 
 class DensityPath(eqx.Module):
@@ -289,7 +221,7 @@ def _path(traj: Trajectory, density, low, discarded) -> DensityPath:
 @eqx.filter_jit
 def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealias, max_steps):
     rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
-    field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
+    field = _field(beta, rho0, normalisation, dealias)
     traj = solve_ode(field, rho0, t0=ts[0], t1=ts[-1], ts=ts, solver=solver, rtol=rtol, atol=atol, dt0=dt,
                      adaptive=dt is None, max_steps=max_steps)
     return _path(traj, traj.ys, jnp.min(traj.ys, axis=1), discarded)
@@ -298,7 +230,7 @@ def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealia
 @eqx.filter_jit
 def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
     rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
-    field = CircleContinuity(beta, rho0.shape[0], normalisation=normalisation, dealias=dealias, dtype=rho0.dtype)
+    field = _field(beta, rho0, normalisation, dealias)
     # the classical RK4 between the save times, its four stages one lax.scan body (XLA compiles the
     # field once, not four times), with the minimum of the density over every step
     stepper = RKStepper(RK_TABLEAUX["rk4"], ts=ts, steps_per_save=steps, scan_stages=True, track_min=jnp.min)

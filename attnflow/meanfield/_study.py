@@ -40,14 +40,15 @@ TWO_PI = 2 * math.pi
 @keeps_float64
 def draw_from_density(key, density: Float[Array, " G"], n: int, refine: int = 16) -> Float[Array, " n"]:
     r"""n i.i.d. angles from a grid density: exact draws from the piecewise-constant density on a grid
-    ``refine`` times finer, filled in by trigonometric interpolation (:func:`~attnflow.meanfield.interpolate_density`;
+    ``refine`` times finer, filled in by trigonometric interpolation (:func:`~attnflow.meanfield._pde.interpolate_density`;
     negative values of the interpolant are set to 0 first).
 
     The inverse distribution function of the cells is applied to uniform numbers: O(n log(G refine)).
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from attnflow.meanfield import circle_w1_to_density, draw_from_density
+        >>> from attnflow.meanfield import circle_w1_to_density
+        >>> from attnflow.meanfield._study import draw_from_density
         >>> th = draw_from_density(jax.random.key(0), jnp.ones(16), 4000)
         >>> float(circle_w1_to_density(th, jnp.ones(16))) < 0.05    # about n^{-1/2} / 2
         True
@@ -80,7 +81,7 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
 
     Example:
         >>> import numpy as np
-        >>> from attnflow.meanfield import fit_power_law
+        >>> from attnflow.meanfield._study import fit_power_law
         >>> ns = np.array([100, 400, 1600])
         >>> fit = fit_power_law(ns, np.array([2.0 / np.sqrt(ns), 3.0 / np.sqrt(ns)]))
         >>> round(fit["slope"], 6), fit["points"]
@@ -115,7 +116,7 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import circle_solver
+        >>> from attnflow.meanfield._study import circle_solver
         >>> theta = jnp.array([0.0, 0.5, 1.0, 4.0])
         >>> run = circle_solver(2.0, jnp.linspace(0.0, 1.0, 3), dt=0.05, attention_impl="fourier")
         >>> run(jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)).shape    # (T, n) angles
@@ -174,7 +175,8 @@ def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int =
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from attnflow.meanfield import particles_vs_pde, perturbed_uniform_density
+        >>> from attnflow.meanfield import perturbed_uniform_density
+        >>> from attnflow.meanfield._study import particles_vs_pde
         >>> out = particles_vs_pde(1.0, perturbed_uniform_density(32, 1, 0.5), [32], jnp.array([0.0, 0.5]),
         ...                        seeds=1, steps_per_save=10)
         >>> out["w1"].shape, bool(out["w1"].max() < 0.5), out["pde_negative"].tolist()

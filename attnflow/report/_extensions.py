@@ -53,12 +53,11 @@ from ..observables import abz_levels, leading_vectors, metastable_states, num_cl
 from ..runs import (
     atomic_write_json,
     atomic_write_text,
-    claim_output_dir,
     count_kept,
     load_config,
+    open_run,
     provenance,
     releases_output_dirs,
-    write_marker,
 )
 from .._resources import announce_work
 from .._weights import AttentionWeights
@@ -624,9 +623,10 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     work = [study_work(name, settings[name]) for name in selected]  # said on stderr when it is long
     announce_work(f"extensions ({len(selected)} stud{'y' if len(selected) == 1 else 'ies'})",
                   sum(w[1] for w in work), sum(w[2] for w in work))
-    folder, _ = claim_output_dir(out, KIND)
-    write_marker(folder, KIND, {"complete": False})
-    prov = provenance(seed=parsed.seed, config=cfg)
+    run = open_run(out, KIND, cfg, seed=parsed.seed, replaces=True)  # a previous report is replaced, not resumed
+    folder = run.out
+    run.mark(complete=False)
+    prov = provenance(seed=parsed.seed, fingerprint=run.fingerprint)
     results = []
     from tqdm.auto import tqdm
 
@@ -654,5 +654,5 @@ def run_extensions(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.Pat
     atomic_write_json(folder / "config.json", {"config": cfg, "resolved": {k: st.as_dict() for k, st in settings.items()}})
     atomic_write_json(folder / "provenance.json", prov)
     atomic_write_text(folder / "report.md", _render(results, prov, quick))
-    write_marker(folder, KIND, {"complete": True})
+    run.mark(complete=True)
     return summary

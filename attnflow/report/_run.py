@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._x64 import in_float64
 
+import dataclasses
 import os
 import shutil
 import time
@@ -15,15 +16,15 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..runs import (
+    Run,
     atomic_write_json,
     atomic_write_text,
-    claim_output_dir,
     count_kept,
     discard_output_dir,
     releases_output_dirs,
     load_config,
+    open_run,
     provenance,
-    write_marker,
     write_rows,
 )
 from ._base import CaseResult, CaseSettings, Context
@@ -92,14 +93,16 @@ def reproduce(out: str | os.PathLike = DEFAULT_OUT, *, config: str | os.PathLike
 
     out = Path(out)
     existed = out.exists()
-    out, _ = claim_output_dir(out, KIND)  # refuses files and foreign folders before any work
+    # refuses files and foreign folders before any work; a previous report is replaced as a whole at the end
+    run = open_run(out, KIND, parsed, seed=int(parsed.seed), replaces=True)
+    out = run.out
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
         context = {"figures": figures} | ({"field_factory": field_factory} if field_factory else {})
-        summary = _run(tmp, parsed, settings, selected, quick, progress, context)
+        summary = _run(dataclasses.replace(run, out=tmp), parsed, settings, selected, quick, progress, context)
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,14 +121,16 @@ def _swap(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings], selected: list[str], quick: bool,
+def _run(run: Run, config: ReproduceConfig, settings: dict[str, CaseSettings], selected: list[str], quick: bool,
          progress: bool, context: dict | None = None) -> dict:
+    """Run the cases into ``run.out`` (the report's temporary folder: the opened run, staged) and write the report."""
     from tqdm.auto import tqdm
 
     start = time.time()
+    folder = run.out
     seed = int(config.seed)
     cfg = config.as_dict()
-    prov = provenance(seed=seed, config=cfg)
+    prov = provenance(seed=seed, fingerprint=run.fingerprint)
     atomic_write_json(folder / "config.json", {"config": cfg, "quick": quick, "cases": selected,
                                                "resolved": {name: s.as_dict() for name, s in settings.items()}})
     atomic_write_json(folder / "provenance.json", prov)
@@ -177,5 +182,5 @@ def _run(folder: Path, config: ReproduceConfig, settings: dict[str, CaseSettings
     if rows:
         write_rows(folder / "systems.csv", rows, lineterminator="\r\n")
     atomic_write_text(folder / "report.md", render_markdown(results, prov, config.defaults, quick, seconds))
-    write_marker(folder, KIND, {"git_commit": prov["git_commit"], "quick": quick})
+    run.mark(git_commit=prov["git_commit"], quick=quick)
     return summary

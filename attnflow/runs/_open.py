@@ -66,7 +66,8 @@ class Run:
 
 
 def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed: int | None = None,
-             identity: dict | None = None, record: dict | None = None, marker: dict | None = None) -> Run:
+             identity: dict | None = None, record: dict | None = None, marker: dict | None = None,
+             replaces: bool = False) -> Run:
     """Claim ``out`` for a run of ``kind`` (:func:`attnflow.runs.claim_output_dir`: refused when foreign,
     unwritable, full or in use; locked) and return the opened :class:`Run`.
 
@@ -77,6 +78,11 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
     ``config.json`` (``record``, by default the table) when the folder is new, and ``provenance.json``
     (``seed``); process i > 0 of a multi-process run waits for process 0's marker and then takes the lock of
     its own share.
+
+    ``replaces=True`` opens the folder of a job that does not resume but writes its report whole each time
+    (``attnflow reproduce``, ``attnflow extensions``): a previous run of the same kind is replaced whatever its
+    config, and nothing is written when the folder is opened; the job writes the marker (:meth:`Run.mark`),
+    its config and its provenance with its results (``Run.resumed`` says whether a previous run was there).
 
     Example:
         >>> import tempfile, pathlib
@@ -91,6 +97,10 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
         Traceback (most recent call last):
         ...
         attnflow.errors.InputError: --out ... holds a demo run of another config (fingerprint ..., this config ...); repeat the command with that run's config (.../config.json) or choose a new folder.
+        >>> report = pathlib.Path(tempfile.mkdtemp()) / "report"   # a job that writes its report whole each time
+        >>> open_run(report, "demo-report", {"seed": 0}, replaces=True).mark(complete=True)
+        >>> open_run(report, "demo-report", {"seed": 1}, replaces=True).resumed  # another config: replaced, not refused
+        True
     """
     table = table_of(config)
     if identity is None:
@@ -105,6 +115,8 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
                                  "was given the same folder.")
             time.sleep(0.5)
     out, existed = claim_output_dir(out, kind, process=process)
+    if replaces:
+        return Run(out=out, kind=kind, fingerprint=fp, resumed=existed, process=process, seed=seed)
     if existed:
         previous = (read_marker(out) or {}).get("fingerprint")
         if previous != fp:

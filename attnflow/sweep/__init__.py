@@ -10,13 +10,12 @@ or the parsed config.
 """
 
 from ._config import DynamicsSweepConfig, SpectralSweepConfig, load_sweep_config
-from ._dynamics import check_dynamics_config, make_chunk_fn, run_dynamics_sweep
+from ._dynamics import check_dynamics_config, run_dynamics_sweep
 from ..runs import check_eig_route
-from ._spectral import check_spectral_config, make_spectral_chunk_fn, run_spectral_sweep, wilson_interval
+from ._spectral import check_spectral_config, run_spectral_sweep, wilson_interval
 
 __all__ = ["run_sweep", "run_spectral_sweep", "run_dynamics_sweep", "load_sweep_config", "parse_sweep_config",
-           "SpectralSweepConfig", "DynamicsSweepConfig", "wilson_interval", "check_eig_route",
-           "make_chunk_fn", "make_spectral_chunk_fn"]
+           "SpectralSweepConfig", "DynamicsSweepConfig", "wilson_interval", "check_eig_route"]
 
 
 def parse_sweep_config(config) -> SpectralSweepConfig | DynamicsSweepConfig:
