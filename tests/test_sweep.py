@@ -309,6 +309,9 @@ def test_sharded_over_four_devices_identical_to_one(tmp_path):
          "s.toml")
     _cfg(tmp_path, D64_TOML, "d64.toml")
     script = _cfg(tmp_path, MULTI, "multi.py")
+    # four CPU devices under XLA's default compile options, the ones users run (not the suite's faster ones,
+    # tests/conftest.py): the identity across device counts is XLA's per-program codegen, not a law; with
+    # the suite's options (optimisation level 0, no fusion emitters) the d = 64 table differs in its last bits
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, cwd=REPO, capture_output=True,
                        text=True, timeout=240)
