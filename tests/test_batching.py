@@ -93,7 +93,9 @@ def test_save_fn_saves_observables_instead_of_states(rng):
 def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(rng, monkeypatch, tmp_path):
     """Batched V in the rescaled picture with a multi-stage solver: on CPU the batch runs as a
     lax.map (the stages' independent batched e^{tV} LAPACK calls deadlocked XLA:CPU's pool on
-    2 cores at B = 32, n = 32, d = 64, every run); the results equal the vmap's bit for bit."""
+    2 cores at B = 32, n = 32, d = 64, every run); the results equal the vmap's to float64 rounding (bit
+    for bit under XLA:CPU's default code generator; the loop and the batch are separately compiled
+    programs, and the suite's faster compile options round their sums differently, by up to 1e-12)."""
     import subprocess
     import sys
     import textwrap
@@ -107,8 +109,8 @@ def test_batched_weights_rescaled_ode_on_cpu_map_equals_vmap_and_does_not_hang(r
     looped = af.simulate(x0, Q, K, V, **kw)
     monkeypatch.setattr(sim_mod, "lapack_needs_loop", lambda: False)
     vmapped = af.simulate(x0, Q, K, V, **kw)
-    np.testing.assert_array_equal(np.asarray(looped.tokens), np.asarray(vmapped.tokens))
-    np.testing.assert_array_equal(np.asarray(looped.attention), np.asarray(vmapped.attention))
+    np.testing.assert_allclose(np.asarray(looped.tokens), np.asarray(vmapped.tokens), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(looped.attention), np.asarray(vmapped.attention), rtol=1e-11, atol=1e-12)
     np.testing.assert_array_equal(np.asarray(looped.num_steps), np.asarray(vmapped.num_steps))
     script = tmp_path / "hang.py"
     script.write_text(textwrap.dedent("""

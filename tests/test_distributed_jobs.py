@@ -183,8 +183,9 @@ def _check_exits(done) -> None:
 def test_phase_two_processes_compute_half_of_the_chunks_each_and_write_the_one_process_tables(runs):
     one, two, done = runs["phase"]
     _check_exits(done)
-    assert "4 chunks: 2 resumed, 2 computed; results in" in done[0][1]  # process 0: its 2 and the other's 2
-    assert "process 1 of 2: computed 2 chunks" in done[1][1] and "results in" not in done[1][1]
+    assert "process 0 of 2: computed 2 of 4 chunks" in done[0][1] and "results in" in done[0][1]
+    assert "resumed, " not in done[0][1]  # the other process's chunks are not called resumed
+    assert "process 1 of 2: computed 2 of 4 chunks" in done[1][1] and "results in" not in done[1][1]
     _check_same_results(one, two)
 
 

@@ -185,7 +185,9 @@ def test_rk_stepper_refuses_unknown_tableau_and_is_a_jit_argument():
     run = eqx.filter_jit(lambda stepper, x: stepper.solve(f, x).ys)
     stepper = RKStepper("heun", 0.1, 8, save_at=SaveLayers.log_spaced(3, 8))
     assert run(stepper, x0).shape == (3, 4, 2)
-    assert jnp.array_equal(run(stepper, x0), stepper.solve(f, x0).ys)
+    # the jitted solve and the op-by-op one are separately compiled programs (XLA may fuse, and so round,
+    # differently): equal to float32 rounding over 8 Heun layers of O(1) states
+    np.testing.assert_allclose(run(stepper, x0), stepper.solve(f, x0).ys, rtol=2e-6, atol=2e-6)
 
 
 @pytest.mark.parametrize("save_aux", [False, True])

@@ -47,8 +47,11 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
     if config.dynamics.name == "sphere" and options["processes"] is None and not config.run.distributed:
         cpu_device_per_core(config.run.devices if options["num_devices"] is None else options["num_devices"])
     s = run_phase(config, args.out, figure_workers=pool, **options)
+    several = s.get("process_count", 1) > 1
+    if several:  # each process says what it did; process 0 also writes the results
+        print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} of "
+              f"{s['chunks']} chunks ({s.get('chunks_resumed_here', 0)} of its share resumed from an earlier run)")
     if s.get("process_index", 0) != 0:
-        print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} chunks")
         return 0
     for g in s["groups"]:
         p = g["pairs_clustered_at_t1"]
@@ -64,6 +67,7 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
             print(f"{where} with {p['count']} clusters ~ exp({p['slope']:.3f} beta) "
                   f"[{p['slope_lo']:.3f}, {p['slope_hi']:.3f}]")
     done = s["chunks"] - s["chunks_computed_here"]
-    print(f"{s['cells']} cells, {s['runs']} runs ({s['nonfinite_runs']} non-finite, excluded); {s['chunks']} chunks: "
-          f"{done} resumed, {s['chunks_computed_here']} computed; results in {args.out}")
+    chunks = "" if several else f"{s['chunks']} chunks: {done} resumed, {s['chunks_computed_here']} computed; "
+    print(f"{s['cells']} cells, {s['runs']} runs ({s['nonfinite_runs']} non-finite, excluded); {chunks}"
+          f"results in {args.out}")
     return 0

@@ -6,8 +6,9 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
 * :class:`JobConfig` is the base of every job's parsed config (its table, its fingerprint);
 * :func:`open_run` claims, locks and fingerprints a run folder (:func:`fingerprint`: the config table
   without its execution-only keys), refuses a folder of another config with one sentence, and writes
-  the marker, ``config.json`` and ``provenance.json``; :func:`claim_output_dir` is the claim alone (for
-  jobs that do not resume), :func:`releases_output_dirs` unlocks a job's folders when it returns;
+  the marker, ``config.json`` and ``provenance.json`` (``replaces=True``: a job that writes its whole
+  report anew each time, as ``reproduce`` and ``extensions`` do); :func:`claim_output_dir` is the claim
+  step alone, :func:`releases_output_dirs` unlocks a job's folders when it returns;
 * :func:`atomic_write_bytes` / ``_text`` / ``_json`` and :func:`atomic_path` write through a temporary
   file and a rename; :func:`save_verified_npz` / :func:`load_verified_npz` store arrays with their
   identity and a checksum; :class:`UnitStore` loads a verified unit or computes and saves it, and
