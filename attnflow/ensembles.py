@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._x64 import keeps_float64
 from .errors import InputError
 
 __all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems", "draw_heads", "draw_clouds",
@@ -46,6 +47,13 @@ V_ENSEMBLES = ("ginibre", "goe", "uniform", "positive", "wishart", "sparse_symme
 QK_ENSEMBLES = ("identity", "spd", "uniform")
 
 V_TAG, QK_TAG, X_TAG = 1, 2, 3  # fold_in tags: independent streams per system
+
+
+def _float_dtype(dtype):
+    """``dtype``, or by default (None) JAX's default float: float64 when its float64 mode is on, else
+    float32 (what a float64 request gave there, with JAX's truncation warning, before it was the default).
+    An explicit float64 is kept with the mode off (:func:`attnflow._x64.keeps_float64` on the callers)."""
+    return jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64) if dtype is None else dtype)
 
 
 def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -58,8 +66,10 @@ def _symmetrize_exact(S):
     return jnp.where(jnp.triu(jnp.ones(S.shape, bool)), S, S.T)
 
 
-def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: float = 0.1) -> Float[Array, "d d"]:
-    """One value matrix V (d, d) from ``ensemble`` (see the module docstring).
+@keeps_float64
+def sample_V(key: Array, ensemble: str, d: int, dtype=None, density: float = 0.1) -> Float[Array, "d d"]:
+    """One value matrix V (d, d) from ``ensemble`` (see the module docstring), of ``dtype`` (default: JAX's
+    default float; an explicit float64 is kept with JAX's float64 mode off).
 
     Example:
         >>> import jax
@@ -69,6 +79,7 @@ def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: floa
         ((3, 3), True)
     """
     _check("V ensemble", ensemble, V_ENSEMBLES)
+    dtype = _float_dtype(dtype)
     if ensemble == "identity":
         return jnp.eye(d, dtype=dtype)
     if ensemble == "uniform":
@@ -90,7 +101,8 @@ def sample_V(key: Array, ensemble: str, d: int, dtype=jnp.float64, density: floa
     return upper + jnp.triu(upper, 1).T
 
 
-def sample_QK(key: Array, ensemble: str, d: int, dtype=jnp.float64) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
+@keeps_float64
+def sample_QK(key: Array, ensemble: str, d: int, dtype=None) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
     """(Q, K) with ``Q = I`` and ``K = A`` so that :math:`Q^T K = A` is drawn from ``ensemble``.
 
     Example:
@@ -101,6 +113,7 @@ def sample_QK(key: Array, ensemble: str, d: int, dtype=jnp.float64) -> tuple[Flo
         True
     """
     _check("Q^T K ensemble", ensemble, QK_ENSEMBLES)
+    dtype = _float_dtype(dtype)
     eye = jnp.eye(d, dtype=dtype)
     if ensemble == "identity":
         return eye, eye
@@ -110,8 +123,9 @@ def sample_QK(key: Array, ensemble: str, d: int, dtype=jnp.float64) -> tuple[Flo
     return eye, _symmetrize_exact(M @ M.T / d) + 0.1 * eye
 
 
+@keeps_float64
 def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: int,
-                 dtype=jnp.float64, density: float = 0.1):
+                 dtype=None, density: float = 0.1):
     """Stacks (Q, K, V) of shape (B, d, d), system b drawn from ``jax.random.key(seeds[b])``.
 
     Example:
@@ -124,7 +138,7 @@ def draw_systems(seeds: Int[Array, " B"], v_ensemble: str, qk_ensemble: str, d: 
     """
     _check("V ensemble", v_ensemble, V_ENSEMBLES)
     _check("Q^T K ensemble", qk_ensemble, QK_ENSEMBLES)
-    return _draw(jnp.asarray(seeds, dtype=jnp.uint32), v_ensemble, qk_ensemble, int(d), jnp.dtype(dtype), float(density))
+    return _draw(jnp.asarray(seeds, dtype=jnp.uint32), v_ensemble, qk_ensemble, int(d), _float_dtype(dtype), float(density))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
@@ -138,7 +152,8 @@ def _draw(seeds, v_ensemble, qk_ensemble, d, dtype, density):
     return jax.vmap(one)(seeds)
 
 
-def draw_heads(seeds, v_ensemble: str, qk_ensemble: str, d: int, dtype=jnp.float64, density: float = 0.1):
+@keeps_float64
+def draw_heads(seeds, v_ensemble: str, qk_ensemble: str, d: int, dtype=None, density: float = 0.1):
     """(Q, K, V) of B systems: one head each for seeds (B,), shape (B, d, d) (:func:`draw_systems`); H heads each
     for seeds (B, H) (:func:`head_seeds`), shape (B, H, d, d), head h of system b drawn from ``seeds[b, h]``.
 
@@ -162,7 +177,8 @@ def token_key(seed) -> Array:
     return jax.random.fold_in(jax.random.key(seed), X_TAG)
 
 
-def draw_clouds(seed, n: int, d: int, dtype=jnp.float64, *, clouds: int | None = None, on_sphere: bool = False):
+@keeps_float64
+def draw_clouds(seed, n: int, d: int, dtype=None, *, clouds: int | None = None, on_sphere: bool = False):
     r"""A system's random start: n tokens i.i.d. :math:`N(0, I_d/d)` from its token key (:func:`token_key`),
     (n, d), or ``clouds`` independent clouds of them, (clouds, n, d) (the first cloud is the (n, d) one);
     normalised onto the unit sphere when ``on_sphere``. Traceable in ``seed`` (vmap it over systems).
@@ -177,6 +193,7 @@ def draw_clouds(seed, n: int, d: int, dtype=jnp.float64, *, clouds: int | None =
     from .dynamics import normalise
 
     shape = (n, d) if clouds is None else (clouds, n, d)
+    dtype = _float_dtype(dtype)
     x0 = jax.random.normal(token_key(seed), shape, dtype) / jnp.sqrt(jnp.asarray(d, dtype))
     return normalise(x0) if on_sphere else x0
 

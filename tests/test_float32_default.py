@@ -217,3 +217,35 @@ def test_importing_attnflow_and_simulating_leave_float64_mode_off():
     assert sim.states.dtype == np.float64
     assert not jax.config.jax_enable_x64
     assert jnp.zeros(1, dtype=float).dtype == jnp.float32
+
+
+def test_draws_keep_an_asked_float64_and_default_to_jax_float_without_a_warning():
+    """With JAX's float64 mode off (a user's default): an explicit float64 draw is float64 and equals the
+    draw made with the mode on; the default dtype is JAX's default float (float32 here), drawn without
+    JAX's truncation warning, and equal to an explicit float32 draw."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow.ensembles import draw_clouds, draw_heads, draw_systems, sample_QK, sample_V
+
+    key, seeds = jax.random.key(3), np.array([5, 6, 7])
+    draws = {
+        "sample_V": lambda **kw: sample_V(key, "goe", 4, **kw),
+        "sample_QK": lambda **kw: sample_QK(key, "spd", 4, **kw)[1],
+        "draw_systems": lambda **kw: draw_systems(seeds, "wishart", "uniform", 3, **kw)[2],
+        "draw_heads": lambda **kw: draw_heads(seeds, "ginibre", "spd", 3, **kw)[1],
+        "draw_clouds": lambda **kw: draw_clouds(11, 5, 3, clouds=2, on_sphere=True, **kw),
+    }
+    assert not jax.config.jax_enable_x64
+    for name, draw in draws.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # JAX's "will be truncated to dtype float32" would raise here
+            default = draw()
+            asked64 = draw(dtype=jnp.float64)
+        assert default.dtype == jnp.float32, name
+        np.testing.assert_array_equal(np.asarray(default), np.asarray(draw(dtype=jnp.float32)), err_msg=name)
+        assert asked64.dtype == jnp.float64, name
+        with jax.enable_x64(True):
+            np.testing.assert_array_equal(np.asarray(asked64), np.asarray(draw()), err_msg=name)

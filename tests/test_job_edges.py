@@ -58,12 +58,13 @@ def test_ctrl_c_prints_one_line_with_the_chunks_kept_exits_130_and_the_same_comm
     cfg = tmp_path / "s.toml"
     cfg.write_text(SWEEP_TOML)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "attnflow", "sweep", str(cfg), "--out", str(out), "--no-progress"]
+    # `python -m attnflow sweep ...`, with Ctrl-C's default handling restored first: a pytest-xdist worker
+    # ignores SIGINT, and an ignored signal stays ignored across exec (the sweep would run to its end)
+    launch = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "runpy.run_module('attnflow', run_name='__main__', alter_sys=True)")
+    cmd = [sys.executable, "-c", launch, "sweep", str(cfg), "--out", str(out), "--no-progress"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    # Ctrl-C's default handling in the child, whatever its parent does with SIGINT (a pytest-xdist worker
-    # ignores it, and an ignored signal stays ignored across exec: the sweep would run to its end)
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while p.poll() is None and time.time() < deadline and not list(out.glob("chunks/*.npz")):
         time.sleep(0.01)
