@@ -29,7 +29,7 @@ help:
 	@echo "make reproduce   install if needed, then the reproduction report in results/reproduce/"
 	@echo "                 (about 2-2.5 min after the install; OUT=folder writes elsewhere)"
 	@echo "make test        install the test, docs and benchmark extras if needed, then the whole suite"
-	@echo "                 (about 25 min on 2 cores from a fresh clone, installs included)"
+	@echo "                 (about 17-19 min on 2 cores from a fresh clone, installs included)"
 	@echo "make docs        the documentation site in site/, gallery at smoke size (a few minutes the first"
 	@echo "                 time, about 15 s after); make docs-full: gallery at full size (about 15 min)"
 	@echo "make bench       the benchmark suite (BENCH_ARGS=--quick for a smoke run)"
