@@ -95,6 +95,18 @@ def process_options(args) -> dict | None:
     return processes or None
 
 
+def share_line(summary: dict, computed: int, total: int, what: str, detail: str = "") -> str:
+    """The line each process of a multi-process run prints about its share: what it ``computed`` of the
+    ``total`` chunks or units (``what``), with a ``detail`` in parentheses.
+
+    Example:
+        >>> share_line({"process_index": 1, "process_count": 2}, 4, 8, "chunks", "0 of its share resumed")
+        'process 1 of 2: computed 4 of 8 chunks (0 of its share resumed)'
+    """
+    return (f"process {summary['process_index']} of {summary['process_count']}: computed {computed} of {total} "
+            f"{what}" + (f" ({detail})" if detail else ""))
+
+
 def cpu_device_per_core(num_devices: int | None) -> int | None:
     """Give the CPU platform one XLA device per available core (or ``num_devices`` of them), before jax starts.
 

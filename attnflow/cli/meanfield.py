@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import add_process_options, process_options, summary
+from ._commands import add_process_options, process_options, share_line, summary
 
 
 def add_parser(subparsers) -> None:
@@ -34,8 +34,8 @@ def _run(args: argparse.Namespace) -> int:
     config = check_meanfield_config(load_meanfield_config(args.config))
     s = run_meanfield(config, args.out, progress=not args.no_progress, processes=process_options(args))
     if s["process_count"] > 1:
-        print(f"process {s['process_index']} of {s['process_count']}: computed {s['units_computed']} of "
-              f"{s['units']} units ({s['units_resumed']} of its share resumed from an earlier run)")
+        print(share_line(s, s["units_computed"], s["units"], "units",
+                         f"{s['units_resumed']} of its share resumed from an earlier run"))
         if s["process_index"] != 0:
             return 0
     for norm, c in s["convergence"].items():

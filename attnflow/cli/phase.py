@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import add_run_options, cpu_device_per_core, run_options, summary
+from ._commands import add_run_options, cpu_device_per_core, run_options, share_line, summary
 
 
 def add_parser(subparsers) -> None:
@@ -49,8 +49,8 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
     s = run_phase(config, args.out, figure_workers=pool, **options)
     several = s.get("process_count", 1) > 1
     if several:  # each process says what it did; process 0 also writes the results
-        print(f"process {s['process_index']} of {s['process_count']}: computed {s['chunks_computed_here']} of "
-              f"{s['chunks']} chunks ({s.get('chunks_resumed_here', 0)} of its share resumed from an earlier run)")
+        print(share_line(s, s["chunks_computed_here"], s["chunks"], "chunks",
+                         f"{s.get('chunks_resumed_here', 0)} of its share resumed from an earlier run"))
     if s.get("process_index", 0) != 0:
         return 0
     for g in s["groups"]:

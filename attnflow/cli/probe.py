@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import add_process_options, process_options, summary
+from ._commands import add_process_options, process_options, share_line, summary
 
 
 def add_parser(subparsers) -> None:
@@ -35,9 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     config = read_probe_config(args.config)  # parsed once, every key checked
     s = run_probe(config, args.out, progress=not args.no_progress, processes=processes)
     if s.get("process_count", 1) > 1:
-        note = f" ({s['note']})" if "note" in s else ""
-        print(f"process {s['process_index']} of {s['process_count']}: computed {s['units_computed']} of "
-              f"{s['units']} units{note}")
+        print(share_line(s, s["units_computed"], s["units"], "units", s.get("note", "")))
         if s["process_index"] != 0:
             return 0
     print(f"{config.study}: report in {args.out}/report.md")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._commands import add_run_options, run_options, summary
+from ._commands import add_run_options, run_options, share_line, summary
 
 
 def add_parser(subparsers) -> None:
@@ -28,8 +28,8 @@ def _run(args: argparse.Namespace) -> int:
     summary = run_sweep(config, args.out, **run_options(args))
     resumed, computed = summary.get("chunks_resumed_here", 0), summary["chunks_computed_here"]
     if summary.get("process_count", 1) > 1:
-        print(f"process {summary['process_index']} of {summary['process_count']}: computed "
-              f"{computed} of {summary['chunks']} chunks ({resumed} of its share resumed from an earlier run)")
+        print(share_line(summary, computed, summary["chunks"], "chunks",
+                         f"{resumed} of its share resumed from an earlier run"))
     if summary.get("process_index", 0) == 0:
         for line in headline_lines(summary):
             print(line)
