@@ -66,7 +66,9 @@ def test_ctrl_c_prints_one_line_with_the_chunks_kept_exits_130_and_the_same_comm
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    while p.poll() is None and time.time() < deadline and not list(out.glob("chunks/*.npz")):
+    # finished chunks only: pathlib's glob also matches a chunk's hidden temporary file (.name.random.tmp.npz),
+    # which an interruption removes
+    while p.poll() is None and time.time() < deadline and not list(out.glob("chunks/[!.]*.npz")):
         time.sleep(0.01)
     assert p.poll() is None, "the sweep ended before its first chunk was seen; make it longer"
     p.send_signal(signal.SIGINT)
@@ -80,7 +82,7 @@ def test_ctrl_c_prints_one_line_with_the_chunks_kept_exits_130_and_the_same_comm
     m = re.fullmatch(r"attnflow sweep: interrupted: (\d+) of 80 chunks kept; the same command resumes", lines[0])
     assert m, lines[0]
     kept = int(m[1])
-    assert 1 <= kept == len(list(out.glob("chunks/*.npz"))) < 80
+    assert 1 <= kept == len(list(out.glob("chunks/[!.]*.npz"))) < 80
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"resuming: {kept} of 80 chunks already done" in done.stderr

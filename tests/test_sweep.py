@@ -62,7 +62,7 @@ def test_spectral_sweep_resume_identical_and_refuse_changed_config(tmp_path):
     s = run_sweep(cfg, out)
     table = (out / "table.csv").read_bytes()
     assert len(table.decode().strip().splitlines()) == 1 + 4 * 60
-    chunks = sorted((out / "chunks").glob("*.npz"))
+    chunks = sorted((out / "chunks").glob("[!.]*.npz"))
     assert len(chunks) == 4 * 3
     # positive matrices satisfy Def 4.1(1) (Perron-Frobenius); each fraction is the table's count, and its
     # 95% interval is Wilson's score interval for that count, written out here
@@ -198,12 +198,12 @@ def test_sigkill_then_resume_gives_the_uninterrupted_table(dynamics_reference, t
     p = _run_cli([str(cfgp), "--out", str(out), "--no-progress"])
     deadline = time.time() + 240
     while time.time() < deadline and p.poll() is None:
-        if (out / "chunks").is_dir() and list((out / "chunks").glob("*.npz")):
+        if (out / "chunks").is_dir() and list((out / "chunks").glob("[!.]*.npz")):
             break
         time.sleep(0.02)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    done = list((out / "chunks").glob("*.npz"))
+    done = list((out / "chunks").glob("[!.]*.npz"))
     assert 1 <= len(done) < 8 and not (out / "table.csv").exists()
     p = _run_cli([str(cfgp), "--out", str(out), "--no-progress"])
     assert p.wait(timeout=300) == 0, p.stderr.read().decode()

@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -70,7 +71,8 @@ def test_track_multi_sentence_albert_and_resume(albert, tmp_path, capsys):
     assert lens == [6, 11, 5]  # [CLS] words [SEP]
     np.testing.assert_allclose(s["real"]["mean_cos_mean"], np.mean([r["mean_cos"] for r in recs], axis=0))
     for r in recs:
-        c, m = token_stats(jnp.asarray(r["hidden_states"], jnp.float64), 0.2)
+        with jax.enable_x64(True):  # as the job computes them
+            c, m = token_stats(jnp.asarray(r["hidden_states"], jnp.float64), 0.2)
         np.testing.assert_array_equal(np.asarray(c), r["clusters"])
         assert r["ideal_clusters"].shape == (1, 5, 4) and r["ideal_selected_attentions"].shape[0] == 3
         # the idealised run starts from the model's own embedding output

@@ -16,6 +16,7 @@ of every parameter layer is run as one batch of independent systems by
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._simulation import simulate
@@ -70,4 +71,5 @@ def idealised_runs(
                    return_attention=True, dtype=dtype, batch="weights", throw=False, mask=mask)
     xs = sim.tokens.reshape(lead + sim.tokens.shape[1:])
     Ps = sim.attention[:, :-1].reshape(lead + (num_layers,) + sim.attention.shape[2:])
-    return xs, Ps, (sim.result == RESULTS.successful).reshape(lead)
+    ok = np.asarray(sim.result) == RESULTS.successful  # on the host: the codes are int64 when made in float64
+    return xs, Ps, ok.reshape(lead)
