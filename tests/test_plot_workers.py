@@ -68,3 +68,17 @@ def test_an_exception_in_the_block_kills_the_workers(tmp_path):
             processes = [w.process for w in pool._workers]
             raise RuntimeError("stop")
     assert all(p.poll() is not None for p in processes)
+
+
+def test_a_worker_draws_and_saves_a_figure_without_importing_jax(tmp_path):
+    """A worker imports matplotlib and attnflow.plot; saving a figure (an atomic write of attnflow.runs) must not
+    pull in JAX and the chunk runner, a second or more on the first figure of every worker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pathlib; from attnflow.plot._worker import example_figure; "
+            f"example_figure(pathlib.Path({str(tmp_path)!r}) / 'line.png'); "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'equinox') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    assert (tmp_path / "line.png").stat().st_size > 0

@@ -23,26 +23,34 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
   counts the work a job kept for the line an interrupted command prints.
 """
 
-from ._atomic import (atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text,
-                      remove_stale_temporaries, temp_target)
-from ._chunks import Chunk, plan_chunks, run_chunks
-from ._config import JobConfig
-from ._distributed import init_distributed
-from ._fingerprint import EXECUTION_KEYS, config_fingerprint, execution_free, fingerprint
-from ._folder import (MARKER, MIN_FREE_BYTES, claim_output_dir, discard_output_dir, read_marker,
-                      releases_output_dirs, write_marker)
-from ._format import fmt
-from ._kept import KeptWork, count_kept, interrupted_sentence
-from ._mesh import check_eig_route, make_mesh, needs_per_system_loop, sharded
-from ._open import Run, open_run, table_of
-from ._provenance import git_commit, provenance
-from ._runner import ChunkedRun, check_table_memory, start_chunked
-from ._settings import DTYPES, RunSettings, check_job_table, run_settings
-from ._tables import (TABLE_FORMATS, check_table_formats, concat, csv_cell, csv_text, read_csv, write_rows,
-                      write_table, write_tables)
-from ._toml import CONFIG_DIR, default_config_path, load_config, merge_config, read_toml
-from ._units import UnitStore, wait_for_units
-from ._verified import load_verified_npz, npz_problem, save_verified_npz, set_aside
+from .._lazy import lazy_names as _lazy_names
+
+#: public name -> the module that defines it, imported on first use (PEP 562): a figure worker that only
+#: writes files atomically does not import JAX with the chunk runner
+_LAZY = {
+    **dict.fromkeys(("atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+                     "remove_stale_temporaries", "temp_target"), "._atomic"),
+    **dict.fromkeys(("Chunk", "plan_chunks", "run_chunks"), "._chunks"),
+    "JobConfig": "._config",
+    "init_distributed": "._distributed",
+    **dict.fromkeys(("EXECUTION_KEYS", "config_fingerprint", "execution_free", "fingerprint"), "._fingerprint"),
+    **dict.fromkeys(("MARKER", "MIN_FREE_BYTES", "claim_output_dir", "discard_output_dir", "read_marker",
+                     "releases_output_dirs", "write_marker"), "._folder"),
+    "fmt": "._format",
+    **dict.fromkeys(("KeptWork", "count_kept", "interrupted_sentence"), "._kept"),
+    **dict.fromkeys(("check_eig_route", "make_mesh", "needs_per_system_loop", "sharded"), "._mesh"),
+    **dict.fromkeys(("Run", "open_run", "table_of"), "._open"),
+    **dict.fromkeys(("git_commit", "provenance"), "._provenance"),
+    **dict.fromkeys(("ChunkedRun", "check_table_memory", "start_chunked"), "._runner"),
+    **dict.fromkeys(("DTYPES", "RunSettings", "check_job_table", "run_settings"), "._settings"),
+    **dict.fromkeys(("TABLE_FORMATS", "check_table_formats", "concat", "csv_cell", "csv_text", "read_csv",
+                     "write_rows", "write_table", "write_tables"), "._tables"),
+    **dict.fromkeys(("CONFIG_DIR", "default_config_path", "load_config", "merge_config", "read_toml"), "._toml"),
+    **dict.fromkeys(("UnitStore", "wait_for_units"), "._units"),
+    **dict.fromkeys(("load_verified_npz", "npz_problem", "save_verified_npz", "set_aside"), "._verified"),
+}
+
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "open_run", "Run", "table_of", "JobConfig", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
