@@ -236,7 +236,10 @@ def simulate(
         **integrator_options: the flat options of :func:`~attnflow.integrate.make_integrator`, when no
             ``integrator`` is given: ``t1`` (required), ``t0``, ``method`` (``"euler"``, a diffrax solver name
             or instance; default ``"tsit5"``), ``dt``, ``ts``, ``num_saves``, ``save_every``, ``rtol``,
-            ``atol``, ``max_steps``, ``adjoint``, ``shift``.
+            ``atol``, ``max_steps``, ``adjoint``, ``shift``, ``noise`` (a :class:`~attnflow.integrate.TokenNoise`
+            or :class:`~attnflow.integrate.CommonNoise`: the stochastic layer stepper with ``method="euler"``, a
+            diffrax SDE solve with ``method="heun"``, ...). In a batch each member runs on its own Brownian path
+            (the noise's :meth:`~attnflow.integrate.TokenNoise.member_keys`).
 
     Example:
         >>> import jax, jax.numpy as jnp, attnflow
@@ -263,6 +266,12 @@ def simulate(
         ...                           batch="beta", beta=betas)
         >>> curve.states.shape
         (3, 11, 16, 2)
+        >>> from attnflow.integrate import TokenNoise
+        >>> noise = TokenNoise(0.5, jax.random.key(2), sphere=True)  # independent noise on every token
+        >>> noisy = attnflow.simulate(circle, field, t1=1.0, method="euler", dt=0.1, shift="sphere", noise=noise,
+        ...                           batch="beta", beta=betas)      # one Brownian path per temperature
+        >>> noisy.states.shape, bool(jnp.allclose(noisy.states[0, -1], noisy.states[1, -1]))
+        ((3, 11, 16, 2), False)
     """
     if isinstance(K, AbstractIntegrator) and V is None:  # simulate(x0, weights_or_field, integrator)
         if integrator is not None:
@@ -391,7 +400,15 @@ def _method_name(integrator: AbstractIntegrator) -> str:
     if isinstance(integrator, ODESolver):
         names = [k for k, cls in SOLVERS.items() if type(integrator.solver) is cls]
         return names[0] if names else type(integrator.solver).__name__
+    if _is_sde_solve(integrator):
+        return type(integrator.solver).__name__.lower()
     return type(integrator).__name__
+
+
+def _is_sde_solve(integrator) -> bool:
+    """Whether ``integrator`` is a diffrax SDE solve (:class:`~attnflow.integrate.SDESolver`; named here without
+    importing diffrax for the other integrators)."""
+    return type(integrator).__name__ == "SDESolver" and hasattr(integrator, "noise")
 
 
 def _num_saves(integrator: AbstractIntegrator) -> int | None:
@@ -400,14 +417,14 @@ def _num_saves(integrator: AbstractIntegrator) -> int | None:
         return int(np.shape(integrator.save_ts)[0])
     if isinstance(integrator, (EulerStepper, RKStepper)):
         return integrator.save_at.num_saves
-    if isinstance(integrator, ODESolver):
+    if isinstance(integrator, ODESolver) or _is_sde_solve(integrator):
         return 2 if integrator.ts is None else int(np.shape(integrator.ts)[0])
     return None
 
 
 def _span(integrator: AbstractIntegrator) -> tuple[Any, Any]:
     """(t0, t1) of an integrator: an ODE solve's span, or a layer grid's first and last layer times."""
-    if isinstance(integrator, ODESolver):
+    if isinstance(integrator, ODESolver) or _is_sde_solve(integrator):
         return integrator.t0, integrator.t1
     if getattr(integrator, "save_ts", None) is not None:
         return integrator.save_ts[0], integrator.save_ts[-1]
@@ -550,7 +567,7 @@ def _solve_all(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, re
     (``batched``: the field's per-member leaves; ``fold``: one solve of the stacked states). Compiled once per
     structure of its arguments as :data:`_run`."""
 
-    def solve(field, y0, fn):
+    def solve(field, y0, fn, integrator=integrator):
         field = integrator.bind(field)
         traj = integrator.solve(field, y0, save_fn=fn)
         tokens = attention = None
@@ -575,13 +592,22 @@ def _solve_all(x0, batched, shared, integrator, *, x0_batched, fold, save_fn, re
             traj,
         )
 
-    def single(x0, batched, shared):
-        return solve(shared if batched is None else eqx.combine(batched, shared), x0, save_fn)
+    def single(x0, member, shared):
+        batched, key = member
+        # a noisy integrator: each member of a batch runs on its own Brownian path (its key)
+        own = integrator if key is None else eqx.tree_at(lambda i: i.noise.key, integrator, key)
+        return solve(shared if batched is None else eqx.combine(batched, shared), x0, save_fn, own)
 
-    axes = (0 if x0_batched else None, None if batched is None else 0, None)
+    noise = getattr(integrator, "noise", None)
+    keys = None
+    if noise is not None and (x0_batched or batched is not None):
+        size = x0.shape[0] if x0_batched else jax.tree_util.tree_leaves(batched)[0].shape[0]
+        keys = noise.member_keys(size)
+    member = (batched, keys)
+    axes = (0 if x0_batched else None, None if batched is None and keys is None else 0, None)
     if all(ax is None for ax in axes):
-        return single(x0, batched, shared)
-    return _shared_ts(_run_members(single, axes, x0, batched, shared, loop_members, heads, impl))
+        return single(x0, member, shared)
+    return _shared_ts(_run_members(single, axes, x0, member, shared, loop_members, heads, impl))
 
 
 #: the one jitted runner: a batch (of starts, weights or any leaves of a field) is one compile

@@ -246,3 +246,26 @@ def test_bad_noise_is_refused_in_one_sentence():
     with pytest.raises(InputError, match="one cloud of tokens"):
         EulerMaruyamaStepper(0.1, 3, noise=TokenNoise(0.1, key)).solve(AttentionFlow(eye, eye, eye),
                                                                        jnp.ones((2, 3, 2)))
+
+
+def test_simulate_with_noise_gives_each_member_of_a_batch_its_own_path():
+    import attnflow
+
+    n, d, B = 8, 3, 3
+    xs = jnp.stack([cloud(n, d, seed=s) for s in range(B)])
+    field = sphere_flow(jnp.eye(3), jnp.eye(3), jnp.eye(3), 1.5)
+    noise = TokenNoise(0.6, jax.random.key(4), sphere=True)
+    sim = attnflow.simulate(xs, field, t1=1.0, method="euler", dt=0.1, shift="sphere", noise=noise, batch="x0",
+                            dtype="float64")
+    assert sim.states.shape == (B, 11, n, d) and sim.method == "euler"
+    keys = noise.member_keys(B)
+    for b in range(B):  # member b is the stepper run alone with the b-th key
+        alone = EulerMaruyamaStepper(0.1, 10, noise=TokenNoise(0.6, keys[b], sphere=True),
+                                     shift=sphere_shift).solve(field, xs[b]).ys
+        np.testing.assert_allclose(np.asarray(sim.states[b]), np.asarray(alone), rtol=0, atol=1e-14)
+    sde = attnflow.simulate(xs[0], field, t1=1.0, method="heun", dt=0.05, num_saves=3, noise=noise, dtype="float64")
+    assert sde.states.shape == (3, n, d) and sde.method == "heun" and int(sde.result) == 0
+    with pytest.raises(InputError, match="with noise, method must be 'euler'"):
+        attnflow.simulate(xs[0], field, t1=1.0, method="tsit5", dt=0.1, noise=noise)
+    with pytest.raises(InputError, match="constant dt"):
+        attnflow.simulate(xs[0], field, t1=1.0, method="heun", noise=noise)

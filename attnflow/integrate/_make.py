@@ -40,6 +40,7 @@ def make_integrator(
     max_steps: int | None = 16384,
     adjoint: Any = None,
     shift: str | Callable = "plain",
+    noise: Any = None,
     dtype: str = "float32",
 ) -> AbstractIntegrator:
     r"""The integrator that ``method`` and the flat options describe (``simulate``'s keywords).
@@ -57,6 +58,10 @@ def make_integrator(
         adjoint: a diffrax adjoint (default ``RecursiveCheckpointAdjoint``); diffrax solvers only.
         shift: the layer stepper's update: ``"plain"`` (y + dy), ``"sphere"`` (every token renormalised:
             post-LN) or a function ``(y, dy) -> y_next``.
+        noise: a :class:`~attnflow.integrate.TokenNoise` or :class:`~attnflow.integrate.CommonNoise`: with
+            ``"euler"`` the stochastic layer stepper :class:`~attnflow.integrate.EulerMaruyamaStepper`, with an SDE
+            solver name (:data:`~attnflow.integrate.SDE_SOLVERS`: ``"heun"``, ``"midpoint"``, ...) a diffrax SDE
+            solve :class:`~attnflow.integrate.SDESolver` in constant steps ``dt``.
         dtype: ``"float32"`` or ``"float64"``: the dtype of the save times and the default tolerances.
 
     Returns:
@@ -72,7 +77,8 @@ def make_integrator(
         ('ODESolver', [0.0, 0.5, 1.0], True)
     """
     return integrator_plan(method, t1=t1, t0=t0, dt=dt, ts=ts, num_saves=num_saves, save_every=save_every, rtol=rtol,
-                           atol=atol, max_steps=max_steps, adjoint=adjoint, shift=shift, dtype=dtype).build()
+                           atol=atol, max_steps=max_steps, adjoint=adjoint, shift=shift, noise=noise,
+                           dtype=dtype).build()
 
 
 class IntegratorPlan:
@@ -84,8 +90,8 @@ class IntegratorPlan:
 
 
 def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None, num_saves=101, save_every=None,
-                    rtol=None, atol=None, max_steps=16384, adjoint=None, shift="plain", dtype="float32"
-                    ) -> IntegratorPlan:
+                    rtol=None, atol=None, max_steps=16384, adjoint=None, shift="plain", noise=None,
+                    dtype="float32") -> IntegratorPlan:
     """:func:`make_integrator`'s checks, and its integrator as a :class:`IntegratorPlan` (``simulate`` refuses
     outputs that cannot fit between the two, before the save times are built)."""
     from ._ode import make_solver
@@ -95,6 +101,8 @@ def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None,
     if t1 is None:
         raise InputError("the run needs its end time t1 (or an integrator: EulerStepper, RKStepper, ODESolver).")
     stepper = isinstance(method, str) and method == "euler"
+    if noise is not None:
+        return _noisy_plan(method, stepper, t0, t1, dt, ts, num_saves, save_every, shift, noise, dtype)
     if not stepper:
         make_solver(method)  # validates the name
     shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
@@ -167,3 +175,51 @@ def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoi
                          adjoint=adjoint)
 
     return IntegratorPlan(num_out, fix, build, name)
+
+
+def _noisy_plan(method, stepper, t0, t1, dt, ts, num_saves, save_every, shift, noise, dtype) -> IntegratorPlan:
+    """With noise: the stochastic layer stepper (``"euler"``) or a diffrax SDE solve in constant steps dt."""
+    import jax.numpy as jnp
+
+    from ._noise import check_noise
+    from ._sde import SDE_SOLVERS, SDESolver
+    from ._stochastic import EulerMaruyamaStepper
+
+    check_noise(noise)
+    v.check_time_span(t0, t1)
+    if dt is None:
+        raise InputError("a run with noise steps with a constant dt: give dt > 0 (for method='euler' dt = 1 is one "
+                         "layer).")
+    v.check_positive("dt", dt)
+    shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
+    if not callable(shift_fn):
+        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    name = method if isinstance(method, str) else type(method).__name__
+    if stepper:
+        plan = _stepper_plan(t0, t1, dt, ts, save_every, shift_fn, name)
+        base = plan.build()
+        noisy = EulerMaruyamaStepper(base.dt, base.num_layers, noise=noise, t0=base.t0, shift=shift_fn,
+                                     save_every=save_every)
+        return IntegratorPlan(plan.num_saves, plan.fix, lambda: noisy, name)
+    if isinstance(method, str) and method.lower() not in SDE_SOLVERS:
+        raise InputError(f"with noise, method must be 'euler' (the stochastic layer stepper) or an SDE solver among "
+                         f"{list(SDE_SOLVERS)}, got {method!r}.")
+    if shift_fn is not plain_shift:
+        raise InputError("shift= applies to the layer stepper (method='euler'); an SDE solve integrates the field "
+                         "and the noise as given.")
+    if ts is None:
+        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
+    else:
+        v.check_save_times(ts, t0, t1)
+        num_out = np.shape(ts)[0]
+    solver = SDESolver(float(t0), float(t1), dt=float(dt), noise=noise, solver=method)  # checks the solver
+
+    def build() -> AbstractIntegrator:
+        scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
+        with scope:
+            jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+            grid = (jnp.asarray(ts, jdtype) if ts is not None
+                    else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
+        return SDESolver(float(t0), float(t1), dt=float(dt), noise=noise, ts=grid, solver=solver.solver)
+
+    return IntegratorPlan(num_out, "pass fewer save times ts" if ts is not None else "lower num_saves", build, name)

@@ -83,6 +83,17 @@ class AbstractNoise(eqx.Module):
                              f"sphere), got {sphere!r}.")
         self.sigma, self.key, self.sphere = sigma, key, sphere
 
+    def member_keys(self, size: int):
+        """The keys of the ``size`` members of a batch, one Brownian path each: ``split(key, size)``.
+
+        Example:
+            >>> import jax
+            >>> from attnflow.integrate import TokenNoise
+            >>> TokenNoise(0.1, jax.random.key(0)).member_keys(3).shape
+            (3,)
+        """
+        return jax.random.split(self.key, size)
+
     def is_zero(self) -> bool:
         """Whether ``sigma`` is a number (not traced) equal to 0: the integrators then skip the noise."""
         return v.is_concrete(self.sigma) and float(np.asarray(self.sigma)) == 0.0
