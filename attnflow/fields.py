@@ -27,7 +27,8 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
 * ``continuity`` (raw, state read as it is): the n -> infinity limit of ``sphere`` with Q = K = V = I on the
   circle (the 2 x 2 identity given, with beta), the right-hand side
   :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a density of ``num_points`` grid
-  points (options ``normalisation``, ``dealias``; :func:`attnflow.meanfield.solve_continuity` integrates it).
+  points (options ``normalisation``, ``dealias``, ``diffusion`` :math:`D = \sigma^2/2` of noisy tokens, adding
+  :math:`D\,\partial_\theta^2\rho`; :func:`attnflow.meanfield.solve_continuity` integrates it).
 * ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
 * ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
   denominator.
@@ -339,7 +340,7 @@ def _identity_sphere(w, how, normalisation, log_scale):
 
 
 @register_field("continuity", rescaled_reading=False)
-def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias=True):
+def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias=True, diffusion=0.0):
     # imported here: the field lives with the mean-field maths it is made of, and attnflow.meanfield's solver
     # builds it through this registry
     from .meanfield._continuity import CircleContinuity
@@ -350,7 +351,8 @@ def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias
     if how.mask is not None:
         raise InputError(f"field 'continuity' moves a density, where every point attends to every other: drop the "
                          f"mask (got mask={how.mask!r}).")
-    return CircleContinuity(w.beta, num_points, normalisation=normalisation, dealias=dealias, dtype=w.beta.dtype)
+    return CircleContinuity(w.beta, num_points, normalisation=normalisation, dealias=dealias, diffusion=diffusion,
+                            dtype=w.beta.dtype)
 
 
 @register_field("prenorm")

@@ -175,6 +175,12 @@ class RKStepper(_GridStepper):
         steps_per_save: steps in each interval between two save times (with ``ts``).
         scan_stages: run the stages as one body in ``lax.scan`` (:attr:`ButcherTableau.chained`
             tableaux only; no ``save_aux``): the field is compiled once per step, not once per stage.
+        lawson: integrating-factor (Lawson) steps for a field :math:`f(t, y) = Ly + N(t, y)` with a stiff
+            linear part: the field gives ``linear_flow(tau, y)`` (:math:`e^{\tau L}y`, exact) and
+            ``nonlinear(t, y, args)`` (N); stage i is :math:`Y_i = e^{c_i hL}y + h\sum_j a_{ij}e^{(c_i - c_j)hL}N_j`
+            and the step :math:`e^{hL}y + h\sum_j b_j e^{(1 - c_j)hL}N_j`: exact for :math:`N = 0` (e.g. the
+            diffusion of the noisy continuity equation), the tableau's order otherwise, and stable for any h
+            when L's spectrum is on the negative axis.
         track_min: with ``ts``, a function ``track_min(y) -> pytree`` whose minimum over the states
             of every step of an interval (its end included) is saved with that interval's end (at
             ``ts[0]``: its value at the start); ``Trajectory.ys`` is then ``(saved, minima)``.
@@ -199,13 +205,14 @@ class RKStepper(_GridStepper):
     steps_per_save: int | None = eqx.field(static=True)
     scan_stages: bool = eqx.field(static=True)
     track_min: Callable | None = eqx.field(static=True)
+    lawson: bool = eqx.field(static=True)
 
     def __init__(self, tableau: ButcherTableau | str, dt=None, num_layers: int | None = None, *, t0=0.0,
                  shift: Callable = plain_shift, save_every: int | None = None,
                  save_at: SaveLayers | Sequence[int] | None = None, save_aux: bool = False,
                  checkpoint: int | str | None = "auto", ts: Float[Array, " T"] | None = None,
                  steps_per_save: int | None = None, scan_stages: bool = False, track_min: Callable | None = None,
-                 loop: str = "scan"):
+                 loop: str = "scan", lawson: bool = False):
         if isinstance(tableau, str):
             if tableau not in RK_TABLEAUX:
                 raise InputError(f"tableau must be a ButcherTableau or one of {sorted(RK_TABLEAUX)}, got {tableau!r}.")
@@ -222,7 +229,12 @@ class RKStepper(_GridStepper):
             raise InputError("scan_stages=True hands no by-product to save_fn; use save_aux=False or scan_stages=False.")
         if track_min is not None and not callable(track_min):
             raise InputError(f"track_min must be a function y -> pytree of arrays, got {type(track_min).__name__}.")
-        self.tableau, self.scan_stages, self.track_min = tableau, scan_stages, track_min
+        if not isinstance(lawson, bool):
+            raise InputError(f"lawson must be True or False (integrating-factor steps of a field's stiff linear part), "
+                             f"got {lawson!r}.")
+        if lawson and save_aux:
+            raise InputError("lawson=True hands no by-product to save_fn; use save_aux=False.")
+        self.tableau, self.scan_stages, self.track_min, self.lawson = tableau, scan_stages, track_min, lawson
         if ts is None:
             if dt is None or num_layers is None or steps_per_save is not None or track_min is not None:
                 raise InputError("RKStepper needs dt and num_layers (the layer grid), or ts and steps_per_save (save "
@@ -254,7 +266,29 @@ class RKStepper(_GridStepper):
 
     def bind(self, dynamics: AbstractDynamics) -> AbstractDynamics:
         """The field unchanged (the stages evaluate the continuous-time field)."""
-        return check_dynamics(dynamics)
+        field = check_dynamics(dynamics)
+        if self.lawson and not (callable(getattr(field, "linear_flow", None))
+                                and callable(getattr(field, "nonlinear", None))):
+            raise InputError(f"lawson=True needs a field with linear_flow(tau, y) and nonlinear(t, y, args) (its stiff "
+                             f"linear part and the rest), got {type(field).__name__}, which has not both.")
+        return field
+
+    def _lawson_stages(self, field, t, y, dt, args):
+        """One integrating-factor (Lawson) step (the ``lawson`` argument)."""
+        tab, flow = self.tableau, field.linear_flow
+        stages = [field.nonlinear(t, y, args)]
+        for i in range(1, tab.num_stages):
+            c_i = tab.c[i]
+            y_i = flow(c_i * dt, y)
+            for j in range(i):
+                if tab.a[i][j]:
+                    y_i = y_i + (tab.a[i][j] * dt) * flow((c_i - tab.c[j]) * dt, stages[j])
+            stages.append(field.nonlinear(t + c_i * dt, y_i, args))
+        total = flow(dt, y)
+        for b_j, c_j, k in zip(tab.b, tab.c, stages):
+            if b_j:
+                total = total + (b_j * dt) * flow((1 - c_j) * dt, k)
+        return total if self.shift is plain_shift else self.shift(y, total - y)
 
     def _stages(self, field, t, y, dt, args, first):
         tab, stages = self.tableau, [first]
@@ -279,6 +313,8 @@ class RKStepper(_GridStepper):
         return self.shift(y, dt * total)
 
     def _step(self, field, t, y, dt, args):
+        if self.lawson:
+            return self._lawson_stages(field, t, y, dt, args)
         if self.scan_stages:
             return self._scanned_stages(field, t, y, dt, args)
         return self._stages(field, t, y, dt, args, field.vector_field(t, y, args))

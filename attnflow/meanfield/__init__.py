@@ -32,7 +32,9 @@ Example:
 from ._clusters import circle_cluster_count, circle_gaps, sphere_cluster_count
 from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sliced_w1, sphere_mmd
 from ._kernel import kernel_modes
-from ._linear import growth_rates, most_unstable_mode, perturbed_uniform_density, sphere_growth_rates
+from ._linear import (critical_noise, growth_rates, most_unstable_mode, noisy_growth_rates, perturbed_uniform_density,
+                      sphere_growth_rates, tricritical_beta)
+from ._transition import noisy_transition, order_parameter
 from ._measures import (
     circle_angles,
     circle_histogram,
@@ -59,6 +61,7 @@ __all__ = [
     "circle_grid", "DensityPath", "solve_continuity",
     # linear instability of the uniform measure
     "growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
+    "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
     "near_uniform_start", "time_scale",

@@ -1,6 +1,7 @@
 r"""The right-hand side of the continuity equation on the circle as a field of the project's interface.
 
-:class:`CircleContinuity` is :math:`-\partial_\theta(\rho\, v[\rho])` on a density of G grid points
+:class:`CircleContinuity` is :math:`D\partial_\theta^2\rho - \partial_\theta(\rho\, v[\rho])` on a density of G grid
+points (D = sigma^2/2 for tokens with independent noise of strength sigma, 0 without noise)
 (:mod:`attnflow.meanfield._pde` holds the scheme and the solver). Like every field it is built through the
 registry, ``attnflow.fields.build_field("continuity", I, I, I, beta=beta, num_points=G)`` with the 2 x 2
 identity: the mean-field limit of the field ``"sphere"`` with Q = K = V = I on the circle. This module
@@ -69,13 +70,18 @@ class CircleContinuity(AbstractDynamics):
 
     kernel_hat: Float[Array, " M"]
     velocity_scale: Float[Array, ""]
+    diffusion: Float[Array, ""]  # D = sigma^2 / 2 of tokens with independent noise: + D d^2 rho / d theta^2
     keep: Float[Array, " M"]   # the modes m of the tendency kept (0 for those removed)
     slope: Float[Array, " M"]  # the modes m of the velocity's derivative (0 at Nyquist)
     num_points: int = eqx.field(static=True)
     normalisation: str = eqx.field(static=True)
 
-    def __init__(self, beta, num_points: int, *, normalisation: str = "softmax", dealias: bool = True, dtype=None):
+    def __init__(self, beta, num_points: int, *, normalisation: str = "softmax", dealias: bool = True,
+                 diffusion=0.0, dtype=None):
         v.check_beta("beta", beta, "the inverse temperature", scalar=True)
+        v.check_real("diffusion", diffusion, "the diffusion coefficient sigma^2/2 of noisy tokens, >= 0")
+        if v.is_concrete(diffusion) and float(diffusion) < 0:
+            raise InputError(f"diffusion must be >= 0 (sigma^2/2 of the tokens' noise), got {float(diffusion)!r}.")
         num_points = v.check_int("num_points", num_points, meaning="the number of grid points")
         if num_points < 4:
             raise InputError(f"num_points must be at least 4 (grid points of the density), got {num_points}.")
@@ -83,6 +89,7 @@ class CircleContinuity(AbstractDynamics):
         self.num_points = num_points
         dtype = jnp.result_type(beta, float) if dtype is None else dtype
         beta = jnp.asarray(beta, dtype)
+        self.diffusion = jnp.asarray(diffusion, dtype)
         modes = num_points // 2
         self.kernel_hat = TWO_PI * kernel_modes(beta, modes, dtype)  # 2 pi I_m e^{-beta}
         # mean: v = (1/beta) d(K * rho) = (e^beta / beta) d(K~ * rho), K~ = e^{-beta} K; softmax: the e^beta cancels
@@ -103,5 +110,21 @@ class CircleContinuity(AbstractDynamics):
             return self.velocity_scale * slope
         return self.velocity_scale * slope / jnp.fft.irfft(conv_hat, n=self.num_points)
 
-    def vector_field(self, t, y, args=None):
+    def nonlinear(self, t, y, args=None):
+        r"""The transport :math:`-\partial_\theta(\rho\, v[\rho])` alone (the field less its diffusion)."""
         return -self._derivative(jnp.fft.rfft(y * self.velocity(y)))
+
+    def _diffusion_modes(self, dtype):
+        m = jnp.arange(self.num_points // 2 + 1, dtype=dtype)
+        return -self.diffusion.astype(dtype) * m * m  # the eigenvalues -D m^2 of D d^2/d theta^2
+
+    def linear_flow(self, tau, y):
+        r""":math:`e^{\tau D\partial_\theta^2} y`: the diffusion's exact flow over a time :math:`\tau \ge 0` (the heat
+        kernel, diagonal in Fourier modes), for integrating-factor (Lawson) Runge-Kutta steps."""
+        return jnp.fft.irfft(jnp.fft.rfft(y) * jnp.exp(tau * self._diffusion_modes(y.dtype)), n=self.num_points)
+
+    def vector_field(self, t, y, args=None):
+        transport = self.nonlinear(t, y, args)
+        if v.is_concrete(self.diffusion) and float(self.diffusion) == 0:  # no noise: the transport, as it was
+            return transport
+        return transport + jnp.fft.irfft(jnp.fft.rfft(y) * self._diffusion_modes(y.dtype), n=self.num_points)

@@ -67,6 +67,7 @@ from ._kernel import kernel_modes
 from ._pde import NORMALISATIONS, circle_grid
 
 __all__ = ["growth_rates", "FastestMode", "most_unstable_mode", "sphere_kernel_modes", "sphere_growth_rates",
+           "noisy_growth_rates", "critical_noise", "tricritical_beta",
            "perturbed_uniform_angles", "perturbed_uniform_density", "fit_growth_rates"]
 
 #: the depth of :func:`sphere_kernel_modes`' recurrence is fixed when beta is traced: for beta up to this bound
@@ -260,6 +261,76 @@ def sphere_growth_rates(beta, d: int, max_degree: int = 16, normalisation: str =
     l = jnp.arange(max_degree + 1, dtype=scaled.dtype)
     factor = jnp.exp(beta) if normalisation == "mean" else 1 / scaled[0]
     return l * (l + d - 2) * scaled * factor / beta
+
+
+def noisy_growth_rates(beta, d: int, sigma, max_degree: int = 16, normalisation: str = "softmax"
+                       ) -> Float[Array, " L"]:
+    r"""Linear growth rates of the degree-l harmonics of the uniform measure on :math:`S^{d-1}` for tokens with
+    independent noise of strength :math:`\sigma` (the McKean-Vlasov equation
+    :math:`\partial_t\rho = \frac{\sigma^2}2\Delta\rho - \nabla\cdot(\rho v[\rho])`):
+
+    .. math::  \lambda_l(\sigma) = l(l+d-2)\Big(\frac{c\hat K_l}{\beta} - \frac{\sigma^2}{2}\Big),
+
+    :func:`sphere_growth_rates` less the heat kernel's :math:`l(l+d-2)\sigma^2/2` (c = 1 for the mean
+    normalisation, :math:`1/\hat K_0` for softmax).
+
+    Example:
+        >>> from attnflow.meanfield import noisy_growth_rates, sphere_growth_rates
+        >>> a, b = noisy_growth_rates(3.0, 2, 0.5, 3), sphere_growth_rates(3.0, 2, 3)
+        >>> [round(float(x - y), 6) for x, y in zip(a, b)]          # -k^2 sigma^2 / 2 on the circle
+        [0.0, -0.125, -0.5, -1.125]
+    """
+    v.check_real("sigma", sigma, "the noise strength, >= 0")
+    if v.is_concrete(sigma) and float(sigma) < 0:
+        raise InputError(f"sigma must be >= 0 (the noise strength), got {float(sigma)!r}.")
+    rates = sphere_growth_rates(beta, d, max_degree, normalisation)
+    l = jnp.arange(max_degree + 1, dtype=rates.dtype)
+    return rates - l * (l + d - 2) * jnp.asarray(sigma, rates.dtype) ** 2 / 2
+
+
+def critical_noise(beta, d: int, normalisation: str = "softmax"):
+    r"""The noise strength :math:`\sigma_c` at which the uniform measure on :math:`S^{d-1}` loses its linear
+    stability (its first harmonic, the slowest to be damped, stops decaying):
+    :math:`\sigma_c^2/2 = c\hat K_1/\beta`; on the circle :math:`I_1(\beta)/(\beta I_0(\beta))` (softmax) or
+    :math:`I_1(\beta)/\beta` (the mean normalisation's :math:`P_{ij} = e^{\beta\langle x_i, x_j\rangle}/n`).
+    Below :math:`\sigma_c` the uniform state is unstable.
+
+    Example:
+        >>> from scipy.special import iv
+        >>> from attnflow.meanfield import critical_noise
+        >>> s = float(critical_noise(2.0, 2))
+        >>> round(s ** 2 / 2, 5), round(float(iv(1, 2.0) / (2.0 * iv(0, 2.0))), 5)
+        (0.34889, 0.34889)
+    """
+    rate = sphere_growth_rates(beta, d, 1, normalisation)[1]
+    return jnp.sqrt(2 * rate / (d - 1))
+
+
+def tricritical_beta(d: int) -> float:
+    r""":math:`\beta^*(d)`, the root of :math:`I_{d/2+1}(\beta)/I_{d/2}(\beta) = 1/d`: Mun and Rosenzweig find the
+    noisy transition continuous for :math:`\beta < \beta^*` and discontinuous above it (with a range where the
+    uniform and a clustered state are both stable). The ratio is :math:`\hat K_2/\hat K_1`
+    (:func:`sphere_kernel_modes`), increasing in beta from 0 to 1: solved by bisection in float64.
+
+    Example:
+        >>> from attnflow.meanfield import tricritical_beta
+        >>> round(tricritical_beta(2), 4), round(tricritical_beta(3), 4)
+        (2.4469, 1.8162)
+    """
+    d = v.check_int("d", d, minimum=2, meaning="the dimension of the ambient space of the sphere S^{d-1}")
+
+    def excess(beta: float) -> float:
+        with jax.enable_x64(True):
+            k = sphere_kernel_modes(jnp.asarray(beta, jnp.float64), d, 2)
+            return float(k[2] / k[1]) - 1.0 / d
+
+    lo, hi = 1e-3, 1.0
+    while excess(hi) < 0:
+        hi *= 2
+    for _ in range(60):  # bisection to the float64 resolution of the bracket
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
 
 
 @keeps_float64

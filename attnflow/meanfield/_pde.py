@@ -169,12 +169,20 @@ def _velocity(density, beta, normalisation: str):
     return _field(beta, density, normalisation).velocity(density)
 
 
-def _field(beta, density, normalisation: str, dealias: bool = True):
+def _field(beta, density, normalisation: str, dealias: bool = True, sigma=0.0):
     """The right-hand side of the continuity equation for densities like ``density`` (its grid and dtype): the
-    registry's field ``"continuity"``, the mean-field limit of Q = K = V = I on the circle."""
+    registry's field ``"continuity"``, the mean-field limit of Q = K = V = I on the circle (with the diffusion
+    sigma^2/2 of tokens with independent noise)."""
     eye = jnp.eye(2, dtype=density.dtype)
     return build_field("continuity", eye, eye, eye, beta=beta, num_points=density.shape[0],
-                       normalisation=normalisation, dealias=dealias)
+                       normalisation=normalisation, dealias=dealias, diffusion=_diffusion(sigma))
+
+
+def _diffusion(sigma):
+    """D = sigma^2 / 2, a Python 0.0 for a Python 0 (the noiseless field, as it was)."""
+    if isinstance(sigma, (int, float)) and sigma == 0:
+        return 0.0
+    return sigma * sigma / 2
 
 
 class DensityPath(eqx.Module):
@@ -219,21 +227,24 @@ def _path(traj: Trajectory, density, low, discarded) -> DensityPath:
 
 
 @eqx.filter_jit
-def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealias, max_steps):
+def _solve_diffrax(rho0, beta, ts, normalisation, dt, solver, rtol, atol, dealias, max_steps, sigma):
     rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
-    field = _field(beta, rho0, normalisation, dealias)
+    field = _field(beta, rho0, normalisation, dealias, sigma)
     traj = solve_ode(field, rho0, t0=ts[0], t1=ts[-1], ts=ts, solver=solver, rtol=rtol, atol=atol, dt0=dt,
                      adaptive=dt is None, max_steps=max_steps)
     return _path(traj, traj.ys, jnp.min(traj.ys, axis=1), discarded)
 
 
 @eqx.filter_jit
-def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
+def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias, sigma):
     rho0, discarded = _band_limit(rho0, kept_modes(rho0.shape[0], dealias))
-    field = _field(beta, rho0, normalisation, dealias)
+    field = _field(beta, rho0, normalisation, dealias, sigma)
     # the classical RK4 between the save times, its four stages one lax.scan body (XLA compiles the
-    # field once, not four times), with the minimum of the density over every step
-    stepper = RKStepper(RK_TABLEAUX["rk4"], ts=ts, steps_per_save=steps, scan_stages=True, track_min=jnp.min)
+    # field once, not four times), with the minimum of the density over every step; with noise the
+    # integrating-factor (Lawson) RK4, the diffusion exact
+    noisy = not (isinstance(sigma, (int, float)) and sigma == 0)
+    stepper = RKStepper(RK_TABLEAUX["rk4"], ts=ts, steps_per_save=steps, scan_stages=not noisy, track_min=jnp.min,
+                        lawson=noisy)
     traj = stepper.solve(field, rho0)
     density, low = traj.ys
     return _path(traj, density, low, discarded)
@@ -243,7 +254,7 @@ def _solve_rk4(rho0, beta, ts, normalisation, steps, dealias):
 def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"], *, normalisation: str = "softmax",
                      dt=None, steps_per_save: int | None = None, solver: str = "rk4", rtol: float = 1e-8,
                      atol: float = 1e-10, dealias: bool = True, max_steps: int = 16384,
-                     max_discarded: float | None = None) -> DensityPath:
+                     max_discarded: float | None = None, sigma=0.0) -> DensityPath:
     r"""The density at the times ``ts`` (from ``ts[0]``), solving the continuity equation on the circle.
 
     Time stepping:
@@ -257,6 +268,11 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
       diffrax path :func:`attnflow.integrate.solve_ode` on the grid vector, with constant steps
       ``dt``, or adaptive steps with ``rtol`` / ``atol`` when ``dt`` is None (``atol`` is absolute:
       scale it to the perturbation you follow); ``min_density`` at the save times.
+
+    ``sigma``: the strength of independent tokenwise noise (:class:`attnflow.integrate.TokenNoise` on the
+    circle); its mean-field limit adds the diffusion :math:`\frac{\sigma^2}{2}\partial_\theta^2\rho`, which the
+    RK4 path integrates exactly (integrating-factor RK4, ``RKStepper(lawson=True)``: mode m decays by
+    :math:`e^{-\sigma^2 m^2 h/2}` over a step) and the diffrax path explicitly.
 
     The start is first projected onto the modes the scheme moves, :math:`|m| \le m_{max}`
     (:func:`kept_modes`; content above them would stay frozen and alias into the kept modes), and
@@ -280,6 +296,9 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
     """
     density0 = _check_density(density0, "density0")
     v.check_beta("beta", beta, "the inverse temperature", scalar=True)
+    v.check_real("sigma", sigma, "the strength of the tokens' independent noise, >= 0")
+    if v.is_concrete(sigma) and float(sigma) < 0:
+        raise InputError(f"sigma must be >= 0 (the strength of the tokens' noise), got {float(sigma)!r}.")
     _check_normalisation(normalisation)
     if dt is not None:
         v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")
@@ -310,11 +329,20 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
         steps = v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
         if all(v.is_concrete(a) for a in (density0, beta, ts)):
             _check_step(density0, beta, normalisation, float(jnp.max(jnp.diff(ts))) / steps, cutoff)
-        return _solve_rk4(density0, beta, ts, normalisation, steps, bool(dealias))
+        return _solve_rk4(density0, beta, ts, normalisation, steps, bool(dealias), _sigma_arg(sigma, dtype))
     if solver not in SOLVERS:
         raise InputError(f"solver must be 'rk4' or one of {sorted(SOLVERS)}, got {solver!r}.")
     return _solve_diffrax(density0, beta, ts, normalisation, None if dt is None else jnp.asarray(dt, dtype), solver,
-                          jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps))
+                          jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps),
+                          _sigma_arg(sigma, dtype))
+
+
+def _sigma_arg(sigma, dtype):
+    """sigma for the jitted solves: a Python 0.0 stays static (the noiseless scheme, one compile), any other
+    value is an array (a new sigma compiles nothing)."""
+    if isinstance(sigma, (int, float)) and sigma == 0:
+        return 0.0
+    return jnp.asarray(sigma, dtype)
 
 
 def _check_step(density0, beta, normalisation: str, step: float, cutoff: int) -> None:

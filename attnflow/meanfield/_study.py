@@ -106,13 +106,15 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
 
 
 def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attention_impl: str = "dense",
-                  dt: float | None = None, rtol: float = 1e-5, atol: float = 1e-6):
+                  dt: float | None = None, rtol: float = 1e-5, atol: float = 1e-6, sigma: float = 0.0):
     r"""A jitted map tokens (n, 2) -> ``save(y)`` at the times ``ts`` of the sphere flow with Q = K = V = I on
     the circle (default ``save``: the angles :math:`\theta_i \in [0, 2\pi)`, (T, n)), through
     :func:`attnflow.integrate.solve_ode` with Tsit5: adaptive with ``rtol`` / ``atol``, or constant steps of
     ``dt``. ``attention_impl="fourier"`` runs the O(n K) path (exact to rounding for scores up to beta).
     Compiled once per n; ``ts`` (concrete) sets the dtype (float64 ``ts`` run in float64, JAX's float64
-    mode switched on for each call).
+    mode switched on for each call). ``sigma > 0``: tokens with independent noise
+    (:class:`attnflow.integrate.TokenNoise` on the sphere), a Stratonovich Heun solve in constant steps ``dt``
+    (required) on the Brownian path of the key the map then takes: ``run(x0, key)``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -123,7 +125,7 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
         (3, 4)
     """
     from ..fields import build_field
-    from ..integrate import solve_ode
+    from ..integrate import SDESolver, TokenNoise, solve_ode
 
     probe = np.zeros(0, np.float64) if wants_float64(ts) else None  # float64 save times: float64 solves
     scope = lambda: float64_scope_for(probe)
@@ -134,17 +136,30 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
     options = {"fourier_max_score": float(beta)} if attention_impl == "fourier" else {}
     save = (lambda y: jnp.mod(jnp.arctan2(y[..., 1], y[..., 0]), TWO_PI)) if save is None else save
 
+    noisy = sigma != 0
+    if noisy and dt is None:
+        raise InputError("circle_solver with noise (sigma > 0) steps with a constant dt: give dt > 0.")
+
+    def field():
+        return build_field("sphere", eye, eye, eye, beta=beta, stepper="ode", attention_impl=attention_impl,
+                           normalisation=normalisation, **options)
+
     @jax.jit
     def run(x0):
-        field = build_field("sphere", eye, eye, eye, beta=beta, stepper="ode", attention_impl=attention_impl,
-                            normalisation=normalisation, **options)
-        return solve_ode(field, x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
+        return solve_ode(field(), x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
                          adaptive=dt is None, max_steps=16384 if dt is None else None,
                          save_fn=lambda t, y, args: save(y)).ys
 
-    def call(x0):
+    @jax.jit
+    def run_noisy(x0, key):
+        solver = SDESolver(t0, t1, dt=dt, noise=TokenNoise(sigma, key, sphere=True), ts=ts, solver="heun")
+        return solver.solve(field(), x0, save_fn=lambda t, y, args: save(y)).ys
+
+    def call(x0, key=None):
+        if noisy and key is None:
+            raise InputError("this solver has noise: call it with a key, run(x0, key).")
         with scope():
-            return run(x0)
+            return run_noisy(x0, key) if noisy else run(x0)
 
     return call
 
@@ -152,7 +167,8 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
 @keeps_float64
 def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int = 4, normalisation: str = "softmax",
                      steps_per_save: int = 40, refine: int = 16, key=None, particle_dtype=jnp.float32,
-                     rtol: float = 1e-5, atol: float = 1e-6) -> dict:
+                     rtol: float = 1e-5, atol: float = 1e-6, sigma: float = 0.0, attention_impl: str = "dense",
+                     particle_dt: float | None = None) -> dict:
     r"""W1 between the n-particle sphere flow on the circle and the continuity equation, from one density.
 
     Args:
@@ -166,6 +182,10 @@ def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int =
         refine: the PDE's density is interpolated onto G x refine cells for W1 and sampling.
         particle_dtype: the particles' precision (W1 is computed in the PDE's precision).
         rtol, atol: tolerances of the particles' adaptive solve (Tsit5).
+        sigma: independent noise on every particle (its strength; the PDE then has the diffusion
+            :math:`\frac{\sigma^2}2\partial_\theta^2`): the particles take Stratonovich Heun steps of ``particle_dt``
+            (default: the shortest interval of ``ts`` / ``steps_per_save``), each seed its own Brownian path.
+        attention_impl: the particles' attention (``"fourier"``: the O(n K) path, for large n).
 
     Returns a dict: ``ns``, ``ts``, ``w1`` (seeds, N, T), ``fits`` (one :func:`fit_power_law` per
     time), ``pde`` (the :class:`~attnflow.meanfield.DensityPath`) and ``pde_negative`` (T,): True
@@ -188,16 +208,25 @@ def particles_vs_pde(beta, density0: Float[Array, " G"], ns, ts, *, seeds: int =
     seeds = v.check_int("seeds", seeds, meaning="independent draws per n")
     v.check_beta("beta", beta, "the inverse temperature", scalar=True)
     ts = jnp.asarray(ts, density0.dtype)
-    pde = solve_continuity(density0, beta, ts, normalisation=normalisation, steps_per_save=steps_per_save)
+    v.check_real("sigma", sigma, "the noise strength, >= 0")
+    if float(sigma) < 0:
+        raise InputError(f"sigma must be >= 0 (the noise strength), got {float(sigma)!r}.")
+    pde = solve_continuity(density0, beta, ts, normalisation=normalisation, steps_per_save=steps_per_save,
+                           sigma=float(sigma))
     fine = jax.vmap(lambda r: interpolate_density(r, density0.shape[0] * refine))(pde.density)
     key = jax.random.key(0) if key is None else key
-    run = circle_solver(beta, ts.astype(particle_dtype), normalisation, rtol=rtol, atol=atol)
+    noisy = float(sigma) > 0
+    if noisy and particle_dt is None:
+        particle_dt = float(jnp.min(jnp.diff(ts))) / steps_per_save
+    run = circle_solver(beta, ts.astype(particle_dtype), normalisation, rtol=rtol, atol=atol, sigma=float(sigma),
+                        attention_impl=attention_impl, dt=particle_dt if noisy else None)
     w1 = np.full((seeds, len(ns), ts.shape[0]), np.nan)
     for j, n in enumerate(ns):
         for s in range(seeds):
             theta0 = draw_from_density(jax.random.fold_in(jax.random.fold_in(key, n), s), density0, n, refine)
             x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=1).astype(particle_dtype)
-            angles = run(x0).astype(density0.dtype)
+            path_key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, n), s), 1)
+            angles = (run(x0, path_key) if noisy else run(x0)).astype(density0.dtype)
             w1[s, j] = [float(circle_w1_to_density(angles[i], fine[i])) for i in range(ts.shape[0])]
     fits = [fit_power_law(ns, w1[:, :, i]) for i in range(ts.shape[0])]
     negative = np.minimum.accumulate(np.asarray(pde.min_density)) < 0
