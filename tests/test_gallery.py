@@ -26,6 +26,7 @@ VERDICTS = {
     "02_check_a_theorem": ("Theorem 3.1 CONSISTENT", "NOT CONSISTENT"),
     "04_probe_an_assumption": ("Def 4.1(1) BROKEN", "NOT BROKEN"),
     "05_sensitivity_to_V": ("finite difference AGREE", "DISAGREE"),
+    "10_noisy_transition": ("sigma_c: INSIDE", "OUTSIDE"),
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -65,6 +65,13 @@ def test_the_closed_forms_of_the_threshold_and_of_beta_star():
         root = brentq(lambda b: iv(d / 2 + 1, b) / iv(d / 2, b) - 1 / d, 0.1, 20.0, xtol=1e-14)
         assert tricritical_beta(d) == pytest.approx(root, rel=1e-10)
     assert round(tricritical_beta(2), 4) == 2.4469 and round(tricritical_beta(3), 4) == 1.8162
+    # on S^{d-1} (1/n attention): sigma_c^2 / 2 = K_1 / beta = Gamma(d/2) 2^{d/2 - 1} beta^{-d/2} I_{d/2}(beta), so at
+    # sigma^2/2 = 1/2 the threshold coupling is beta^{d/2} / (2^{d/2} Gamma(d/2) I_{d/2}(beta)) (Mun and Rosenzweig's K#)
+    from scipy.special import gamma
+    for d in (2, 3, 4, 5):
+        for beta in (0.5, 2.0, 5.0):
+            closed = gamma(d / 2) * 2 ** (d / 2 - 1) * beta ** (-d / 2) * iv(d / 2, beta)
+            assert float(critical_noise(beta, d, "mean")) ** 2 / 2 == pytest.approx(closed, rel=1e-12)
 
 
 def test_the_transition_is_continuous_below_beta_star_and_bistable_above_it():

@@ -55,10 +55,12 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
         return 0
     for g in s["groups"]:
         p = g["pairs_clustered_at_t1"]
-        print(f"n = {g['n']}, d = {g['d']}: fraction of clustered pairs at t = {s['t_last']:g}: "
+        noise = f", sigma = {g['sigma']:g}" if g.get("sigma") else ""
+        print(f"n = {g['n']}, d = {g['d']}{noise}: fraction of clustered pairs at t = {s['t_last']:g}: "
               f"{p['beta_min']:.3f} at beta = {s['beta'][0]:g}, {p['beta_max']:.3f} at beta = {s['beta'][-1]:g}")
     for fit in s["lifetime_fits"]:
-        where = f"n = {fit['n']}, d = {fit['d']}: first plateau lifetime"
+        noise = f", sigma = {fit['sigma']:g}" if fit.get("sigma") else ""
+        where = f"n = {fit['n']}, d = {fit['d']}{noise}: first plateau lifetime"
         if fit["slope"] is not None:
             print(f"{where} ~ exp({fit['slope']:.3f} beta) [{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}] (pooled)")
         else:

@@ -135,7 +135,7 @@ def compare_runs(run, reference, *, observables=COMPARED, confidence: float | No
         level: the fraction of clustered pairs whose crossing time is compared (``crossing``).
 
     Returns:
-        ``rows``: columns ``n, d, heads, epsilon, beta, t, observable, systems, mean, mean_reference, diff,
+        ``rows``: columns ``n, d, heads, epsilon, sigma, beta, t, observable, systems, mean, mean_reference, diff,
         diff_lo, diff_hi, resolution, agrees, reference_half_width, within_interval`` (one entry per group,
         beta, t and observable); ``crossing``: per group and beta the paired shift of the crossing time
         (``shift``, ``shift_lo``, ``shift_hi``, ``time_reference``, ``systems``, ``never``: systems without a
@@ -212,7 +212,7 @@ def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, 
     if not groups or not times.size or not np.intersect1d(beta_a, beta_b).size:
         raise InputError(f"{where} share no (group, beta, checkpoint time) to compare; run them on "
                          "a common grid with checkpoints at common times.")
-    rows = {c: [] for c in ("n", "d", "heads", "epsilon", "beta", "t", "observable", "systems", "mean",
+    rows = {c: [] for c in ("n", "d", "heads", "epsilon", "sigma", "beta", "t", "observable", "systems", "mean",
                             "mean_reference", "diff", "diff_lo", "diff_hi", "resolution", "agrees",
                             "reference_half_width", "within_interval")}
     crossing = {c: [] for c in ("n", "d", "beta", "systems", "never", "time_reference", "shift", "shift_lo",
@@ -236,7 +236,7 @@ def compare_columns(config: PhaseConfig, arrays: dict, ref_config: PhaseConfig, 
                                       _default_resolution(name, g.n, ref_mean), ref_mean.shape)
                 K = len(times)
                 for key, value in (("n", g.n), ("d", g.d), ("heads", g.heads), ("epsilon", g.epsilon),
-                                   ("beta", float(beta)), ("observable", name), ("systems", len(rows_a))):
+                                   ("sigma", g.sigma), ("beta", float(beta)), ("observable", name), ("systems", len(rows_a))):
                     rows[key].append(np.full(K, value, dtype=object if key == "observable" else None))
                 rows["resolution"].append(res)
                 rows["t"].append(times)
@@ -273,10 +273,10 @@ def _summary(rows: dict, groups, observables) -> list[dict]:
     for g in groups:
         for name in observables:
             sel = (rows["n"] == g.n) & (rows["d"] == g.d) & (rows["heads"] == g.heads) & (
-                rows["epsilon"] == g.epsilon) & (rows["observable"] == name)
+                rows["epsilon"] == g.epsilon) & (rows["sigma"] == g.sigma) & (rows["observable"] == name)
             bad = sel & ~rows["agrees"]
             worst = int(np.flatnonzero(sel)[np.nanargmax(np.abs(rows["diff"][sel]))]) if sel.any() else None
-            out.append({"n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "observable": name,
+            out.append({"n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "sigma": g.sigma, "observable": name,
                         "cells": int(sel.sum()), "agree_fraction": float(rows["agrees"][sel].mean()),
                         "within_interval_fraction": float(rows["within_interval"][sel].mean()),
                         "disagree_beta": _ranges(rows["beta"][bad]), "disagree_t": _ranges(rows["t"][bad]),

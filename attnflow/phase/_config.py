@@ -26,7 +26,7 @@ from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
 #: the shipped default and schema
 DEFAULT_CONFIG = "phase.toml"
 #: keys that take a number, a list or a range; the grid is their product
-GRID_KEYS = ("beta", "n", "d", "heads", "epsilon")
+GRID_KEYS = ("beta", "n", "d", "heads", "epsilon", "sigma")
 #: the grid keys whose values are sizes (integers)
 _INTEGER_KEYS = ("n", "d", "heads")
 SPACINGS = ("uniform", "log")
@@ -36,7 +36,7 @@ NORMALISATIONS = ("softmax", "mean")
 
 @dataclass(frozen=True)
 class PhaseGroup:
-    """The cells of one (n, d, heads, epsilon): their betas run in one compiled program."""
+    """The cells of one (n, d, heads, epsilon, sigma): their betas run in one compiled program."""
 
     index: int
     n: int
@@ -44,11 +44,19 @@ class PhaseGroup:
     heads: int
     epsilon: float
     dynamics: SweepDynamics
+    #: the strength of the tokens' independent noise (0: none)
+    sigma: float = 0.0
+
+    @property
+    def seed_label(self) -> str:
+        """The name the group's clouds, weights and Brownian paths are drawn from: the same for every sigma, so
+        that a (beta, sigma) diagram compares the same clouds on the same paths (scaled by sigma)."""
+        return f"phase/n={self.n}/d={self.d}/heads={self.heads}/epsilon={self.epsilon!r}"
 
     @property
     def label(self) -> str:
-        """The group's name in seeds and chunk files (depends on the values, not on the grid's order)."""
-        return f"phase/n={self.n}/d={self.d}/heads={self.heads}/epsilon={self.epsilon!r}"
+        """The group's name in chunk files and tables (depends on the values, not on the grid's order)."""
+        return self.seed_label + (f"/sigma={self.sigma!r}" if self.sigma else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +72,7 @@ class PhaseConfig(JobConfig):
     d: tuple[int, ...]
     heads: tuple[int, ...]
     epsilon: tuple[float, ...]
+    sigma: tuple[float, ...]
     systems: int
     t1: float
     dt: float
@@ -78,6 +87,8 @@ class PhaseConfig(JobConfig):
     qk_ensemble: str
     weights: str
     kind = "phase"
+    #: runs without noise are those of the code before the sigma key (their folders resume)
+    later_keys = {"sigma": 0.0}
 
     @property
     def jax_dtype(self):
@@ -86,7 +97,7 @@ class PhaseConfig(JobConfig):
 
     @property
     def groups(self) -> list[PhaseGroup]:
-        """The (n, d, heads, epsilon) groups in plan order; heads and epsilon vary only where they matter."""
+        """The (n, d, heads, epsilon, sigma) groups in plan order; heads and epsilon vary only where they matter."""
         heads = self.heads if self.dynamics.name == "multihead" else (self.heads[0],)
         eps = self.epsilon if self.dynamics.name == "layered" else (self.epsilon[0],)
         out = []
@@ -94,8 +105,9 @@ class PhaseConfig(JobConfig):
             for d in self.d:
                 for h in heads:
                     for e in eps:
-                        spec = dataclasses.replace(self.dynamics, heads=h, epsilon=e)
-                        out.append(PhaseGroup(len(out), n, d, h, e, spec))
+                        for sigma in self.sigma:
+                            spec = dataclasses.replace(self.dynamics, heads=h, epsilon=e)
+                            out.append(PhaseGroup(len(out), n, d, h, e, spec, sigma=sigma))
         return out
 
     @property
@@ -245,6 +257,13 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     for e in grid["epsilon"]:
         if e < 0:
             raise InputError(f"epsilon (the relative size of a layer's perturbation) must be >= 0, got {e!r}.")
+    for x in grid["sigma"]:
+        if not (math.isfinite(x) and x >= 0):
+            raise InputError(f"sigma (the strength of the tokens' independent noise) must be a finite number >= 0, "
+                             f"got {x!r}.")
+    if any(x > 0 for x in grid["sigma"]) and cfg["dynamics"] != "sphere":
+        raise InputError(f"sigma > 0 (noisy tokens) applies to dynamics = \"sphere\" (noise tangent to the sphere, "
+                         f"renormalised layers), got dynamics = {cfg['dynamics']!r}.")
     v.check_int("systems", cfg["systems"], 1, "random clouds per grid cell")
     layers = v.check_layers("t1", cfg["t1"], "dt", cfg["dt"])
     v.check_int("checkpoints", cfg["checkpoints"], 2, "the number of layers with statistics")
@@ -269,7 +288,7 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     return PhaseConfig(
         seed=int(cfg["seed"]), dtype=cfg["dtype"], density=float(cfg["density"]), run=run_settings(cfg["run"]),
         beta=tuple(grid["beta"]), n=tuple(grid["n"]), d=tuple(grid["d"]), heads=tuple(grid["heads"]),
-        epsilon=tuple(grid["epsilon"]), systems=int(cfg["systems"]), t1=float(cfg["t1"]), dt=float(cfg["dt"]),
+        epsilon=tuple(grid["epsilon"]), sigma=tuple(float(x) for x in grid["sigma"]), systems=int(cfg["systems"]), t1=float(cfg["t1"]), dt=float(cfg["dt"]),
         num_layers=layers, checkpoints=int(cfg["checkpoints"]), spacing=cfg["spacing"],
         threshold=float(cfg["threshold"]), confidence=float(cfg["confidence"]),
         normalisation=cfg["normalisation"], dynamics=spec, v_ensemble=cfg["v_ensemble"],

@@ -48,7 +48,7 @@ from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
 from ..ensembles import draw_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
-from ..integrate import EulerStepper, SaveLayers
+from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
 from ..observables import directions, gram_statistics, span_dimension
 from ..observables import sphere_energy_from_row_sums
 from ..runs import sharded
@@ -64,6 +64,8 @@ SPAN_REL_TOL = 1e-6
 #: of 32 to 256 pairs ran within the noise of each other at n = 32, d = 2, 16 and 512 were slower, and
 #: 8 to 32 pairs were alike at d = 128; a vmap of all pairs took about 3x longer.
 PAIR_MATRICES, PAIR_STATES = 8, 6
+#: a noisy group's Brownian path of system s: the key fold_in(key(seed_s), NOISE_STREAM), seed_s the seed of its cloud
+NOISE_STREAM = 1
 
 
 def statistics(x, beta, threshold, *, energy=None) -> dict:
@@ -98,7 +100,7 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
         >>> start_clouds(cfg, cfg.groups[0], [0, 2]).shape
         (2, 4, 2)
     """
-    seeds = system_seeds(config.seed, group.label, 0, config.systems)[np.asarray(systems)]
+    seeds = system_seeds(config.seed, group.seed_label, 0, config.systems)[np.asarray(systems)]
     draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere")
     with float64_scope():  # a float64 config draws float64 clouds, whatever the caller's mode
         return np.asarray(draw(jnp.asarray(seeds, jnp.uint32)))
@@ -152,12 +154,12 @@ def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tup
     radius of V (of S = sum_h V_h for several heads), in float64 on the host."""
     heads = group.dynamics.num_heads
     if config.weights == "shared":
-        seeds = system_seeds(config.seed, group.label + "|weights", 0, 1)
-        drawn = head_seeds(seeds, config.seed, group.label + "|weights", 0, 1, heads)
+        seeds = system_seeds(config.seed, group.seed_label + "|weights", 0, 1)
+        drawn = head_seeds(seeds, config.seed, group.seed_label + "|weights", 0, 1, heads)
         take = np.zeros(len(systems), dtype=int)
     else:
-        seeds = system_seeds(config.seed, group.label + "|weights", int(systems.min()), int(systems.max()) + 1)
-        drawn = head_seeds(seeds, config.seed, group.label + "|weights", int(systems.min()), int(systems.max()) + 1,
+        seeds = system_seeds(config.seed, group.seed_label + "|weights", int(systems.min()), int(systems.max()) + 1)
+        drawn = head_seeds(seeds, config.seed, group.seed_label + "|weights", int(systems.min()), int(systems.max()) + 1,
                            heads)
         take = systems - int(systems.min())
     Q, K, V = (np.asarray(a, np.float64) for a in draw_heads(drawn, config.v_ensemble, config.qk_ensemble, group.d,
@@ -213,6 +215,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     identity = _identity_sphere(config, group)
     mean = config.normalisation == "mean"
     eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
+    sigma = jnp.asarray(group.sigma, dtype)
+    noisy = group.sigma > 0
 
     def one(beta, seed, x0, *weights):
         beta = beta.astype(dtype)
@@ -227,8 +231,15 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
             field = build_field(spec.field, Q, K, V, beta=beta, picture=spec.picture,
                                 **spec.field_options(seed, d, layers, dtype), **options)
             step = jnp.asarray(dt, dtype) * jnp.exp(-log_s) if mean else dt
-        stepper = EulerStepper(step, layers, shift=entry.shift, save_at=saves, save_aux=identity, checkpoint=None,
-                               loop="fori")
+        if noisy:  # Euler-Maruyama layers on the system's own Brownian path (the same for every beta and sigma)
+            # the identity sphere's 1/n field steps the rescaled time tau = s t: its noise is sigma / sqrt(s)
+            strength = sigma * jnp.exp(-log_s / 2) if (mean and identity) else sigma
+            noise = TokenNoise(strength, jax.random.fold_in(jax.random.key(seed), NOISE_STREAM), sphere=True)
+            stepper = EulerMaruyamaStepper(step, layers, noise=noise, shift=entry.shift, save_at=saves,
+                                           save_aux=identity, checkpoint=None, loop="fori")
+        else:
+            stepper = EulerStepper(step, layers, shift=entry.shift, save_at=saves, save_aux=identity, checkpoint=None,
+                                   loop="fori")
         if identity:  # the energy of a checkpoint from the row sums of the layer that leaves it (unit tokens)
             def save(t, y, row_sums):
                 return statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
@@ -262,7 +273,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     def compute(start: int, stop: int, into: dict | None = None) -> dict:
         b_idx, systems = pair_index(config, start, stop)
         weights = () if identity else _weights(config, group, systems)  # Q = K = V = I are not read
-        seeds = np.asarray(system_seeds(config.seed, group.label, 0, config.systems)[systems], np.uint32)
+        seeds = np.asarray(system_seeds(config.seed, group.seed_label, 0, config.systems)[systems], np.uint32)
         beta_of = betas[b_idx].astype(dtype)
         x64 = float64_enabled()
 

@@ -44,7 +44,7 @@ from ._theory import equiangular_time
 #: the module of the job's figure functions (drawn in figure worker processes)
 FIGURE_MODULE = "attnflow.phase._figures"
 #: the columns of metastability.csv
-META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "systems", "with_plateau", "pending", "events",
+META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "sigma", "systems", "with_plateau", "pending", "events",
                 "censored_fraction", "median", "q25", "q75", "median_censored", "plateau_count", "plateau_start",
                 "mean_merges", "mean_plateaus", "mean_energy_plateaus", "in_fit"]
 #: a cell's lifetimes enter the fit of log T against beta when at least this fraction of its systems reached a
@@ -201,7 +201,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
                 fits.append(fit)
                 figures[g.index].append(drawing.submit(
                     f"{FIGURE_MODULE}:lifetimes", sw.out / f"lifetime_g{g.index:03d}.png", rows, fit,
-                    f"n = {g.n}, d = {g.d}: first metastable plateau"))
+                    f"{_group_title(g)}: first metastable plateau"))
             for done in saved:
                 done.result()
         write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
@@ -215,6 +215,11 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
     _report(config, summary, names, sw.out)
     return dict(summary, **processes_info)
+
+
+def _group_title(g: PhaseGroup) -> str:
+    """The group in a figure's title: n and d, and the noise when there is some."""
+    return f"n = {g.n}, d = {g.d}" + (f", sigma = {g.sigma:g}" if g.sigma else "")
 
 
 def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray) -> tuple[dict, dict]:
@@ -242,7 +247,8 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
         def median(a):
             return float(np.median(a)) if len(a) else np.nan
 
-        values = {"beta": beta, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "systems": m,
+        values = {"beta": beta, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "sigma": g.sigma,
+                  "systems": m,
                   "plateau_count": median(first["count"][has]), "plateau_start": median(first["start"][has]),
                   "mean_merges": mean(first["merges"]), "mean_plateaus": mean(first["plateaus"]),
                   "mean_energy_plateaus": mean(first["energy_plateaus"]), "in_fit": bool(in_fit)}
@@ -256,7 +262,7 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     fit = lifetime_slope(cat(fit_beta), cat(fit_life), cat(fit_cen).astype(bool), config.confidence,
                          truncation=cat(fit_cut), clusters=cat(fit_cloud))
     lifetimes = cat(fit_cen)
-    fit.update(group=g.label, n=g.n, d=g.d,
+    fit.update(group=g.label, n=g.n, d=g.d, sigma=g.sigma,
                censored_fraction=float(lifetimes.mean()) if lifetimes.size else None,
                **dict(zip(("by_count", "by_count_not_identified"), _fits_by_count(config, all_first))))
     return rows, fit
@@ -347,7 +353,7 @@ def _dtype_check(config: PhaseConfig, sw, by_group: dict, cells: dict, t: np.nda
     out = []
     for g in sample.groups:
         in_group = ((rows["n"] == g.n) & (rows["d"] == g.d) & (rows["heads"] == g.heads)
-                    & (rows["epsilon"] == g.epsilon))
+                    & (rows["epsilon"] == g.epsilon) & (rows["sigma"] == g.sigma))
         entry = {"group": g.label, "n": g.n, "d": g.d}
         for name in names:
             sel = in_group & (rows["observable"] == name)
@@ -402,13 +408,14 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
         for b in range(len(config.beta)):
             above = np.flatnonzero(frac[b] >= 0.5)
             half.append(round(float(np.asarray(config.checkpoint_layers)[above[0]] * config.dt), 12) if above.size else None)
-        heads.append({"group": g.label, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon,
+        heads.append({"group": g.label, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "sigma": g.sigma,
                       "pairs_clustered_at_t1": {"beta_min": float(frac[0, -1]), "beta_max": float(frac[-1, -1])},
                       "time_half_pairs_clustered": dict(zip(map(str, config.beta), half))})
     nonfinite = int(np.sum(cells["nonfinite"][cells["layer"] == 0]))
     return {"kind": "phase", "dynamics": config.dynamics.record(), "normalisation": config.normalisation,
             "v_ensemble": config.v_ensemble, "qk_ensemble": config.qk_ensemble, "weights": config.weights,
-            "beta": list(config.beta), "n": list(config.n), "d": list(config.d), "systems": config.systems,
+            "beta": list(config.beta), "n": list(config.n), "d": list(config.d), "sigma": list(config.sigma),
+            "systems": config.systems,
             "t1": config.t1, "dt": config.dt, "step_scale": list(config.step_scales),
             "effective_dt": [config.dt / sc for sc in config.step_scales], "t_last": float(last),
             "threshold": config.threshold,
@@ -435,11 +442,11 @@ def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, t:
     grids = {name: grid_of(cells, g, config, name) for name, _, _ in MAPS}
     maps = drawing.submit(f"{FIGURE_MODULE}:heat_maps", out / f"phase_{tag}.png", grids, list(config.beta), tt,
                           log_t=log_t, overlay=overlay, n=g.n, d=g.d,
-                          title=f"{config.dynamics.name}, n = {g.n}, d = {g.d}: {config.systems} systems per cell")
+                          title=f"{config.dynamics.name}, {_group_title(g)}: {config.systems} systems per cell")
     lo, hi = (grid_of(cells, g, config, f"pairs_clustered_{end}") for end in ("lo", "hi"))
     curves = drawing.submit(f"{FIGURE_MODULE}:curves", out / f"curves_{tag}.png", grids["pairs_clustered"], lo, hi,
                             list(config.beta), t, [t[len(t) // 8], t[len(t) // 2], t[-1]],
-                            f"n = {g.n}, d = {g.d}: mean and {config.confidence:.0%} interval")
+                            f"{_group_title(g)}: mean and {config.confidence:.0%} interval")
     return [maps, curves]
 
 
@@ -570,7 +577,8 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
     lines += _precision_lines(config, summary.get("dtype_check")) + [""]
     for g, head, fit in zip(config.groups, summary["groups"], summary["lifetime_fits"]):
         lines += [f"## n = {g.n}, d = {g.d}" + (f", heads = {g.heads}" if config.dynamics.name == "multihead" else "")
-                  + (f", epsilon = {g.epsilon:g}" if config.dynamics.name == "layered" else ""), ""]
+                  + (f", epsilon = {g.epsilon:g}" if config.dynamics.name == "layered" else "")
+                  + (f", noise sigma = {g.sigma:g}" if len(config.sigma) > 1 or g.sigma else ""), ""]
         p = head["pairs_clustered_at_t1"]
         lines.append(f"At t = {summary['t_last']:g} the fraction of clustered pairs is {p['beta_min']:.3f} at "
                      f"beta = {config.beta[0]:g} and {p['beta_max']:.3f} at beta = {config.beta[-1]:g}.")

@@ -18,7 +18,7 @@ from ._engine import OBSERVABLES
 #: observables whose mean and interval the cell table holds (the others: mean only)
 WITH_INTERVALS = ("pairs_clustered", "clusters", "energy")
 #: the cell table's columns, in order
-CELL_COLUMNS = (["beta", "n", "d", "heads", "epsilon", "t", "layer", "systems", "nonfinite"]
+CELL_COLUMNS = (["beta", "n", "d", "heads", "epsilon", "sigma", "t", "layer", "systems", "nonfinite"]
                 + [c for name in OBSERVABLES
                    for c in ((name, f"{name}_lo", f"{name}_hi") if name in WITH_INTERVALS else (name,))])
 
@@ -61,6 +61,7 @@ def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
         out["d"].append(np.full(K, group.d))
         out["heads"].append(np.full(K, group.heads))
         out["epsilon"].append(np.full(K, group.epsilon))
+        out["sigma"].append(np.full(K, group.sigma))
         out["t"].append(t)
         out["layer"].append(layers)
         out["systems"].append(np.full(K, good))
@@ -77,14 +78,15 @@ def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
 def grid_of(cells: dict, group: PhaseGroup, config: PhaseConfig, name: str) -> np.ndarray:
     """The (len(beta), K) array of column ``name`` of one group's rows of the cell table."""
     sel = (cells["n"] == group.n) & (cells["d"] == group.d) & (cells["heads"] == group.heads) & (
-        cells["epsilon"] == group.epsilon)
+        cells["epsilon"] == group.epsilon) & (cells["sigma"] == group.sigma)
     return np.asarray(cells[name][sel], float).reshape(len(config.beta), len(config.checkpoint_layers))
 
 
 def read_cells(run_dir, name: str = "pairs_clustered", **where) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(values, beta, t)`` of column ``name`` of a run folder's ``cells.csv``: values (len(beta), len(t)).
 
-    ``where`` picks one group when the grid has several (e.g. ``d=3``; any of n, d, heads, epsilon).
+    ``where`` picks one group when the grid has several (e.g. ``d=3``; any of n, d, heads, epsilon, sigma; a
+    table without a sigma column, written before the key existed, has sigma = 0).
 
     Example:
         >>> import tempfile, pathlib
@@ -109,14 +111,17 @@ def read_cells(run_dir, name: str = "pairs_clustered", **where) -> tuple[np.ndar
         rows = list(csv.DictReader(fh))
     if rows and name not in rows[0]:
         raise InputError(f"cells.csv has no column {name!r}; its columns are {list(rows[0])}.")
+    for r in rows:
+        r.setdefault("sigma", "0.0")
+    keys = ("n", "d", "heads", "epsilon", "sigma")
     for key, value in where.items():
-        if key not in ("n", "d", "heads", "epsilon"):
-            raise InputError(f"read_cells selects a group by n, d, heads or epsilon, got {key}={value!r}.")
+        if key not in keys:
+            raise InputError(f"read_cells selects a group by n, d, heads, epsilon or sigma, got {key}={value!r}.")
         rows = [r for r in rows if float(r[key]) == float(value)]
-    groups = {tuple(r[k] for k in ("n", "d", "heads", "epsilon")) for r in rows}
+    groups = {tuple(r[k] for k in keys) for r in rows}
     if len(groups) != 1:
         raise InputError(f"{path} holds {len(groups)} groups matching {where or 'the selection'}; pick one with "
-                         "n=..., d=..., heads=... or epsilon=... .")
+                         "n=..., d=..., heads=..., epsilon=... or sigma=... .")
     beta = np.unique([float(r["beta"]) for r in rows])
     t = np.unique([float(r["t"]) for r in rows])
     values = np.full((beta.size, t.size), np.nan)

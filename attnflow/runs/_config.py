@@ -38,13 +38,36 @@ class JobConfig:
     #: what a run reads besides the config (part of the fingerprint)
     identity: dict = field(default_factory=dict, repr=False, compare=False)
     kind: ClassVar[str] = ""
+    #: top-level keys added to the job after its first runs, with the value at which a run equals one of the
+    #: code before them: a key at that value is left out of the fingerprint, so folders written before the key
+    #: existed still resume
+    later_keys: ClassVar[dict] = {}
 
     def as_dict(self) -> dict:
         """A copy of the table this config was parsed from."""
         return copy.deepcopy(self.source)
 
+    def fingerprint_table(self) -> dict:
+        """The table the fingerprint is computed from: :meth:`as_dict` less the :attr:`later_keys` at their
+        original value.
+
+        Example:
+            >>> from dataclasses import dataclass
+            >>> from attnflow.runs import JobConfig
+            >>> @dataclass(frozen=True, kw_only=True)
+            ... class Demo(JobConfig):
+            ...     later_keys = {"sigma": 0.0}
+            >>> Demo(source={"seed": 0, "sigma": 0.0}).fingerprint_table(), Demo(source={"sigma": 0.5}).fingerprint_table()
+            ({'seed': 0}, {'sigma': 0.5})
+        """
+        table = self.as_dict()
+        for key, original in self.later_keys.items():
+            if key in table and table[key] == original:
+                del table[key]
+        return table
+
     @property
     def fingerprint(self) -> str:
         """The fingerprint of a run of this config (:func:`attnflow.runs.fingerprint` of the table and the
         identity): a run folder holds the results of one fingerprint only."""
-        return _fingerprint({**self.source, **self.identity})
+        return _fingerprint({**self.fingerprint_table(), **self.identity})

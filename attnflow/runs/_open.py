@@ -105,7 +105,8 @@ def open_run(out: str | Path, kind: str, config: Any, *, process: int = 0, seed:
     table = table_of(config)
     if identity is None:
         identity = getattr(config, "identity", None)
-    fp = _fingerprint({**table, **identity} if identity else table)
+    keyed = config.fingerprint_table() if callable(getattr(config, "fingerprint_table", None)) else table
+    fp = _fingerprint({**keyed, **identity} if identity else keyed)
     if process != 0:  # process 0 claims the folder; the others wait for its marker
         deadline = time.time() + WAIT_FOR_PROCESS_0_S
         while not (Path(out) / MARKER).exists():
