@@ -269,3 +269,18 @@ def test_simulate_with_noise_gives_each_member_of_a_batch_its_own_path():
         attnflow.simulate(xs[0], field, t1=1.0, method="tsit5", dt=0.1, noise=noise)
     with pytest.raises(InputError, match="constant dt"):
         attnflow.simulate(xs[0], field, t1=1.0, method="heun", noise=noise)
+
+
+def test_two_tokens_under_common_noise_end_antipodal_with_positive_probability():
+    from attnflow.stochastic import two_token_fates
+
+    quiet = two_token_fates(0.0, 2, t1=30.0, dt=0.02, paths=64)
+    assert quiet["merged"]["count"] == 64  # attention alone merges them
+    d2 = two_token_fates(1.0, 2, t1=30.0, dt=0.02, paths=200)
+    d3 = two_token_fates(1.0, 3, t1=30.0, dt=0.02, paths=200)
+    # measured at 400 paths: 0.29 antipodal on the circle, 0.13 on S^2 (t1 = 30, dt = 0.01)
+    assert d2["antipodal"]["lo"] > 0.1 and d3["antipodal"]["lo"] > 0.02
+    assert d2["antipodal"]["fraction"] > d3["antipodal"]["fraction"]
+    assert d2["merged"]["count"] + d2["antipodal"]["count"] + d2["undecided"]["count"] == 200
+    with pytest.raises(InputError, match="sigma must be >= 0"):
+        two_token_fates(-1.0, 2)
