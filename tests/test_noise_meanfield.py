@@ -96,13 +96,13 @@ def test_noisy_particles_approach_the_noisy_pde_as_n_grows():
     rho0 = perturbed_uniform_density(32, 1, 0.6)
     ts = jnp.array([0.0, 1.0])
     out = particles_vs_pde(beta, rho0, [128, 512, 2048], ts, seeds=2, sigma=sigma, attention_impl="fourier",
-                           steps_per_save=20)
+                           steps_per_save=10)
     w1 = out["w1"][:, :, 1].mean(axis=0)
     assert out["fits"][1]["slope"] < -0.3, (out["fits"][1], w1)  # W1 ~ n^{-1/2} (propagation of chaos)
     # the diffusion is in the limit: the noiseless PDE is 3x farther (in W1) from the noisy one than the
     # 2048 noisy particles are (circle W1 of two densities: the L1 norm of the difference of their distribution
     # functions less its median)
-    quiet = solve_continuity(rho0, beta, ts, steps_per_save=20).density[-1]
+    quiet = solve_continuity(rho0, beta, ts, steps_per_save=10).density[-1]
     gap = np.cumsum(np.asarray(out["pde"].density[-1] - quiet)) * (2 * math.pi / quiet.shape[0])
     w1_pdes = float(np.mean(np.abs(gap - np.median(gap))) * 2 * math.pi)
     assert w1_pdes > 3 * w1[-1], (w1_pdes, w1)
