@@ -79,7 +79,8 @@ def _free_compiled_programs():
 _LONGEST_FIRST = ("test_report.py", "test_sweep.py", "test_distributed_jobs.py", "test_mutation.py", "test_core.py",
                   "test_readme.py", "test_baselines.py", "test_batching.py", "test_probe_verdicts.py", "test_sensitivities.py",
                   "test_gallery.py", "test_phase.py", "test_meanfield_job.py", "test_fourier.py", "test_track.py",
-                  "test_probe.py", "test_meanfield_pde.py", "test_failures_early.py")
+                  "test_probe.py", "test_noise.py", "test_noise_meanfield.py", "test_meanfield_pde.py",
+                  "test_failures_early.py")
 
 
 def pytest_collection_modifyitems(config, items):
