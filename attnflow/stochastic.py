@@ -41,7 +41,8 @@ def two_token_fates(sigma, d: int, *, beta: float = 1.0, t1: float = 30.0, dt: f
         >>> out["merged"]["count"] + out["antipodal"]["count"] + out["undecided"]["count"]
         64
     """
-    from .dynamics import normalise, sphere_flow
+    from .dynamics import normalise
+    from .fields import build_field
     from .integrate import CommonNoise, EulerMaruyamaStepper, sphere_shift
     from .stats import wilson_interval
 
@@ -53,7 +54,7 @@ def two_token_fates(sigma, d: int, *, beta: float = 1.0, t1: float = 30.0, dt: f
     layers = v.check_layers("t1", t1, "dt", dt)
     paths = v.check_int("paths", paths, meaning="independent paths")
     eye = jnp.eye(d)
-    field = sphere_flow(eye, eye, eye, float(beta))
+    field = build_field("sphere", eye, eye, eye, beta=float(beta))
 
     def fate(key):
         start, path = jax.random.split(key)
