@@ -22,7 +22,7 @@ from attnflow.meanfield import critical_noise, noisy_transition, tricritical_bet
 
 NAME = "10_noisy_transition"
 SIZES = {"default": dict(ratios=np.linspace(0.8, 1.2, 17), grid=64, t1=300.0, dt=0.01),
-         "smoke": dict(ratios=np.array([0.9, 1.02, 1.15]), grid=32, t1=150.0, dt=0.02)}
+         "smoke": dict(ratios=np.array([0.9, 1.15]), grid=32, t1=100.0, dt=0.025)}
 BETAS = (1.5, 4.0)
 
 
@@ -53,7 +53,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=f"Writes {NAME}.png into --out and prints a one-line result.")
     parser.add_argument("--size", choices=sorted(SIZES), default="default",
-                        help="default: 17 noise strengths (a few minutes on a laptop CPU); smoke: 3, seconds")
+                        help="default: 17 noise strengths (a few minutes on a laptop CPU); smoke: 2, seconds")
     parser.add_argument("--out", default=".", help="folder for the figures (default: the current folder)")
     args = parser.parse_args()
     for f in main(args.size, args.out):

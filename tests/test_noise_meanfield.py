@@ -81,7 +81,7 @@ def test_the_transition_is_continuous_below_beta_star_and_bistable_above_it():
     for beta, bistable in ((1.5, False), (4.0, True)):
         sc = float(critical_noise(beta, 2, "mean"))
         grid = sc * np.array([0.9, 1.02, 1.15])
-        out = noisy_transition(beta, grid, num_points=32, t1=200.0, dt=0.02)
+        out = noisy_transition(beta, grid, num_points=32, t1=150.0, dt=0.025)
         assert out["threshold"]["contains_sigma_c"], out
         assert out["threshold"]["lo"] == grid[0] and out["threshold"]["hi"] == grid[1]
         assert (out["bistable"].size > 0) == bistable, out
