@@ -105,9 +105,7 @@ def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None,
         return _noisy_plan(method, stepper, t0, t1, dt, ts, num_saves, save_every, shift, noise, dtype)
     if not stepper:
         make_solver(method)  # validates the name
-    shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
-    if not callable(shift_fn):
-        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    shift_fn = _shift_fn(shift)
     if shift_fn is not plain_shift and not stepper:
         raise InputError("shift= applies to the Euler layer stepper (method='euler'); an ODE solver integrates "
                          "the field as given (use a tangent-projected field, e.g. sphere_flow, on the sphere).")
@@ -125,9 +123,9 @@ def integrator_plan(method: Any = "tsit5", *, t1=None, t0=0.0, dt=None, ts=None,
     return _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, name)
 
 
-def _stepper_plan(t0, t1, dt, ts, save_every, shift, name) -> IntegratorPlan:
-    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt (built at once: its saved layers are a compact
-    :class:`~attnflow.integrate.SaveLayers`, nothing save-sized)."""
+def _stepper_plan(t0, t1, dt, ts, save_every, shift, name, noise=None) -> IntegratorPlan:
+    """The layer stepper on t0 + k dt, k = 0..(t1 - t0)/dt, stochastic with ``noise`` (built at once: its saved
+    layers are a compact :class:`~attnflow.integrate.SaveLayers`, nothing save-sized)."""
     if ts is not None:
         raise InputError("ts is not used by method='euler', which saves every save_every layers from t0 "
                          "(the layers t0 + k dt); drop ts and set save_every, or choose an ODE method.")
@@ -139,22 +137,21 @@ def _stepper_plan(t0, t1, dt, ts, save_every, shift, name) -> IntegratorPlan:
             f"the Euler stepper needs (t1 - t0)/dt to be a positive whole number of layers, "
             f"got (t1 - t0) = {span!r} and dt = {dt!r}."
         )
-    stepper = EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)  # checks save_every
+    if noise is None:
+        stepper = EulerStepper(float(dt), num_layers, t0=float(t0), save_every=save_every, shift=shift)  # checks save_every
+    else:
+        from ._stochastic import EulerMaruyamaStepper
+
+        stepper = EulerMaruyamaStepper(float(dt), num_layers, noise=noise, t0=float(t0), save_every=save_every,
+                                       shift=shift)
     return IntegratorPlan(stepper.save_at.num_saves, "raise save_every (fewer saved layers)", lambda: stepper, name)
 
 
 def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoint, dtype, name) -> IntegratorPlan:
     """The diffrax solve from t0 to t1 (adaptive, or constant steps dt)."""
-    import jax.numpy as jnp
-
     from ._ode import DEFAULT_TOLERANCES, ODESolver, make_solver
 
-    if ts is None:
-        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
-        fix = "lower num_saves"
-    else:
-        v.check_save_times(ts, t0, t1)
-        num_out, fix = np.shape(ts)[0], "pass fewer save times ts"
+    num_out, fix = _save_count(ts, t0, t1, num_saves)
     for label, tol in (("rtol", rtol), ("atol", atol)):
         if tol is not None:
             v.check_positive(label, tol, "a tolerance of the adaptive step control, a finite positive scalar")
@@ -163,12 +160,7 @@ def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoi
     default_rtol, default_atol = DEFAULT_TOLERANCES[dtype]
 
     def build() -> AbstractIntegrator:
-        scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
-        with scope:
-            jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-            grid = (jnp.asarray(ts, jdtype) if ts is not None
-                    else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
-        return ODESolver(float(t0), float(t1), ts=grid, solver=make_solver(method),
+        return ODESolver(float(t0), float(t1), ts=_save_grid(ts, t0, t1, num_out, dtype), solver=make_solver(method),
                          rtol=default_rtol if rtol is None else float(rtol),
                          atol=default_atol if atol is None else float(atol),
                          dt0=None if dt is None else float(dt), adaptive=dt is None, max_steps=max_steps,
@@ -179,11 +171,8 @@ def _solver_plan(method, t0, t1, dt, ts, num_saves, rtol, atol, max_steps, adjoi
 
 def _noisy_plan(method, stepper, t0, t1, dt, ts, num_saves, save_every, shift, noise, dtype) -> IntegratorPlan:
     """With noise: the stochastic layer stepper (``"euler"``) or a diffrax SDE solve in constant steps dt."""
-    import jax.numpy as jnp
-
     from ._noise import check_noise
     from ._sde import SDE_SOLVERS, SDESolver
-    from ._stochastic import EulerMaruyamaStepper
 
     check_noise(noise)
     v.check_time_span(t0, t1)
@@ -191,35 +180,48 @@ def _noisy_plan(method, stepper, t0, t1, dt, ts, num_saves, save_every, shift, n
         raise InputError("a run with noise steps with a constant dt: give dt > 0 (for method='euler' dt = 1 is one "
                          "layer).")
     v.check_positive("dt", dt)
-    shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
-    if not callable(shift_fn):
-        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    shift_fn = _shift_fn(shift)
     name = method if isinstance(method, str) else type(method).__name__
     if stepper:
-        plan = _stepper_plan(t0, t1, dt, ts, save_every, shift_fn, name)
-        base = plan.build()
-        noisy = EulerMaruyamaStepper(base.dt, base.num_layers, noise=noise, t0=base.t0, shift=shift_fn,
-                                     save_every=save_every)
-        return IntegratorPlan(plan.num_saves, plan.fix, lambda: noisy, name)
+        return _stepper_plan(t0, t1, dt, ts, save_every, shift_fn, name, noise=noise)
     if isinstance(method, str) and method.lower() not in SDE_SOLVERS:
         raise InputError(f"with noise, method must be 'euler' (the stochastic layer stepper) or an SDE solver among "
                          f"{list(SDE_SOLVERS)}, got {method!r}.")
     if shift_fn is not plain_shift:
         raise InputError("shift= applies to the layer stepper (method='euler'); an SDE solve integrates the field "
                          "and the noise as given.")
-    if ts is None:
-        num_out = v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1")
-    else:
-        v.check_save_times(ts, t0, t1)
-        num_out = np.shape(ts)[0]
+    num_out, fix = _save_count(ts, t0, t1, num_saves)
     solver = SDESolver(float(t0), float(t1), dt=float(dt), noise=noise, solver=method)  # checks the solver
 
     def build() -> AbstractIntegrator:
-        scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
-        with scope:
-            jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-            grid = (jnp.asarray(ts, jdtype) if ts is not None
-                    else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))
-        return SDESolver(float(t0), float(t1), dt=float(dt), noise=noise, ts=grid, solver=solver.solver)
+        return SDESolver(float(t0), float(t1), dt=float(dt), noise=noise, ts=_save_grid(ts, t0, t1, num_out, dtype),
+                         solver=solver.solver)
 
-    return IntegratorPlan(num_out, "pass fewer save times ts" if ts is not None else "lower num_saves", build, name)
+    return IntegratorPlan(num_out, fix, build, name)
+
+
+def _shift_fn(shift):
+    """The layer stepper's update named by ``shift`` (:data:`SHIFTS`) or given as a function."""
+    shift_fn = SHIFTS.get(shift, shift) if isinstance(shift, str) else shift
+    if not callable(shift_fn):
+        raise InputError(f"shift must be 'plain', 'sphere' or a function (y, dy) -> y_next, got {shift!r}.")
+    return shift_fn
+
+
+def _save_count(ts, t0, t1, num_saves) -> tuple[int, str]:
+    """How many times a diffrax solve saves (``ts`` checked, or ``num_saves`` uniform ones), and the advice that
+    lowers it."""
+    if ts is None:
+        return v.check_int("num_saves", num_saves, minimum=2, meaning="save times from t0 to t1"), "lower num_saves"
+    v.check_save_times(ts, t0, t1)
+    return np.shape(ts)[0], "pass fewer save times ts"
+
+
+def _save_grid(ts, t0, t1, num_out: int, dtype: str):
+    """A diffrax solve's save times in ``dtype``: ``ts``, or ``num_out`` uniform times from t0 to t1."""
+    import jax.numpy as jnp
+
+    with float64_scope() if dtype == "float64" else contextlib.nullcontext():
+        jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+        return (jnp.asarray(ts, jdtype) if ts is not None
+                else jnp.linspace(float(t0), float(t1), num_out, dtype=jdtype))

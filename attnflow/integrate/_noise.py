@@ -22,8 +22,6 @@ so that a refined dt sees the same Brownian motion); the diffrax SDE solves alwa
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp

@@ -109,7 +109,6 @@ class EulerMaruyamaStepper(EulerStepper):
         return brownian_tree(self.noise, t0, t1, tol, shape, dtype).evaluate(t, t + dt)
 
     def _noisy_dy(self, field, t, y, dt, dy):
-        self.noise.check_state(y.shape)
         if self.noise.is_zero():  # sigma = 0 given as a number: the deterministic layer, bit for bit
             return dt * dy
         return dt * dy + self.noise.diffusion(field, t, y, self._increment(t, y, dt))

@@ -103,8 +103,8 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
     below = sigmas[finite & ordered]
     above = sigmas[finite & ~ordered]
     lo = float(below.max()) if below.size else None
-    hi = float(above[above > (lo if lo is not None else -1)].min()) if np.any(above > (lo if lo is not None else -1)) \
-        else None
+    past = above if lo is None else above[above > lo]  # the disordered sigmas beyond the last ordered one
+    hi = float(past.min()) if past.size else None
     contains = lo is not None and hi is not None and lo <= sigma_c <= hi
     bistable = sigmas[finite & ~ordered & (ends[:, 1] > ORDERED)]
     return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],

@@ -215,8 +215,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     identity = _identity_sphere(config, group)
     mean = config.normalisation == "mean"
     eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
-    sigma = jnp.asarray(group.sigma, dtype)
     noisy = group.sigma > 0
+    sigma = jnp.asarray(group.sigma, dtype) if noisy else None
 
     def one(beta, seed, x0, *weights):
         beta = beta.astype(dtype)
