@@ -49,3 +49,34 @@ def test_noise_settings_are_refused_before_any_work():
         check_phase_config(_config(sigma=-0.1))
     with pytest.raises(InputError, match="applies to dynamics = \"sphere\""):
         check_phase_config(_config(sigma=0.5, dynamics="attention"))
+
+
+def test_the_order_parameter_column_is_the_norm_of_the_mean_direction_and_falls_past_the_critical_noise(tmp_path):
+    """cells.csv's order column: |mean of the directions| from the recorded mean inner product (checked on
+    random clouds against the norm of the mean); on the circle (softmax, beta = 1) the tokens cluster without
+    noise (r near 1 at t = 20) and stay disordered at twice the mean-field threshold sigma_c (r at the
+    finite-n floor 1/sqrt(n)), and the report draws r against sigma."""
+    from attnflow.meanfield import critical_noise
+    from attnflow.phase import order_parameter
+
+    rng = np.random.default_rng(3)
+    for n, d in ((5, 2), (40, 3), (200, 7)):
+        u = rng.standard_normal((n, d))
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        g = (u @ u.T)[~np.eye(n, dtype=bool)].mean()
+        np.testing.assert_allclose(order_parameter(g, n), np.linalg.norm(u.mean(axis=0)), rtol=1e-12)
+    sigma_c = float(critical_noise(1.0, 2, normalisation="softmax"))
+    cfg = _config(sigma=[0.0, 2 * sigma_c])
+    cfg.update(beta=[1.0], n=32, systems=6, t1=20.0)
+    summary = run_phase(cfg, tmp_path / "run", figure_workers=0, dtype_check=False)
+    rows = [r for r in _rows(tmp_path / "run" / "cells.csv") if float(r["t"]) == 20.0]
+    order = {float(r["sigma"]): float(r["order"]) for r in rows}
+    assert order[0.0] > 0.9  # one cluster (or nearly) without noise
+    assert order[2 * sigma_c] < 2 / np.sqrt(32)  # disordered: at the floor 1/sqrt(n) = 0.18, far below 1
+    for r in rows:
+        assert 0.0 <= float(r["order_lo"]) <= float(r["order"]) <= float(r["order_hi"]) <= 1.0
+    arrays = ensemble(cfg, 1)  # ensemble() gives the per-system order parameter whose mean the table holds
+    np.testing.assert_allclose(arrays["order"][0, :, -1].mean(), order[2 * sigma_c], rtol=1e-12)
+    assert summary["noise"][0]["sigma"] == [0.0, 2 * sigma_c]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Noise: the order parameter" in report and (tmp_path / "run" / "noise_000.png").is_file()

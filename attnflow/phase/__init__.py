@@ -5,7 +5,8 @@ with any of the sweep's dynamics and records, inside the solve, the pair statist
 at checkpoint times; it writes a tidy per-(cell, checkpoint) table with confidence intervals, per-system
 arrays, heat maps, the metastable plateaus of the cluster count and their lifetimes against beta.
 :func:`ensemble` gives one group's arrays from Python, without a run folder; :func:`read_cells` reads the
-table back. The science it uses lives in the library: the observables and the plateau rule
+table back (its ``order`` column: :func:`order_parameter`, the norm of the mean direction). The science it
+uses lives in the library: the observables and the plateau rule
 (:mod:`attnflow.observables`: ``pairs_clustered``, ``clusters_above``, ``plateaus``, ``first_plateaus``,
 ``energy_plateaus``, ...), the intervals and survival fits (:mod:`attnflow.stats`); the job's own
 readings are the lifetimes' fits (:func:`lifetime_summary`, :func:`lifetime_slope`), the equiangular
@@ -27,7 +28,7 @@ _NAMES = {
     "._engine": ("OBSERVABLES", "ensemble", "start_clouds", "statistics"),
     "._metastability": ("lifetime_slope", "lifetime_summary"),
     "._run": ("check_phase_sizes", "run_phase"),
-    "._tables": ("CELL_COLUMNS", "read_cells"),
+    "._tables": ("CELL_COLUMNS", "order_parameter", "read_cells"),
     "._theory": ("equiangular_rate", "equiangular_time"),
 }
 if TYPE_CHECKING:  # for type checkers and the API reference, which read the names statically
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the nam
     from ._engine import OBSERVABLES, ensemble, start_clouds, statistics
     from ._metastability import lifetime_slope, lifetime_summary
     from ._run import check_phase_sizes, run_phase
-    from ._tables import CELL_COLUMNS, read_cells
+    from ._tables import CELL_COLUMNS, order_parameter, read_cells
     from ._theory import equiangular_rate, equiangular_time
 
 __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in _NAMES.items() for name in names},
@@ -55,6 +56,6 @@ __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in 
 __all__ = [
     "run_phase", "check_phase_config", "load_phase_config", "PhaseConfig", "PhaseGroup", "GRID_KEYS",
     "DEFAULT_CONFIG", "checkpoint_layers", "check_phase_sizes", "ensemble", "statistics", "OBSERVABLES", "start_clouds",
-    "CELL_COLUMNS", "read_cells", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
+    "CELL_COLUMNS", "order_parameter", "read_cells", "lifetime_summary", "lifetime_slope", "equiangular_rate", "equiangular_time",
     "compare_runs", "crossing_times", "COMPARED", "convergence_order", "sphere_convergence", "step_scale",
 ]

@@ -309,7 +309,8 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
 
     Returns a dict: ``beta`` (B,), ``t`` (K,) the checkpoint times (the rescaled time :math:`\tau` of the
     1/n normalisation), every observable of :data:`OBSERVABLES` as (B, S, K), ``finite`` (B, S) and
-    ``t_nonfinite`` (B, S) (``inf`` where the run stayed finite).
+    ``t_nonfinite`` (B, S) (``inf`` where the run stayed finite), and ``order`` (B, S, K), the order parameter
+    :math:`|\frac1n\sum_i u_i|` (:func:`~attnflow.phase.order_parameter`).
 
     Example:
         >>> from attnflow.phase import ensemble, load_phase_config
@@ -322,6 +323,7 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
     from ..errors import InputError
     from ..runs import make_mesh
     from ._config import check_phase_config
+    from ._tables import order_parameter
 
     config = check_phase_config(config)
     groups = config.groups
@@ -333,6 +335,7 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
         cols = make_chunk_fn(config, groups[group], make_mesh(num_devices))(0, group_pairs(config))
     out = {name: np.asarray(cols[name]).reshape(betas, systems, *np.shape(cols[name])[1:])
            for name in (*OBSERVABLES, "finite", "t_nonfinite")}
+    out["order"] = order_parameter(out["ip_mean"], groups[group].n)
     return {"beta": np.asarray(config.beta, np.float64),
             "t": np.round(np.asarray(config.checkpoint_layers) * config.dt, 12), **out}
 

@@ -140,3 +140,34 @@ def lifetimes(path: Path, meta: dict, fit: dict, title: str) -> list[str]:
                              censored=np.asarray(meta["median_censored"]).astype(bool), fit=fit,
                              by_count=fit.get("by_count", []), title=title)
     return ap.save(ax.figure, path, close=True)
+
+
+def order_vs_noise(path: Path, sigma, beta, order, lo, hi, floor: float, title: str) -> list[str]:
+    r"""The order parameter :math:`r = |\frac1n\sum_i u_i|` at the last checkpoint against the noise sigma, one
+    curve per beta with its interval (``order``, ``lo``, ``hi``: (len(beta), len(sigma))), and the finite-n floor
+    :math:`1/\sqrt n` of n independent uniform directions (:math:`E r^2 = 1/n`) as a dotted line.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import numpy as np
+        >>> from attnflow.phase._figures import order_vs_noise
+        >>> r = np.array([[0.9, 0.5, 0.2], [0.95, 0.8, 0.3]])
+        >>> order_vs_noise(pathlib.Path(tempfile.mkdtemp()) / "o.png", [0.0, 0.5, 1.0], [2.0, 4.0], r, r - 0.05,
+        ...                r + 0.05, 0.18, "order")
+        ['o.png']
+    """
+    from .. import plot as ap
+
+    fig, ax = ap.new_axes(figsize=(5.6, 4.0))
+    sigma = np.asarray(sigma, float)
+    for b, colour, r, a, z in zip(beta, ap.colours(len(beta)), np.asarray(order, float), np.asarray(lo, float),
+                                  np.asarray(hi, float)):
+        ax.plot(sigma, r, "o-", color=colour, ms=3.5, label=rf"$\beta$ = {b:g}")
+        ax.fill_between(sigma, a, z, color=colour, alpha=0.2, lw=0)
+    ax.axhline(floor, color="0.4", ls=":", lw=1, label=r"$1/\sqrt{n}$: rms $r$ of n uniform directions")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(r"noise $\sigma$")
+    ax.set_ylabel(r"order parameter $|\frac{1}{n}\sum_i u_i|$ at $t_1$")
+    ax.set_title(title, fontsize="medium")
+    ap.legend(ax, max_inside=6)
+    return ap.save(fig, path, close=True)

@@ -191,6 +191,11 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             theory = {g.index: _theory_line(config, g, cell_cols) for g in groups}
             figures = {g.index: _cell_figures(drawing, config, g, t, cell_cols, theory[g.index], sw.out)
                        for g in groups}
+            noise = _noise_families(config, groups, cell_cols)
+            noise_figures = [drawing.submit(
+                f"{FIGURE_MODULE}:order_vs_noise", sw.out / f"noise_{k:03d}.png", fam["sigma"], list(config.beta),
+                fam["order"], fam["order_lo"], fam["order_hi"], 1 / np.sqrt(fam["n"]), fam["title"])
+                for k, fam in enumerate(noise)]
             write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
             meta, fits = [], []
             for g in groups:
@@ -211,10 +216,55 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             head["per_beta"] = _per_beta(config, g, cell_cols, rows)
         summary.update(devices=int(sw.mesh.shape["batch"]), rows=int(len(cell_cols["beta"])), theory={
             groups[k].label: v for k, v in theory.items()}, dtype_check=precision)
+        summary["noise"] = [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in fam.items() if k != "title"}
+                            for fam in noise]
         runs.atomic_write_json(sw.out / "summary.json", summary)
         names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
+        names["noise"] = [x for f in noise_figures for x in f.result() if x.endswith(".png")]
     _report(config, summary, names, sw.out)
     return dict(summary, **processes_info)
+
+
+def _noise_families(config: PhaseConfig, groups, cells: dict) -> list[dict]:
+    """Per (n, d, heads, epsilon) of a grid over several sigma: the order parameter at the last checkpoint and its
+    interval as (len(beta), len(sigma)) arrays (the (beta, sigma) phase diagram's reading); none without a sigma
+    list."""
+    if len(config.sigma) < 2:
+        return []
+    out = []
+    families = {}
+    for g in groups:
+        families.setdefault((g.n, g.d, g.heads, g.epsilon), []).append(g)
+    for (n, d, heads, epsilon), members in families.items():
+        members = sorted(members, key=lambda g: g.sigma)
+        fam = {"n": n, "d": d, "heads": heads, "epsilon": epsilon, "sigma": [g.sigma for g in members],
+               "title": f"n = {n}, d = {d}: {config.systems} systems per cell, t = {config.t1:g}"}
+        for name in ("order", "order_lo", "order_hi"):
+            fam[name] = np.stack([grid_of(cells, g, config, name)[:, -1] for g in members], axis=1)
+        out.append(fam)
+    return out
+
+
+def _noise_lines(config: PhaseConfig, summary: dict, names: list[str]) -> list[str]:
+    """The report's noise section: per family, the order parameter at t1 by beta (rows) and sigma (columns)."""
+    if not summary.get("noise"):
+        return []
+    lines = ["## Noise: the order parameter", "",
+             f"The order parameter r = |mean of the directions u_i| at t = {summary['t_last']:g} (mean over the "
+             f"finite systems and its {config.confidence:.0%} interval; from the recorded mean inner product, "
+             "r^2 = (1 + (n - 1) ip_mean) / n exactly). 1 is one cluster; n independent uniform directions give "
+             "r of about 1/sqrt(n) (E r^2 = 1/n), the finite-n floor of a disordered state. Every sigma runs the "
+             "same clouds on the same Brownian paths, scaled by sigma.", ""]
+    for fam, name in zip(summary["noise"], names + [None] * len(summary["noise"])):
+        lines += [f"n = {fam['n']}, d = {fam['d']} (floor 1/sqrt(n) = {1 / np.sqrt(fam['n']):.3f}):", "",
+                  "| beta | " + " | ".join(f"sigma = {x:g}" for x in fam["sigma"]) + " |",
+                  "| --- |" + " --- |" * len(fam["sigma"])]
+        for b, r, lo, hi in zip(config.beta, fam["order"], fam["order_lo"], fam["order_hi"]):
+            lines.append(f"| {b:g} | " + " | ".join(f"{x:.3f} [{a:.3f}, {z:.3f}]" for x, a, z in zip(r, lo, hi)) + " |")
+        lines.append("")
+        if name:
+            lines += [f"![{name}]({name})", ""]
+    return lines
 
 
 def _group_title(g: PhaseGroup) -> str:
@@ -587,6 +637,7 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
         lines += _per_beta_table(head["per_beta"], summary["t_last"], config.confidence) + [""]
         lines += [f"![{name}]({name})" for name in figures[g.index]]
         lines.append("")
+    lines += _noise_lines(config, summary, figures.get("noise", []))
     rule = summary["plateau_rule"]
     lines += ["## Reading", "",
               "**Metastable plateaus.** On each system's cluster counts, after the cloud has gathered (count at most "
