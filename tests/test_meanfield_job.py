@@ -30,6 +30,10 @@ def _tiny() -> dict:
     ("convergence", "start_amplitudes", [0.7, 0.6], "convergence.start_amplitudes"),
     ("growth", "cluster_gap", 4.0, "growth.cluster_gap"),
     (None, "normalisations", ["softmax", "softmin"], "normalisations"),
+    ("convergence", "sigma", -0.5, "convergence.sigma"),
+    ("transition", "beta", [1.0, -2.0], "transition.beta"),
+    ("transition", "sigma_ratios", [1.1, 0.9], "transition.sigma_ratios"),
+    ("transition", "grid", 48, "transition.grid"),
 ])
 def test_bad_values_are_refused_in_one_sentence_naming_the_key(section, key, value, words, tmp_path):
     cfg = _tiny()
@@ -94,3 +98,47 @@ def test_first_merge_reads_formation_lifetime_and_censoring_from_gap_counts():
     assert _first_merge(ts, np.array([0] * 6 + [4] * 14)) == (4, 6.0, 13.0, True)  # censored at the horizon
     formed, _, _, censored = _first_merge(ts, np.zeros(20, int))
     assert formed is None and censored
+
+
+def test_the_noise_keys_run_the_noisy_pde_and_the_transition_and_keep_old_fingerprints(tmp_path):
+    """convergence.sigma: the particles are noisy and the PDE has the diffusion (its density is that of
+    solve_continuity(..., sigma=...)); [transition]: the order parameter of the noisy continuity equation
+    against sigma / sigma_c (1/n attention), whose measured threshold brackets the closed form on both sides
+    of beta* and which is bistable above it only. A config without noise keeps the fingerprint of the code
+    before the keys (folders written then resume); an unstable transition step is refused before any work."""
+    import jax.numpy as jnp
+
+    from attnflow.meanfield import circle_grid, solve_continuity
+    from attnflow.meanfield._run import start_density
+
+    assert check_meanfield_config(load_meanfield_config(None)).fingerprint == "c45432449f4feeef"
+    cfg = _tiny()
+    cfg["normalisations"] = ["mean"]
+    cfg["convergence"].update(n=[32, 64], seeds=2, frames=2, grid=32, sigma=0.5)
+    cfg["growth"].update(n=64, modes=2, saves=5, grid=32)
+    cfg["largest"].update(n=256)
+    cfg["transition"].update(beta=[1.5, 4.0], sigma_ratios=[0.9, 1.02, 1.15], t1=60.0, dt=0.025, grid=32)
+    assert check_meanfield_config(cfg).fingerprint != check_meanfield_config(_tiny()).fingerprint
+    bad = json.loads(json.dumps(cfg))
+    bad["transition"]["dt"] = 0.1
+    with pytest.raises(InputError, match=r"transition\.dt.* at beta = 4"):
+        run_meanfield(bad, tmp_path / "never", progress=False)
+    assert not (tmp_path / "never" / "units").exists()
+    summary = run_meanfield(cfg, tmp_path / "run", progress=False)
+    rows = {r["beta"]: r for r in summary["transition"]}
+    for beta, bistable in ((1.5, False), (4.0, True)):
+        assert rows[beta]["contains_sigma_c"], rows[beta]
+        assert bool(rows[beta]["bistable"]) == bistable, rows[beta]
+    with open(tmp_path / "run" / "transition.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == 6 and {round(float(r["ratio"]), 6) for r in table} == {0.9, 1.02, 1.15}
+    assert (tmp_path / "run" / "transition_mean.png").is_file()
+    assert "## The phase transition of noisy tokens" in (tmp_path / "run" / "report.md").read_text()
+    # the convergence study's PDE is the noisy one
+    unit = np.load(tmp_path / "run" / "units" / "mean-convergence-pde.npz")
+    c = check_meanfield_config(cfg).convergence
+    rho0 = start_density(np.asarray(circle_grid(c.grid)), c.start_modes, c.start_amplitudes, c.start_phases)
+    want = solve_continuity(jnp.asarray(rho0), c.beta, jnp.asarray(unit["ts"]), normalisation="mean",
+                            dt=c.pde_dt * float(unit["ts"][-1]) / 0.5, sigma=0.5).density
+    np.testing.assert_allclose(unit["density"], want, rtol=1e-10, atol=1e-12)
+    assert np.isfinite(summary["convergence"]["mean"]["pde_mass_drift"])

@@ -35,6 +35,7 @@ class ConvergenceStudy:
     pde_dt: float
     frames: int
     bins: int
+    sigma: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ class GrowthStudy:
     saves: int
     grid: int
     cluster_gap: float
+
+
+@dataclass(frozen=True)
+class TransitionStudy:
+    """The noisy continuity equation's order parameter against sigma (:func:`attnflow.meanfield.noisy_transition`)."""
+
+    beta: tuple[float, ...]
+    sigma_ratios: tuple[float, ...]
+    t1: float
+    dt: float
+    grid: int
+    kappa: float
+    epsilon: float
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,17 @@ class MeanfieldConfig(JobConfig):
     convergence: ConvergenceStudy
     growth: GrowthStudy
     largest: LargestRun
+    transition: TransitionStudy
     kind = "meanfield"
+    #: runs without noise are those of the code before the noise keys (their folders resume)
+    later_keys = {"convergence.sigma": 0.0}
+
+    def fingerprint_table(self) -> dict:
+        """:meth:`JobConfig.fingerprint_table`, less the transition table when its study is off (no beta)."""
+        table = super().fingerprint_table()
+        if not table.get("transition", {}).get("beta"):
+            table.pop("transition", None)
+        return table
 
 
 def load_meanfield_config(path=None) -> dict:
@@ -140,11 +164,13 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
           "an increasing list of times starting at 0", times)
     grid = _count(c, "grid", "convergence", 16)
     _need(grid & (grid - 1) == 0, "convergence.grid", "a power of two >= 16", grid)
+    sigma = v.check_number("config key 'convergence.sigma'", c["sigma"], "the particles' noise strength", low=0,
+                           closed="low")
     convergence = ConvergenceStudy(
         _positive(c, "beta", "convergence"), tuple(modes), tuple(map(float, amps)), tuple(map(float, phases)),
         tuple(ns), _count(c, "seeds", "convergence", 2), tuple(map(float, times)), _positive(c, "dt", "convergence"),
         grid, _positive(c, "pde_dt", "convergence"), _count(c, "frames", "convergence", 2),
-        _count(c, "bins", "convergence", 2))
+        _count(c, "bins", "convergence", 2), float(sigma))
 
     g = source["growth"]
     betas = g["beta"]
@@ -164,5 +190,20 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     la = source["largest"]
     largest = LargestRun(_count(la, "n", "largest", 2), _positive(la, "beta", "largest"),
                          _count(la, "layers", "largest"), _positive(la, "dt", "largest"))
+    tr = source["transition"]
+    tb, ratios = tr["beta"], tr["sigma_ratios"]
+    _need(all(math.isfinite(b) and b > 0 for b in tb), "transition.beta",
+          "a list of finite numbers > 0 (empty: no transition study)", tb)
+    _need(bool(ratios) and all(math.isfinite(x) and x > 0 for x in ratios)
+          and all(b > a for a, b in zip(ratios, ratios[1:])), "transition.sigma_ratios",
+          "an increasing non-empty list of numbers > 0 (noise strengths over sigma_c)", ratios)
+    tgrid = _count(tr, "grid", "transition", 16)
+    _need(tgrid & (tgrid - 1) == 0, "transition.grid", "a power of two >= 16", tgrid)
+    teps = _positive(tr, "epsilon", "transition")
+    _need(teps < 1, "transition.epsilon", "below 1 (a positive start density)", teps)
+    t1, tdt = _positive(tr, "t1", "transition"), _positive(tr, "dt", "transition")
+    _need(tdt < t1, "transition.dt", f"below transition.t1 = {t1:g}", tdt)
+    transition = TransitionStudy(tuple(map(float, tb)), tuple(map(float, ratios)), t1, tdt, tgrid,
+                                 _positive(tr, "kappa", "transition"), teps)
     return MeanfieldConfig(seed=source["seed"], normalisations=norms, dtype=source["dtype"], convergence=convergence,
-                           growth=growth, largest=largest, source=source)
+                           growth=growth, largest=largest, transition=transition, source=source)

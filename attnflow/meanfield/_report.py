@@ -60,7 +60,80 @@ def _clusters(rows) -> list[dict]:
     return out
 
 
-def write_results(config, out: Path, conv: dict, growth: list[dict], largest: dict, rate_fits) -> dict:
+TRANSITION_COLUMNS = ("normalisation", "beta", "sigma_c", "sigma", "ratio", "from_uniform", "from_clustered",
+                      "drift_uniform", "drift_clustered", "min_density_uniform", "min_density_clustered")
+
+
+def _transition_rows(transition: list[dict]) -> list[dict]:
+    """transition.csv: per (normalisation, beta, sigma) the order parameter at t1 from both starts (NaN: the run
+    went non-finite, an empty cell), its drift over the last tenth of the run and the smallest density."""
+    rows = []
+    for t in transition:
+        for i, sigma in enumerate(t["sigma"]):
+            rows.append({"normalisation": t["normalisation"], "beta": t["beta"], "sigma_c": t["sigma_c"],
+                         "sigma": float(sigma), "ratio": float(sigma) / t["sigma_c"],
+                         **{f"from_{k}": _finite(t[f"from_{k}"][i]) for k in ("uniform", "clustered")},
+                         **{f"drift_{k}": _finite(t["drift"][i, j]) for j, k in enumerate(("uniform", "clustered"))},
+                         **{f"min_density_{k}": _finite(t["min_density"][i, j])
+                            for j, k in enumerate(("uniform", "clustered"))}})
+    return rows
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _transition_summary(transition: list[dict]) -> list[dict]:
+    """Per (normalisation, beta): :func:`~attnflow.meanfield._transition.read_transition` of its end states."""
+    from ._linear import tricritical_beta
+    from ._transition import read_transition
+
+    out = []
+    for t in transition:
+        r = read_transition(t["sigma"], t["from_uniform"], t["from_clustered"], t["drift"], t["sigma_c"])
+        out.append({"normalisation": t["normalisation"], "beta": t["beta"], "sigma_c": t["sigma_c"],
+                    "beta_star": float(tricritical_beta(2)), "threshold_lo": r["threshold"]["lo"],
+                    "threshold_hi": r["threshold"]["hi"], "contains_sigma_c": r["threshold"]["contains_sigma_c"],
+                    "bistable": [float(x) for x in r["bistable"]], "nonfinite": [float(x) for x in r["nonfinite"]],
+                    "max_abs_drift": float(np.nanmax(np.abs(t["drift"]))) if np.isfinite(t["drift"]).any() else None})
+    return out
+
+
+def _transition_lines(config, summary: list[dict]) -> list[str]:
+    if not summary:
+        return []
+    from ._transition import ORDERED, STATIONARY
+
+    tr = config.transition
+    lines = ["## The phase transition of noisy tokens", "",
+             f"The noisy continuity equation d_t rho = (sigma^2/2) rho'' - (rho v[rho])' on G = {tr.grid} points "
+             f"(integrating-factor RK4, dt = {tr.dt:g}) to t1 = {tr.t1:g}, from a nearly uniform start "
+             f"(1 + {tr.epsilon:g} cos theta) / 2 pi and from a clustered one (von Mises, kappa = {tr.kappa:g}), at "
+             f"sigma = {list(tr.sigma_ratios)} x sigma_c; the order parameter r = |int rho e^(i theta)| at t1 "
+             f"(transition.csv). A state counts as ordered when r > {ORDERED:g}. sigma_c is the closed form "
+             "(sigma_c^2 / 2 = I_1(beta) / beta for 1/n attention, I_1(beta) / (beta I_0(beta)) for the softmax); "
+             f"Mun and Rosenzweig's classification (1/n attention): continuous below beta* = "
+             f"{summary[0]['beta_star']:.4f}, discontinuous with a bistable range above it.", "",
+             "| normalisation | beta | sigma_c | measured threshold (uniform start) | holds sigma_c | bistable sigma "
+             "| largest drift over the last tenth |", "|---|---|---|---|---|---|---|"]
+    for r in summary:
+        bist = ", ".join(f"{x:.4g}" for x in r["bistable"]) or "none"
+        lines.append(f"| {r['normalisation']} | {r['beta']:g} | {r['sigma_c']:.4g} | [{_fmt(r['threshold_lo'], '.4g')}, "
+                     f"{_fmt(r['threshold_hi'], '.4g')}] | {'yes' if r['contains_sigma_c'] else 'no'} | {bist} | "
+                     f"{_fmt(r['max_abs_drift'], '.2g')} |")
+    lines += ["", "Reading: the uniform start measures the loss of stability of the uniform state (its interval "
+              "lies between the last ordered and the first disordered sigma of the grid); the clustered start stays "
+              "ordered past it only where a clustered state is stable too (bistability, the hysteresis of a "
+              "discontinuous transition). A sigma counts as bistable only where the clustered state is not melting "
+              f"(its r fell by at most {STATIONARY:g} over the last tenth of the run): near sigma_c relaxation "
+              "slows down to zero (the first mode is marginal there), and a clustered state still melting at t1 is "
+              "no evidence; a large drift says that some point is not yet stationary.", ""]
+    return lines
+
+
+def write_results(config, out: Path, conv: dict, growth: list[dict], largest: dict, rate_fits,
+                  transition: list[dict] | None = None) -> dict:
     """Write every table, figure and report.md of a finished study; return the summary's results."""
     from .. import plot as ap
 
@@ -110,6 +183,23 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
                                     title=rf"$\beta$ = {beta:g} ($k^*$ = {here[0]['k_star']})")
         fig.suptitle(f"{norm} attention: growth of the modes of a near-uniform start (n = {g.n})", fontsize="medium")
         figures += ap.save(fig, out / f"growth_{norm}.png", close=True)
+
+    transition = transition or []
+    if transition:
+        _csv(out / "transition.csv", TRANSITION_COLUMNS, _transition_rows(transition))
+        for norm in config.normalisations:
+            here = [t for t in transition if t["normalisation"] == norm]
+            if here:
+                from ._linear import tricritical_beta
+
+                fig, axes = ap.new_figure(len(here), panel=(4.4, 3.4))
+                for ax, t in zip(axes.ravel(), here):
+                    ap.order_vs_noise(np.asarray(t["sigma"]) / t["sigma_c"], t["from_uniform"], t["from_clustered"],
+                                      beta=t["beta"], beta_star=float(tricritical_beta(2)), ax=ax)
+                fig.suptitle(f"{norm} attention: the order parameter at t = {config.transition.t1:g}",
+                             fontsize="medium")
+                figures += ap.save(fig, out / f"transition_{norm}.png", close=True)
+    transition_summary = _transition_summary(transition)
 
     agreement = _agreement(growth)
     clusters = _clusters(growth)
@@ -166,6 +256,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
               "lambda_k (growth.csv holds every mode with its predicted rate). The margin is the relative gap (lambda_k* - lambda_runner-up) / "
               "lambda_k*: where it is a few percent, two modes grow alike and the number of clusters that form "
               "may follow either.", "",
+              *_transition_lines(config, transition_summary),
               "## The largest run", "",
               f"n = {config.largest.n} tokens, beta = {config.largest.beta:g}, {config.largest.layers} Euler layers "
               f"on the Fourier fast path: {largest['run_s']:.3g} s after a {largest['compile_s']:.3g} s compile "
@@ -177,4 +268,5 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
     return {"convergence": {norm: {"rates": fits[norm], "pde_mass_drift": float(np.max(np.abs(res["mass"] - res["mass"][0]))),
                                    "pde_min_density": float(np.min(res["min_density"]))} for norm, res in conv.items()},
             "growth": {"agreement": agreement, "clusters": clusters}, "largest": largest,
+            **({"transition": transition_summary} if transition_summary else {}),
             "figures": [Path(f).name for f in figures]}

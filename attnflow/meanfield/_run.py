@@ -39,6 +39,10 @@ from ..runs import (UnitStore, atomic_write_json, count_kept, init_distributed, 
                     wait_for_units)
 from ._config import MeanfieldConfig, check_meanfield_config
 
+#: a noisy particle seed's Brownian path: the key fold_in(seed's key, NOISE_STREAM) (its start is drawn from the
+#: seed's key itself)
+NOISE_STREAM = 1
+
 __all__ = ["run_meanfield", "check_meanfield_sizes", "start_density", "near_uniform_start", "time_scale"]
 
 #: state copies a particle solve holds at once besides its saved outputs (Tsit5's stages, the Fourier path's
@@ -112,21 +116,25 @@ def _tokens(theta):
     return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
 
 
-def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtype, save_fn):
+def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtype, save_fn, *, sigma: float = 0.0,
+               key=None):
     """The ODE flow on the circle from the angles ``theta0`` (Fourier path, constant steps ``dt``),
-    ``save_fn(y)`` at the times ``ts``.
+    ``save_fn(y)`` at the times ``ts``; with ``sigma > 0`` the noisy flow (Stratonovich Heun) on the Brownian
+    path of ``key``.
 
     One compiled solve (:func:`attnflow.meanfield.circle_solver`) per (kind, n, beta, normalisation,
-    times, dt), kept in ``cache``: the seeds of one n reuse it (``kind`` names the ``save_fn``)."""
+    times, dt, sigma), kept in ``cache``: the seeds of one n reuse it (``kind`` names the ``save_fn``)."""
     import jax.numpy as jnp
 
     from ._study import circle_solver
 
-    key = (kind, len(theta0), float(beta), normalisation, tuple(np.asarray(ts, float)), float(dt), str(np.dtype(dtype)))
-    if key not in cache:
-        cache[key] = circle_solver(float(beta), jnp.asarray(ts, dtype), normalisation, save=save_fn,
-                                   attention_impl="fourier", dt=float(dt))
-    return cache[key](_tokens(jnp.asarray(theta0, dtype)))
+    entry = (kind, len(theta0), float(beta), normalisation, tuple(np.asarray(ts, float)), float(dt),
+             str(np.dtype(dtype)), float(sigma))
+    if entry not in cache:
+        cache[entry] = circle_solver(float(beta), jnp.asarray(ts, dtype), normalisation, save=save_fn,
+                                     attention_impl="fourier", dt=float(dt), sigma=float(sigma))
+    x0 = _tokens(jnp.asarray(theta0, dtype))
+    return cache[entry](x0, key) if sigma else cache[entry](x0)
 
 
 def _conv_name(norm: str, n: int | None = None, s: int | None = None) -> str:
@@ -135,6 +143,10 @@ def _conv_name(norm: str, n: int | None = None, s: int | None = None) -> str:
 
 def _growth_name(norm: str, b: int, s: int, part: str) -> str:
     return f"{norm}-growth-b{b}-s{s}-{part}"
+
+
+def _transition_name(norm: str, b: int) -> str:
+    return f"{norm}-transition-b{b}"
 
 
 def _plan(config: MeanfieldConfig) -> list[dict]:
@@ -162,6 +174,10 @@ def _plan(config: MeanfieldConfig) -> list[dict]:
                               "work": g.n * steps})
                 units.append({"name": _growth_name(norm, b, s, "pde"), "key": "growth.grid", "n": g.grid,
                               "bytes": item * g.grid * (4 * g.saves + 64), "work": g.grid * steps})
+        tr = config.transition
+        for b, _ in enumerate(tr.beta):  # two starts per sigma, each a run of the PDE
+            units.append({"name": _transition_name(norm, b), "key": "transition.grid", "n": tr.grid,
+                          "bytes": item * tr.grid * 64, "work": 2 * len(tr.sigma_ratios) * tr.grid * tr.t1 / tr.dt})
     units.append({"name": "largest", "key": "largest.n", "n": la.n,
                   "bytes": item * 2 * la.n * EULER_COPIES + 8 * la.n, "work": la.n * la.layers})
     return units
@@ -309,7 +325,7 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
     def pde():
         rho0 = start_density(np.asarray(circle_grid(c.grid)), c.start_modes, c.start_amplitudes, c.start_phases)
         path = solve_continuity(jnp.asarray(rho0, dtype), c.beta, jnp.asarray(ts_pde, dtype), normalisation=norm,
-                                dt=c.pde_dt * scale)
+                                dt=c.pde_dt * scale, **({"sigma": c.sigma} if c.sigma else {}))
         return {"ts": path.ts, "density": path.density, "mass": path.mass, "min_density": path.min_density,
                 "result": path.result}
 
@@ -335,8 +351,10 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
                 def save(y):
                     return {"y": y, "hist": circle_histogram(y, c.bins)} if frames_too else {"y": y}
 
+                # a noisy seed's Brownian path: its own stream of the seed's key (the start is drawn from the key)
                 saved = _particles(units.cache, "frames" if frames_too else "states", theta0, c.beta, norm,
-                                   ts, c.dt * scale, dtype, save)
+                                   ts, c.dt * scale, dtype, save, sigma=c.sigma,
+                                   key=jax.random.fold_in(key, NOISE_STREAM) if c.sigma else None)
                 ys = saved["y"][np.searchsorted(ts, times)]
                 out = {"hist": saved["hist"], "frames": ts} if frames_too else {}
                 out["w1"] = jnp.stack([circle_w1_to_density(ys[j], dens[j]) for j in range(len(c.times))])
@@ -354,6 +372,45 @@ def _convergence(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> di
             "mass": np.asarray(sol["mass"]), "min_density": np.asarray(sol["min_density"]),
             "pde_result": int(sol["result"]), "frames": histogram, "times": times, "time_scale": scale,
             "pde_negative": np.minimum.accumulate(np.asarray(sol["min_density"])[at]) < 0}
+
+
+def _check_transition_steps(config: MeanfieldConfig) -> None:
+    """Refuse a transition study whose RK4 step is unstable at one of its betas, naming the key (one sentence)."""
+    from ..errors import InputError
+    from ._transition import check_transition_step
+
+    tr = config.transition
+    for norm in config.normalisations:
+        for beta in tr.beta:
+            try:
+                check_transition_step(beta, norm, num_points=tr.grid, t1=tr.t1, dt=tr.dt, eps=tr.epsilon,
+                                      kappa=tr.kappa)
+            except InputError as err:
+                raise InputError(f"config key 'transition.dt' at beta = {beta:g} ({norm}): {err}") from None
+
+
+def _transition(config: MeanfieldConfig, units: _Units, norm: str) -> list[dict]:
+    """Per beta of the transition study: :func:`~attnflow.meanfield.noisy_transition` over sigma = ratio x
+    sigma_c (float64 whatever the config's dtype: a long run near a marginal mode)."""
+    from ._linear import critical_noise
+    from ._transition import noisy_transition
+
+    tr = config.transition
+    out = []
+    for b, beta in enumerate(tr.beta):
+        sigma_c = float(critical_noise(beta, 2, norm))
+
+        def compute(beta=beta, sigma_c=sigma_c):
+            res = noisy_transition(beta, np.asarray(tr.sigma_ratios) * sigma_c, normalisation=norm,
+                                   num_points=tr.grid, t1=tr.t1, dt=tr.dt, eps=tr.epsilon, kappa=tr.kappa)
+            return {key: np.asarray(res[key], np.float64) for key in
+                    ("sigma", "from_uniform", "from_clustered", "drift", "min_density")}
+
+        got = units.get(_transition_name(norm, b), compute)
+        if units.first_pass:
+            continue
+        out.append({"normalisation": norm, "beta": beta, "sigma_c": sigma_c, **got})
+    return out
 
 
 def _rate_fits(config: MeanfieldConfig, w1: np.ndarray, times, negative) -> list[dict]:
@@ -534,6 +591,7 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     config = check_meanfield_config(config)  # before the folder is claimed or anything compiles
     pidx, pcount = init_distributed(False, **(processes or {}))  # before any JAX computation
     sizes = check_meanfield_sizes(config)  # every unit fits, before any unit runs
+    _check_transition_steps(config)  # every transition run is stable, before any unit runs
     run = open_run(out, "meanfield", config, process=pidx, seed=config.seed)
     out = run.out
     plan = [u["name"] for u in _plan(config)]
@@ -559,7 +617,8 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
         def studies():
             conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
             growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
-            return conv, growth, _largest(config, units, dtype)
+            transition = [row for norm in config.normalisations for row in _transition(config, units, norm)]
+            return conv, growth, _largest(config, units, dtype), transition
 
         if share is not None:  # the first pass: this process's share of the units
             studies()
@@ -573,12 +632,12 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
             wait_for_units(units.store, others, process_index=pidx, process_count=pcount)
             units.read_others(others)
             units.share = None  # the second pass: every unit, held or (when damaged) computed here
-        conv, growth, largest = studies()
+        conv, growth, largest, transition = studies()
     if bar is not None:
         bar.close()
     from ._report import write_results
 
-    summary = write_results(config, out, conv, growth, largest, _rate_fits)
+    summary = write_results(config, out, conv, growth, largest, _rate_fits, transition)
     summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0,
                    planned={"units": sizes["units"], "peak_bytes": sizes["peak_bytes"],
                             "particle_steps": sizes["work"]})

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _validate as v
 from ..errors import InputError
 from ._linear import critical_noise, tricritical_beta
-from ._pde import _check_normalisation, circle_grid, solve_continuity
+from ._pde import _check_normalisation, _check_step, circle_grid, kept_modes, solve_continuity
 
 __all__ = ["order_parameter", "noisy_transition", "ORDERED"]
 
@@ -30,6 +30,9 @@ __all__ = ["order_parameter", "noisy_transition", "ORDERED"]
 #: nearly uniform start has r = eps/2 = 0.01 and decays below it wherever the uniform state is stable, a
 #: clustered state of the grids studied has r > 0.1
 ORDERED = 0.05
+#: a clustered end state counts as stable (for the bistable range) unless its order parameter fell by more than
+#: this over the last tenth of the run: a state still melting at t1 is no evidence of a stable one
+STATIONARY = 1e-3
 
 
 def order_parameter(density) -> jax.Array:
@@ -49,6 +52,37 @@ def order_parameter(density) -> jax.Array:
     return jnp.abs(weight * jnp.sum(density * jnp.exp(1j * th), axis=-1))
 
 
+def _plan(beta, normalisation, num_points, t1, dt, saves, eps, kappa):
+    """The two starts (float64), the save times and the RK4 steps between saves of :func:`noisy_transition`,
+    the step checked against the scheme's stability bound for both starts (one sentence, before any solve)."""
+    th = circle_grid(num_points, jnp.float64)
+    uniform = (1 + eps * jnp.cos(th)) / (2 * math.pi)
+    clustered = jnp.exp(kappa * (jnp.cos(th) - 1))
+    clustered = clustered / (jnp.sum(clustered) * 2 * math.pi / num_points)
+    ts = jnp.concatenate([jnp.linspace(0.0, 0.9 * t1, saves), jnp.array([t1])])
+    steps = max(1, math.ceil(float(jnp.max(jnp.diff(ts))) / dt - 1e-9))
+    step = float(jnp.max(jnp.diff(ts))) / steps
+    for start in (uniform, clustered):
+        _check_step(start, jnp.asarray(beta, jnp.float64), normalisation, step, kept_modes(num_points, True))
+    return uniform, clustered, ts, steps
+
+
+def check_transition_step(beta, normalisation: str, *, num_points: int, t1: float, dt: float, saves: int = 5,
+                          eps: float = 0.02, kappa: float = 4.0) -> None:
+    """Refuse, in one sentence, a :func:`noisy_transition` whose RK4 step is above the stability bound for one
+    of its starts (the clustered start's velocities are the larger), before any solve.
+
+    Example:
+        >>> from attnflow.meanfield._transition import check_transition_step
+        >>> check_transition_step(4.0, "mean", num_points=32, t1=30.0, dt=0.05)
+        Traceback (most recent call last):
+        ...
+        attnflow.errors.InputError: the RK4 step dt = 0.05 is above the stability bound ...
+    """
+    with jax.enable_x64(True):
+        _plan(beta, _check_normalisation(normalisation), num_points, t1, dt, saves, eps, kappa)
+
+
 def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: int = 64, t1: float = 200.0,
                      dt: float = 0.01, saves: int = 5, eps: float = 0.02, kappa: float = 4.0) -> dict:
     r"""The order parameter at ``t1`` against the noise :math:`\sigma`, from a nearly uniform start
@@ -58,10 +92,9 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
     Returns a dict: ``beta``, ``normalisation``, ``sigma`` (S,), ``from_uniform`` and ``from_clustered`` (S,) the
     order parameter at ``t1`` (NaN where the density went non-finite, listed in ``nonfinite``), ``drift`` (S, 2)
     its change over the last tenth of the run (how far from stationary), ``sigma_c`` (the closed form),
-    ``beta_star``, ``threshold`` (the measured loss of stability of the uniform state: the interval between the
-    largest sigma of the grid at which the uniform start ordered and the smallest at which it did not; None
-    for an end when the grid does not bracket it), ``bistable`` (the sigmas where the uniform start stayed
-    uniform and the clustered one stayed ordered) and ``min_density`` (the smallest density of each run).
+    ``beta_star``, ``threshold``, ``bistable`` and ``nonfinite`` (:func:`read_transition`: the measured loss of
+    stability of the uniform state, and the sigmas where a stationary clustered state coexists with it) and
+    ``min_density`` (the smallest density of each run).
 
     Example:
         >>> from attnflow.meanfield import noisy_transition
@@ -81,12 +114,7 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
     dt = v.check_number("dt", dt, "the RK4 step", low=0)
     saves = v.check_int("saves", saves, minimum=2, meaning="save times after the start")
     with jax.enable_x64(True):
-        th = circle_grid(num_points, jnp.float64)
-        uniform = (1 + eps * jnp.cos(th)) / (2 * math.pi)
-        clustered = jnp.exp(kappa * (jnp.cos(th) - 1))
-        clustered = clustered / (jnp.sum(clustered) * 2 * math.pi / num_points)
-        ts = jnp.concatenate([jnp.linspace(0.0, 0.9 * t1, saves), jnp.array([t1])])
-        steps = max(1, math.ceil(float(jnp.max(jnp.diff(ts))) / dt - 1e-9))
+        uniform, clustered, ts, steps = _plan(beta, normalisation, num_points, t1, dt, saves, eps, kappa)
         ends, drift, low = np.full((sigmas.size, 2), np.nan), np.full((sigmas.size, 2), np.nan), np.full(
             (sigmas.size, 2), np.nan)
         for i, sigma in enumerate(sigmas):
@@ -98,17 +126,38 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
                     ends[i, j], drift[i, j] = r[-1], r[-1] - r[-2]
                 low[i, j] = float(jnp.min(path.min_density))
     sigma_c = float(critical_noise(beta, 2, normalisation))
-    ordered = ends[:, 0] > ORDERED
-    finite = np.isfinite(ends[:, 0])
-    below = sigmas[finite & ordered]
-    above = sigmas[finite & ~ordered]
+    reading = read_transition(sigmas, ends[:, 0], ends[:, 1], drift, sigma_c)
+    return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],
+            "from_clustered": ends[:, 1], "drift": drift, "min_density": low, "sigma_c": sigma_c,
+            "beta_star": tricritical_beta(2), **reading}
+
+
+def read_transition(sigmas, from_uniform, from_clustered, drift, sigma_c: float) -> dict:
+    r"""What a grid of end states says: ``threshold`` (``lo``: the largest sigma at which the nearly uniform start
+    ordered, ``hi``: the smallest disordered one beyond it, None for an end the grid does not bracket;
+    ``contains_sigma_c``), ``bistable`` (the sigmas where the uniform start ended disordered and the clustered
+    one ordered *and not melting*: its order parameter fell by at most :data:`STATIONARY` over the last tenth
+    of the run, so a clustered state still melting at t1 is not counted; one still sharpening is) and ``nonfinite`` (the sigmas where a
+    run went non-finite, excluded from both). A state is ordered when :math:`r >` :data:`ORDERED`.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield._transition import read_transition
+        >>> out = read_transition(np.array([0.9, 1.0, 1.1, 1.2]), np.array([0.8, 0.6, 0.0, 0.0]),
+        ...                       np.array([0.8, 0.7, 0.6, 0.2]), np.array([[0, 0], [0, 0], [0, 0], [0, -0.05]]), 1.05)
+        >>> out["threshold"], out["bistable"].tolist()
+        ({'lo': 1.0, 'hi': 1.1, 'contains_sigma_c': True}, [1.1])
+    """
+    sigmas, uni, clu = (np.asarray(a, float) for a in (sigmas, from_uniform, from_clustered))
+    drift = np.asarray(drift, float)
+    finite = np.isfinite(uni)
+    ordered = finite & (uni > ORDERED)
+    below, above = sigmas[ordered], sigmas[finite & ~ordered]
     lo = float(below.max()) if below.size else None
     past = above if lo is None else above[above > lo]  # the disordered sigmas beyond the last ordered one
     hi = float(past.min()) if past.size else None
     contains = lo is not None and hi is not None and lo <= sigma_c <= hi
-    bistable = sigmas[finite & ~ordered & (ends[:, 1] > ORDERED)]
-    return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],
-            "from_clustered": ends[:, 1], "drift": drift, "min_density": low, "sigma_c": sigma_c,
-            "beta_star": tricritical_beta(2),
-            "threshold": {"lo": lo, "hi": hi, "contains_sigma_c": bool(contains)},
-            "bistable": bistable, "nonfinite": sigmas[~np.all(np.isfinite(ends), axis=1)]}
+    settled = np.isfinite(clu) & (clu > ORDERED) & (drift[:, 1] >= -STATIONARY)  # ordered, and not melting
+    return {"threshold": {"lo": lo, "hi": hi, "contains_sigma_c": bool(contains)},
+            "bistable": sigmas[finite & ~ordered & settled],
+            "nonfinite": sigmas[~(finite & np.isfinite(clu))]}

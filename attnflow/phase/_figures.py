@@ -142,7 +142,7 @@ def lifetimes(path: Path, meta: dict, fit: dict, title: str) -> list[str]:
     return ap.save(ax.figure, path, close=True)
 
 
-def order_vs_noise(path: Path, sigma, beta, order, lo, hi, floor: float, title: str) -> list[str]:
+def noise_curves(path: Path, sigma, beta, order, lo, hi, floor: float, title: str) -> list[str]:
     r"""The order parameter :math:`r = |\frac1n\sum_i u_i|` at the last checkpoint against the noise sigma, one
     curve per beta with its interval (``order``, ``lo``, ``hi``: (len(beta), len(sigma))), and the finite-n floor
     :math:`1/\sqrt n` of n independent uniform directions (:math:`E r^2 = 1/n`) as a dotted line.
@@ -150,9 +150,9 @@ def order_vs_noise(path: Path, sigma, beta, order, lo, hi, floor: float, title: 
     Example:
         >>> import tempfile, pathlib
         >>> import numpy as np
-        >>> from attnflow.phase._figures import order_vs_noise
+        >>> from attnflow.phase._figures import noise_curves
         >>> r = np.array([[0.9, 0.5, 0.2], [0.95, 0.8, 0.3]])
-        >>> order_vs_noise(pathlib.Path(tempfile.mkdtemp()) / "o.png", [0.0, 0.5, 1.0], [2.0, 4.0], r, r - 0.05,
+        >>> noise_curves(pathlib.Path(tempfile.mkdtemp()) / "o.png", [0.0, 0.5, 1.0], [2.0, 4.0], r, r - 0.05,
         ...                r + 0.05, 0.18, "order")
         ['o.png']
     """

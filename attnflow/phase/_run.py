@@ -193,7 +193,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
                        for g in groups}
             noise = _noise_families(config, groups, cell_cols)
             noise_figures = [drawing.submit(
-                f"{FIGURE_MODULE}:order_vs_noise", sw.out / f"noise_{k:03d}.png", fam["sigma"], list(config.beta),
+                f"{FIGURE_MODULE}:noise_curves", sw.out / f"noise_{k:03d}.png", fam["sigma"], list(config.beta),
                 fam["order"], fam["order_lo"], fam["order_hi"], 1 / np.sqrt(fam["n"]), fam["title"])
                 for k, fam in enumerate(noise)]
             write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")

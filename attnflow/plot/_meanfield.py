@@ -129,3 +129,41 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
     label(ax, "mode $k$", "growth rate", "\n".join(x for x in (title, note) if x) or None)
     legend(ax)
     return ax
+
+
+def order_vs_noise(ratio, from_uniform, from_clustered=None, *, beta: float | None = None,
+                   beta_star: float | None = None, ax=None, title: str | None = None):
+    r"""The order parameter :math:`r = |\int\rho\,e^{i\theta}d\theta|` at a long time against the noise over its
+    closed-form threshold, :math:`\sigma/\sigma_c` (:func:`attnflow.meanfield.noisy_transition`): from a nearly
+    uniform start (circles) and from a clustered one (squares, dashed), the closed form at 1. A clustered start
+    that stays ordered where the uniform one does not is the bistable range of a discontinuous transition.
+    Non-finite values are left out (a gap in the curve) and counted in the title. The default title names beta
+    and its side of ``beta_star`` when both are given.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> ratio = np.array([0.9, 1.0, 1.1])
+        >>> ax = ap.order_vs_noise(ratio, [0.6, 0.01, 0.0], [0.7, 0.6, 0.0], beta=4.0, beta_star=2.4469)
+        >>> ax.get_title(), ax.get_xlabel()
+        ('$\\beta$ = 4 (above $\\beta^*$)', '$\\sigma / \\sigma_c$')
+    """
+    check = Inputs("order_vs_noise")
+    x = check.array("ratio", ratio, ("S",))
+    curves = [("from a nearly uniform start", "o-", check.array("from_uniform", from_uniform, ("S",)))]
+    if from_clustered is not None:
+        curves.append(("from a clustered start", "s--", check.array("from_clustered", from_clustered, ("S",))))
+    fig, ax = new_axes(ax, figsize=(5.0, 3.8))
+    bad = 0
+    for (name, style, y), colour in zip(curves, colours(2)):
+        bad += int((~np.isfinite(y)).sum())
+        ax.plot(x, np.where(np.isfinite(y), y, np.nan), style, color=colour, ms=4, label=name)
+    ax.axvline(1.0, color="0.4", lw=1, label=r"closed form $\sigma_c$")
+    ax.set_ylim(-0.02, 1.02)
+    if title is None and beta is not None:
+        side = "" if beta_star is None else (" (below $\\beta^*$)" if beta < beta_star else " (above $\\beta^*$)")
+        title = f"$\\beta$ = {beta:g}{side}"
+    note = f"{bad} non-finite values left out" if bad else None
+    label(ax, r"$\sigma / \sigma_c$", "order parameter $r$", "\n".join(t for t in (title, note) if t) or None)
+    legend(ax)
+    return ax

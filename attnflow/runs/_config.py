@@ -38,9 +38,9 @@ class JobConfig:
     #: what a run reads besides the config (part of the fingerprint)
     identity: dict = field(default_factory=dict, repr=False, compare=False)
     kind: ClassVar[str] = ""
-    #: top-level keys added to the job after its first runs, with the value at which a run equals one of the
-    #: code before them: a key at that value is left out of the fingerprint, so folders written before the key
-    #: existed still resume
+    #: keys added to the job after its first runs (top-level, or dotted for a key of a table:
+    #: ``"convergence.sigma"``), with the value at which a run equals one of the code before them: a key at
+    #: that value is left out of the fingerprint, so folders written before the key existed still resume
     later_keys: ClassVar[dict] = {}
 
     def as_dict(self) -> dict:
@@ -59,11 +59,20 @@ class JobConfig:
             ...     later_keys = {"sigma": 0.0}
             >>> Demo(source={"seed": 0, "sigma": 0.0}).fingerprint_table(), Demo(source={"sigma": 0.5}).fingerprint_table()
             ({'seed': 0}, {'sigma': 0.5})
+            >>> @dataclass(frozen=True, kw_only=True)
+            ... class Nested(JobConfig):
+            ...     later_keys = {"study.sigma": 0.0}
+            >>> Nested(source={"study": {"n": 4, "sigma": 0.0}}).fingerprint_table()
+            {'study': {'n': 4}}
         """
         table = self.as_dict()
         for key, original in self.later_keys.items():
-            if key in table and table[key] == original:
-                del table[key]
+            *tables, last = key.split(".")
+            where = table
+            for name in tables:
+                where = where.get(name) if isinstance(where, dict) else None
+            if isinstance(where, dict) and last in where and where[last] == original:
+                del where[last]
         return table
 
     @property
