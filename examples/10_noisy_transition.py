@@ -35,13 +35,9 @@ def main(size: str = "default", out: str | Path = ".") -> list[Path]:
     for ax, beta in zip(axes[0], BETAS):
         sc = float(critical_noise(beta, 2, "mean"))
         t = noisy_transition(beta, sc * s["ratios"], num_points=s["grid"], t1=s["t1"], dt=s["dt"])
-        ax.plot(s["ratios"], t["from_uniform"], "o-", label="from a nearly uniform start")
-        ax.plot(s["ratios"], t["from_clustered"], "s--", label="from a clustered start")
-        ax.axvline(1.0, color="0.4", lw=1, label=r"closed form $\sigma_c$")
-        side = "below" if beta < t["beta_star"] else "above"
-        ax.set(xlabel=r"$\sigma / \sigma_c$", ylabel="order parameter r", title=f"beta = {beta:g} ({side} beta*)")
+        ap.order_vs_noise(s["ratios"], t["from_uniform"], t["from_clustered"], beta=beta, beta_star=t["beta_star"],
+                          ax=ax)
         verdicts.append(t["threshold"]["contains_sigma_c"])
-    axes[0, 0].legend(fontsize="small")
     files = [out / name for name in ap.save(fig, out / f"{NAME}.png", close=True)]
     print(f"{NAME}: the uniform state's measured loss of stability brackets the closed form sigma_c: "
           f"{'INSIDE' if all(verdicts) else 'OUTSIDE'} at beta = {', '.join(map(str, BETAS))} "
