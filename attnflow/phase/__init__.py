@@ -25,10 +25,10 @@ _NAMES = {
     "._compare": ("COMPARED", "compare_runs", "crossing_times"),
     "._config": ("DEFAULT_CONFIG", "GRID_KEYS", "PhaseConfig", "PhaseGroup", "check_phase_config", "checkpoint_layers",
                  "load_phase_config", "step_scale"),
-    "._engine": ("OBSERVABLES", "ensemble", "start_clouds", "statistics"),
+    "._engine": ("OBSERVABLES", "ensemble", "order_parameter", "start_clouds", "statistics"),
     "._metastability": ("lifetime_slope", "lifetime_summary"),
     "._run": ("check_phase_sizes", "run_phase"),
-    "._tables": ("CELL_COLUMNS", "order_parameter", "read_cells"),
+    "._tables": ("CELL_COLUMNS", "read_cells"),
     "._theory": ("equiangular_rate", "equiangular_time"),
 }
 if TYPE_CHECKING:  # for type checkers and the API reference, which read the names statically
@@ -44,10 +44,10 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the nam
         load_phase_config,
         step_scale,
     )
-    from ._engine import OBSERVABLES, ensemble, start_clouds, statistics
+    from ._engine import OBSERVABLES, ensemble, order_parameter, start_clouds, statistics
     from ._metastability import lifetime_slope, lifetime_summary
     from ._run import check_phase_sizes, run_phase
-    from ._tables import CELL_COLUMNS, order_parameter, read_cells
+    from ._tables import CELL_COLUMNS, read_cells
     from ._theory import equiangular_rate, equiangular_time
 
 __getattr__, __dir__ = _lazy_names(__name__, {name: module for module, names in _NAMES.items() for name in names},

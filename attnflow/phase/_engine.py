@@ -88,6 +88,31 @@ def statistics(x, beta, threshold, *, energy=None) -> dict:
             "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
+def order_parameter(ip_mean: np.ndarray, n: int) -> np.ndarray:
+    r"""The order parameter :math:`r = |\frac1n\sum_i u_i|` of clouds of n unit directions, from their mean
+    off-diagonal inner product :math:`\bar g = \frac{1}{n(n-1)}\sum_{i \ne j}\langle u_i, u_j\rangle` (the
+    ``ip_mean`` the job records): exactly
+
+    .. math::  r^2 = \frac{1}{n^2}\sum_{i,j}\langle u_i, u_j\rangle = \frac{1 + (n - 1)\,\bar g}{n},
+
+    so it needs no column of its own in the chunks (rounding can push :math:`r^2` below 0 by an ulp where the
+    directions cancel: clipped at 0). On the circle r is the modulus of the first Fourier coefficient of the
+    tokens' empirical measure, on :math:`S^{d-1}` the norm of its first harmonic: 1 for one cluster, 0 for a
+    balanced cloud; n independent uniform directions have :math:`E r^2 = 1/n`, the finite-n floor of a
+    disordered state.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.phase import order_parameter
+        >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+        >>> g = (u @ u.T)[~np.eye(3, dtype=bool)].mean()
+        >>> f"{float(order_parameter(g, 3)):.12f} {float(np.linalg.norm(u.mean(axis=0))):.12f}"
+        '0.745355992500 0.745355992500'
+    """
+    g = np.asarray(ip_mean, np.float64)
+    return np.sqrt(np.maximum((1.0 + (n - 1) * g) / n, 0.0)) if n > 1 else np.ones_like(g)
+
+
 def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
     """The start clouds (len(systems), n, d) of the given systems of a group, as the job draws them
     (the same for every beta), in the config's dtype.
@@ -323,7 +348,6 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
     from ..errors import InputError
     from ..runs import make_mesh
     from ._config import check_phase_config
-    from ._tables import order_parameter
 
     config = check_phase_config(config)
     groups = config.groups

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..stats import mean_interval
 from ._config import PhaseConfig, PhaseGroup
-from ._engine import OBSERVABLES
+from ._engine import OBSERVABLES, order_parameter
 
 #: observables whose mean and interval the cell table holds (the others: mean only)
 WITH_INTERVALS = ("pairs_clustered", "clusters", "energy")
@@ -22,31 +22,6 @@ CELL_COLUMNS = (["beta", "n", "d", "heads", "epsilon", "sigma", "t", "layer", "s
                 + [c for name in OBSERVABLES
                    for c in ((name, f"{name}_lo", f"{name}_hi") if name in WITH_INTERVALS else (name,))]
                 + ["order", "order_lo", "order_hi"])
-
-
-def order_parameter(ip_mean: np.ndarray, n: int) -> np.ndarray:
-    r"""The order parameter :math:`r = |\frac1n\sum_i u_i|` of clouds of n unit directions, from their mean
-    off-diagonal inner product :math:`\bar g = \frac{1}{n(n-1)}\sum_{i \ne j}\langle u_i, u_j\rangle` (the
-    ``ip_mean`` the job records): exactly
-
-    .. math::  r^2 = \frac{1}{n^2}\sum_{i,j}\langle u_i, u_j\rangle = \frac{1 + (n - 1)\,\bar g}{n},
-
-    so it needs no column of its own in the chunks (rounding can push :math:`r^2` below 0 by an ulp where the
-    directions cancel: clipped at 0). On the circle r is the modulus of the first Fourier coefficient of the
-    tokens' empirical measure, on :math:`S^{d-1}` the norm of its first harmonic: 1 for one cluster, 0 for a
-    balanced cloud; n independent uniform directions have :math:`E r^2 = 1/n`, the finite-n floor of a
-    disordered state.
-
-    Example:
-        >>> import numpy as np
-        >>> from attnflow.phase import order_parameter
-        >>> u = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
-        >>> g = (u @ u.T)[~np.eye(3, dtype=bool)].mean()
-        >>> f"{float(order_parameter(g, 3)):.12f} {float(np.linalg.norm(u.mean(axis=0))):.12f}"
-        '0.745355992500 0.745355992500'
-    """
-    g = np.asarray(ip_mean, np.float64)
-    return np.sqrt(np.maximum((1.0 + (n - 1) * g) / n, 0.0)) if n > 1 else np.ones_like(g)
 
 
 def finite_rows(cols: dict, num_beta: int) -> list[tuple[slice | np.ndarray, int, int]]:
