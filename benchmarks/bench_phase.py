@@ -13,7 +13,9 @@ in interleaved rounds (round j runs each command once, their order alternating),
 
 Rows: ``small`` (256 systems x 10 betas, d = 2), ``default`` (the peers' diagram: 2048 systems x 90
 betas, d = 2), ``d128`` (256 systems x 10 betas, d = 128: the same layers and checkpoints as the
-others, a few minutes a round on a 2-core CPU). Per row: the ratio torch / attnflow per round (min,
+others, a few minutes a round on a 2-core CPU), ``noise`` (the small row at sigma = 0.25 and 0.5: a
+(beta, sigma) diagram of stochastic layers; the torch script adds ``torch.randn`` tangent noise; the two
+programs draw other paths, so their means are compared in units of the cells' interval half-widths). Per row: the ratio torch / attnflow per round (min,
 median, max), seconds per system-step (median), the work's flops (layers x
 :func:`benchmarks.common.attention_flops`, which counts the three d x d projections; also without them,
 :math:`4 n^2 d` per system-step, what both programs compute for Q = K = V = I; the statistics are not
@@ -62,11 +64,14 @@ ROWS = {
     "small": {"systems": 256, "beta": (0.1, 9.0, 10), "d": 2},
     "default": {"systems": 2048, "beta": (0.1, 9.0, 90), "d": 2, "rounds": 1, "torch_beta_stride": 10},
     "d128": {"systems": 256, "beta": (0.1, 9.0, 10), "d": 128},
+    # the (beta, sigma) diagram: the small row at two noise strengths (stochastic layers on both sides)
+    "noise": {"systems": 256, "beta": (0.1, 9.0, 10), "d": 2, "sigma": (0.25, 0.5)},
 }
 #: toy sizes of the same rows (``--quick``)
 QUICK_ROWS = {
     "small": {"systems": 32, "beta": (0.1, 9.0, 4), "d": 2, "t1": 3.0, "checkpoints": 20},
     "d128": {"systems": 16, "beta": (0.1, 9.0, 2), "d": 128, "t1": 3.0, "checkpoints": 20},
+    "noise": {"systems": 32, "beta": (0.1, 9.0, 4), "d": 2, "t1": 3.0, "checkpoints": 20, "sigma": (0.5,)},
 }
 COMMON = {"n": 32, "t1": 30.0, "dt": 0.1, "checkpoints": 200, "threshold": 0.999}
 #: the statistics both programs write (their per-beta means are compared)
@@ -77,7 +82,7 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="toy sizes (seconds), for a smoke run")
-    p.add_argument("--rows", default=None, help="comma-separated rows among small, default, d128 (default: all)")
+    p.add_argument("--rows", default=None, help="comma-separated rows among small, default, d128, noise (default: all)")
     p.add_argument("--rounds", type=int, default=None,
                    help="interleaved rounds per row (default 3; the default row 1)")
     p.add_argument("--no-torch", action="store_true", help="time attnflow only")
@@ -96,6 +101,7 @@ def _config_text(row: dict) -> str:
         'kind = "phase"', "seed = 0", f"beta = {{start = {start}, stop = {stop}, num = {num}}}",
         f"n = {row['n']}", f"d = {row['d']}", f"systems = {row['systems']}", f"t1 = {row['t1']}", f"dt = {row['dt']}",
         f"checkpoints = {row['checkpoints']}", f"threshold = {row['threshold']}", 'dtype = "float64"',
+        *([f"sigma = {list(row['sigma'])}"] if row.get("sigma") else []),
         "[run]", "progress = false", ""])
 
 
@@ -135,20 +141,39 @@ def _torch_cmd(row: dict, work: Path, threads: int, stride: int) -> tuple[list[s
            repr(float(b_stop)), str(len(betas)), "--t1", str(row["t1"]), "--dt", str(row["dt"]),
            "--checkpoints", str(row["checkpoints"]), "--threshold", str(row["threshold"]),
            "--threads", str(threads), "--out", str(work / "torch.csv")]
+    if row.get("sigma"):
+        cmd += ["--sigma", *map(repr, map(float, row["sigma"]))]
     return cmd, len(betas)
 
 
-def _means(path: Path) -> dict:
+#: the statistics whose interval cells.csv holds: a noisy row's differences are read against its half-width
+WITH_INTERVALS = ("pairs_clustered", "clusters", "energy")
+
+
+def _means(path: Path, columns=OBSERVABLES) -> dict:
     with open(path) as fh:
         rows = list(csv.DictReader(fh))
-    return {(round(float(r["beta"]), 9), int(r["layer"])): {k: float(r[k]) for k in OBSERVABLES} for r in rows}
+    return {(round(float(r.get("sigma", 0.0)), 9), round(float(r["beta"]), 9), int(r["layer"])):
+            {k: float(r[k]) for k in columns} for r in rows}
 
 
-def _largest_difference(cells: Path, torch_csv: Path) -> dict:
-    """The largest |attnflow - torch| of every per-beta mean, over the (beta, layer) rows both wrote."""
+def _largest_difference(cells: Path, torch_csv: Path, noisy: bool = False) -> dict:
+    """The largest |attnflow - torch| of every per-beta mean, over the (sigma, beta, layer) rows both wrote. A
+    noisy row's two programs draw other Brownian paths, so their means differ by sampling noise: also the largest
+    |difference| over sqrt(2) times attnflow's interval half-width (``in_half_widths``; about 2 or less for the
+    same law, sqrt(2) for a spread taken as alike on both sides)."""
     a, b = _means(cells), _means(torch_csv)
     common = sorted(set(a) & set(b))
-    return {k: max(abs(a[key][k] - b[key][k]) for key in common) for k in OBSERVABLES} | {"rows": len(common)}
+    out = {k: max(abs(a[key][k] - b[key][k]) for key in common) for k in OBSERVABLES} | {"rows": len(common)}
+    if noisy:
+        hw = _means(cells, [f"{k}_{end}" for k in WITH_INTERVALS for end in ("lo", "hi")])
+        ratios = {}
+        for k in WITH_INTERVALS:
+            r = [abs(a[key][k] - b[key][k]) / (2 ** 0.5 * (hw[key][f"{k}_hi"] - hw[key][f"{k}_lo"]) / 2)
+                 for key in common if hw[key][f"{k}_hi"] > hw[key][f"{k}_lo"]]
+            ratios[k] = max(r) if r else None
+        out["in_half_widths"] = ratios
+    return out
 
 
 def _spread(values: list[float]) -> dict:
@@ -163,7 +188,7 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
     work.mkdir()
     (work / "phase.toml").write_text(_config_text(row))
     layers = round(row["t1"] / row["dt"])
-    pairs = row["systems"] * row["beta"][2]
+    pairs = row["systems"] * row["beta"][2] * len(row.get("sigma") or (0.0,))
     flops = layers * attention_flops(pairs, row["n"], row["d"])
     # Q = K = V = I: neither program multiplies by the weights; its matmuls are the scores and P x
     flops_computed = layers * pairs * 4.0 * row["n"] ** 2 * row["d"]
@@ -186,6 +211,7 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
         print(f"  {name} round {j}: attnflow {times['attnflow'][-1]:.1f} s"
               + (f", torch {times['torch'][-1]:.1f} s" if use_torch else ""), file=sys.stderr, flush=True)
     result = {"row": name, **{k: row[k] for k in ("systems", "n", "d", "t1", "dt", "checkpoints", "threshold")},
+              "sigma": list(row.get("sigma") or (0.0,)),
               "betas": row["beta"][2], "beta_range": row["beta"][:2], "layers": layers, "system_steps": pairs * layers,
               "flops": flops, "flops_without_projections": flops_computed, "rounds": rounds, "load_before": load_before, "load_after": os.getloadavg(),
               "attnflow_s": times["attnflow"], "attnflow_command": " ".join(attnflow_cmd)}
@@ -200,7 +226,7 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
                       torch_s_per_system_step=tmed / (pairs * layers), torch_fraction_of_matmul=flops / tmed / rate,
                       torch_fraction_of_matmul_without_projections=flops_computed / tmed / rate,
                       largest_difference_of_means=_largest_difference(work / "attnflow-0" / "cells.csv",
-                                                                      work / "torch.csv"))
+                                                                      work / "torch.csv", bool(row.get("sigma"))))
     return result
 
 

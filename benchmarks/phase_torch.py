@@ -7,7 +7,11 @@ sphere :math:`S^{d-1}` (float64, shape (systems, n, d)) take ``t1 / dt`` project
 .. math::  x_i \leftarrow N\Big(x_i + \Delta t\, \mathrm{Proj}_{x_i^\perp} \sum_j \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle)\, x_j\Big),
            \qquad N(y) = y / |y|,
 
-with batched matrix products (``torch.bmm``) and ``torch.softmax``. At every checkpoint layer it
+with batched matrix products (``torch.bmm``) and ``torch.softmax``. With ``--sigma`` (noise strengths, a loop
+outside the betas' loop) every layer adds independent tangent noise, Euler-Maruyama as the peers would add it:
+:math:`y_i = x_i + \Delta t\,\mathrm{drift}_i + \sigma\sqrt{\Delta t}\,\mathrm{Proj}_{x_i^\perp}\xi_i`,
+:math:`\xi_i \sim N(0, I_d)` from ``torch.randn`` (one generator seeded by ``--seed``), then :math:`x_i = N(y_i)`;
+sigma = 0 draws nothing (the noiseless layer). At every checkpoint layer it
 records, per system, the statistics ``attnflow phase`` records (on the directions
 :math:`u_i = x_i / |x_i|`, Gram matrix :math:`G = U U^T` from one ``torch.bmm``):
 
@@ -58,7 +62,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--dt", type=float, default=0.1, help="layer step (default 0.1)")
     p.add_argument("--checkpoints", type=int, default=200, help="layers with statistics, incl. 0 and the last (default 200)")
     p.add_argument("--threshold", type=float, default=0.999, help="pairs with <u_i, u_j> >= this are clustered (default 0.999)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random start clouds (default 0; ignored with --x0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random start clouds (ignored with --x0) and of "
+                   "the noise (default 0)")
+    p.add_argument("--sigma", type=float, nargs="+", default=[0.0], help="noise strengths (default 0: no noise)")
     p.add_argument("--x0", type=Path, help=".npy file of start clouds (systems, n, d), used for every beta")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default 0: PyTorch's choice)")
     p.add_argument("--out", type=Path, default=Path("phase_torch.csv"), help="CSV of the per-beta means (default phase_torch.csv)")
@@ -119,8 +125,10 @@ def statistics(torch, x, beta: float, threshold: float) -> dict:
             "ip_max": torch.where(off, G, -math.inf).amax(dim=(1, 2))}
 
 
-def run_beta(torch, x0, beta: float, *, dt: float, layers: int, ckpt: list[int], threshold: float) -> dict:
-    """One beta: every system's statistics at the checkpoints, (K, B) each, and which runs stayed finite."""
+def run_beta(torch, x0, beta: float, *, dt: float, layers: int, ckpt: list[int], threshold: float,
+             sigma: float = 0.0, generator=None) -> dict:
+    """One beta: every system's statistics at the checkpoints, (K, B) each, and which runs stayed finite
+    (``sigma > 0``: tangent noise from ``generator`` at every layer)."""
     x = x0.clone()
     saved = {name: [] for name in OBSERVABLES}
     at = set(ckpt)
@@ -134,6 +142,10 @@ def run_beta(torch, x0, beta: float, *, dt: float, layers: int, ckpt: list[int],
         p = torch.softmax(beta * torch.bmm(x, x.transpose(1, 2)), dim=-1)
         drift = torch.bmm(p, x)
         drift = drift - ((drift * x).sum(dim=-1, keepdim=True) / (x * x).sum(dim=-1, keepdim=True)) * x
+        if sigma:
+            xi = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+            xi = xi - ((xi * x).sum(dim=-1, keepdim=True) / (x * x).sum(dim=-1, keepdim=True)) * x
+            drift = drift + (sigma / math.sqrt(dt)) * xi  # dt * drift + sigma sqrt(dt) xi below
         y = x + dt * drift
         x = y / y.norm(dim=-1, keepdim=True)
         finite &= torch.isfinite(x).all(dim=-1).all(dim=-1)
@@ -166,22 +178,25 @@ def main(argv=None) -> int:
     ckpt = checkpoint_layers(layers, args.checkpoints)
     start = time.perf_counter()
     rows = []
+    generator = torch.Generator().manual_seed(args.seed)
     with torch.inference_mode():
-        for beta in betas:
-            r = run_beta(torch, x0, beta, dt=args.dt, layers=layers, ckpt=ckpt, threshold=args.threshold)
-            ok = r["finite"]
-            means = {name: r[name][:, ok].mean(dim=1).tolist() for name in OBSERVABLES}
-            for j, layer in enumerate(ckpt):
-                rows.append({"beta": beta, "n": n, "d": d, "t": round(layer * args.dt, 12), "layer": layer,
-                             "systems": int(ok.sum()), "nonfinite": int((~ok).sum()),
-                             **{name: means[name][j] for name in OBSERVABLES}})
+        for sigma in args.sigma:
+            for beta in betas:
+                r = run_beta(torch, x0, beta, dt=args.dt, layers=layers, ckpt=ckpt, threshold=args.threshold,
+                             sigma=sigma, generator=generator)
+                ok = r["finite"]
+                means = {name: r[name][:, ok].mean(dim=1).tolist() for name in OBSERVABLES}
+                for j, layer in enumerate(ckpt):
+                    rows.append({"beta": beta, "n": n, "d": d, "sigma": sigma, "t": round(layer * args.dt, 12),
+                                 "layer": layer, "systems": int(ok.sum()), "nonfinite": int((~ok).sum()),
+                                 **{name: means[name][j] for name in OBSERVABLES}})
     seconds = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"phase_torch: {len(betas)} betas x {systems} systems x {layers} layers (n = {n}, d = {d}), "
+    print(f"phase_torch: {len(args.sigma)} sigma x {len(betas)} betas x {systems} systems x {layers} layers (n = {n}, d = {d}), "
           f"{len(ckpt)} checkpoints, {torch.get_num_threads()} thread(s): {seconds:.2f} s; wrote {args.out}")
     return 0
 

@@ -535,6 +535,9 @@ def _main(argv=None) -> dict:
     p.add_argument("--no-meanfield", dest="meanfield", action="store_false",
                    help="skip the large-n benchmark on the circle and S^2 (benchmarks/bench_meanfield.py "
                         "-> RUN_DIR/meanfield.json)")
+    p.add_argument("--no-noise", dest="noise", action="store_false",
+                   help="skip the stochastic layer against the deterministic one (benchmarks/bench_noise.py "
+                        "-> RUN_DIR/noise.json)")
     args = p.parse_args(argv)
     if args.report:
         return report(args.report)
@@ -556,6 +559,11 @@ def _main(argv=None) -> dict:
         from benchmarks import bench_meanfield
 
         summary["meanfield"] = bench_meanfield.run(args.quick, args.torch, Path(summary["run_dir"]) / "meanfield.json")
+    if args.noise:
+        from benchmarks import bench_noise
+
+        summary["noise"] = bench_noise.main((["--quick"] if args.quick else [])
+                                            + ["--out", str(Path(summary["run_dir"]) / "noise.json")])
     return summary
 
 

@@ -55,3 +55,33 @@ def test_torch_baseline_statistics_equal_the_phase_job_on_the_same_clouds(tmp_pa
     # (matmul kernels, sums), over 30 layers of a contracting flow; values are O(1) to e^6 / 12 ~ 34
     for name in set(OBSERVABLES) - set(COUNTS):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_the_noisy_torch_baseline_agrees_in_law_with_the_noisy_phase_job(tmp_path):
+    """With --sigma the baseline adds tangent Euler-Maruyama noise as the job does (other draws, the same law):
+    from the same clouds, the per-beta mean inner product at t1 agrees with the job's within 4 standard errors
+    of the difference (the systems' spread, both sides), while the noiseless means lie far outside that band
+    (the noise moves the statistic by many standard errors: the check can fail)."""
+    pytest.importorskip("torch")
+    from attnflow.phase import ensemble
+
+    cfg = load_phase_config(None)
+    cfg.update(beta={"start": 1.0, "stop": 2.0, "num": 2}, n=8, d=2, systems=200, t1=5.0, dt=0.1, checkpoints=4,
+               sigma=1.0, seed=5)
+    config = check_phase_config(cfg)
+    arrays = ensemble(cfg)
+    job = arrays["ip_mean"][:, :, -1]  # (beta, system) at t1
+    np.save(tmp_path / "x0.npy", start_clouds(config, config.groups[0], np.arange(config.systems)))
+    means = {}
+    for sigma in ("0.0", "1.0"):
+        out = tmp_path / f"torch-{sigma}.csv"
+        assert phase_torch.main(["--x0", str(tmp_path / "x0.npy"), "--betas", "1", "2", "2", "--t1", "5", "--dt", "0.1",
+                                 "--checkpoints", "4", "--threads", "1", "--sigma", sigma, "--seed", "1",
+                                 "--out", str(out)]) == 0
+        with open(out) as fh:
+            rows = [r for r in csv.DictReader(fh) if int(r["layer"]) == 50]
+        means[sigma] = np.array([float(r["ip_mean"]) for r in rows])
+    se = np.sqrt(2) * job.std(axis=1, ddof=1) / np.sqrt(config.systems)  # the same spread assumed on both sides
+    gap = np.abs(means["1.0"] - job.mean(axis=1))
+    assert np.all(gap < 4 * se), (gap, se)
+    assert np.all(np.abs(means["0.0"] - job.mean(axis=1)) > 8 * se), (means["0.0"], job.mean(axis=1), se)
