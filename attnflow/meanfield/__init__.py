@@ -34,7 +34,7 @@ from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sl
 from ._kernel import kernel_modes
 from ._linear import (critical_noise, growth_rates, most_unstable_mode, noisy_growth_rates, perturbed_uniform_density,
                       sphere_growth_rates, tricritical_beta)
-from ._transition import noisy_transition, order_parameter
+from ._transition import disordered_fluctuations, noisy_transition, order_parameter, particle_transition
 from ._measures import (
     circle_angles,
     circle_histogram,
@@ -62,6 +62,7 @@ __all__ = [
     # linear instability of the uniform measure
     "growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
     "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",
+    "particle_transition", "disordered_fluctuations",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
     "near_uniform_start", "time_scale",

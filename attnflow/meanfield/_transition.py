@@ -24,7 +24,7 @@ from ..errors import InputError
 from ._linear import critical_noise, tricritical_beta
 from ._pde import _check_normalisation, _check_step, circle_grid, kept_modes, solve_continuity
 
-__all__ = ["order_parameter", "noisy_transition", "ORDERED"]
+__all__ = ["order_parameter", "noisy_transition", "particle_transition", "disordered_fluctuations", "read_transition", "ORDERED"]
 
 #: a state counts as ordered (clustered) when its order parameter is above this at the end of the run: the
 #: nearly uniform start has r = eps/2 = 0.01 and decays below it wherever the uniform state is stable, a
@@ -161,3 +161,99 @@ def read_transition(sigmas, from_uniform, from_clustered, drift, sigma_c: float)
     return {"threshold": {"lo": lo, "hi": hi, "contains_sigma_c": bool(contains)},
             "bistable": sigmas[finite & ~ordered & settled],
             "nonfinite": sigmas[~(finite & np.isfinite(clu))]}
+
+
+def disordered_fluctuations(sigma_ratio, critical_ratio_sq: float | None = None) -> np.ndarray:
+    r"""The linear-response prediction of the order parameter's fluctuations of n noisy particles in the
+    disordered phase (:math:`\sigma > \sigma_c`): :math:`n\,E r^2 = \sigma^2 / (\sigma^2 - \sigma_c^2)`.
+
+    Derivation: the first Fourier mode :math:`m = \frac1n\sum_j e^{i\theta_j}` of the empirical measure obeys,
+    linearised at the uniform state, :math:`dm = \lambda_1 m\,dt + dM` with the mean-field rate
+    :math:`\lambda_1 = (\sigma_c^2 - \sigma^2)/2 < 0` (:func:`~attnflow.meanfield.noisy_growth_rates`) and the
+    martingale :math:`dM = \frac{i\sigma}{n}\sum_j e^{i\theta_j}dW_j` (independent noises), whose quadratic
+    variation is :math:`E|dM|^2 = \sigma^2 dt / n`. The stationary Ornstein-Uhlenbeck variance is
+    :math:`E|m|^2 = \frac{\sigma^2/n}{2|\lambda_1|}`. Far from the threshold it is 1 (independent uniform
+    particles); it diverges at :math:`\sigma_c` (critical slowing down), where the linearisation, and with it
+    this law, fails at any finite n. ``sigma_ratio``: :math:`\sigma/\sigma_c` (> 1).
+
+    Example:
+        >>> from attnflow.meanfield._transition import disordered_fluctuations
+        >>> [round(float(x), 4) for x in disordered_fluctuations([1.5, 2.0, 100.0])]
+        [1.8, 1.3333, 1.0001]
+    """
+    q = np.asarray(sigma_ratio, float)
+    return np.where(q > 1, q**2 / np.maximum(q**2 - 1, 1e-300), np.inf)
+
+
+def particle_transition(beta, sigma_ratios, n: int, *, systems: int = 8, t1: float = 200.0, burn: float = 20.0,
+                        dt: float = 0.02, normalisation: str = "mean", seed: int = 0, save_every: int = 10,
+                        confidence: float = 0.95) -> dict:
+    r"""n noisy particles on the circle at stationarity, against the mean field: the finite-n side of the
+    transition.
+
+    ``systems`` independent clouds of n iid uniform particles (each its own Brownian path) run the sphere flow
+    with Q = K = V = I (``normalisation``; the Fourier path above 2048 particles, exact to rounding) plus
+    :class:`~attnflow.integrate.TokenNoise` of strength :math:`\sigma = \rho\,\sigma_c(\beta)` for each ratio
+    :math:`\rho` of ``sigma_ratios``, in stochastic layers of ``dt`` renormalised onto the circle
+    (:class:`~attnflow.integrate.EulerMaruyamaStepper`), to ``t1``. The order parameter
+    :math:`r = |\frac1n\sum_j x_j|` is read every ``save_every`` layers after ``burn``; each system's time
+    averages of r and of :math:`n r^2` are one sample, and the Student-t interval over the systems is reported.
+
+    Returns a dict: ``beta``, ``n``, ``normalisation``, ``sigma_c``, ``ratio`` (S,), ``sigma`` (S,), ``r`` and
+    ``n_r2`` (S, 3: mean, lo, hi), ``n_r2_theory`` (S,) the disordered side's law :func:`disordered_fluctuations`
+    (inf at and below :math:`\sigma_c`), ``nonfinite`` (S,) the systems excluded (a run that went non-finite)
+    and ``samples`` (the saved readings per system after ``burn``).
+
+    Example:
+        >>> from attnflow.meanfield._transition import particle_transition
+        >>> out = particle_transition(1.5, [2.0], 64, systems=2, t1=4.0, burn=1.0, dt=0.05, save_every=4)
+        >>> out["n_r2"].shape, bool(out["n_r2_theory"][0] == 4 / 3)
+        ((1, 3), True)
+    """
+    from ..fields import build_field
+    from ..integrate import EulerMaruyamaStepper, SaveLayers, TokenNoise, sphere_shift
+    from ..stats import mean_interval
+
+    normalisation = _check_normalisation(normalisation)
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
+    ratios = np.asarray(sigma_ratios, float)
+    if ratios.ndim != 1 or ratios.size == 0 or not np.all(np.isfinite(ratios)) or np.any(ratios <= 0):
+        raise InputError(f"sigma_ratios must be a non-empty list of finite numbers > 0 (sigma / sigma_c), got "
+                         f"{ratios.tolist()}.")
+    n = v.check_int("n", n, minimum=2, meaning="particles per system")
+    systems = v.check_int("systems", systems, minimum=2, meaning="independent systems (the interval's samples)")
+    layers = v.check_layers("t1", t1, "dt", dt)
+    burn = v.check_number("burn", burn, "the time after which the order parameter is read", low=0, high=float(t1),
+                          closed="low")
+    save_every = v.check_int("save_every", save_every, meaning="layers between two readings")
+    first = math.ceil(burn / dt / save_every) * save_every
+    if first > layers:
+        raise InputError(f"no reading after burn = {burn:g}: lower burn or save_every, or raise t1.")
+    saves = SaveLayers.given(range(first, layers + 1, save_every))
+    sigma_c = float(critical_noise(beta, 2, normalisation))
+    eye = jnp.eye(2, dtype=jnp.float32)
+    impl = {"attention_impl": "fourier", "fourier_max_score": float(beta)} if n > 2048 else {}
+    field = build_field("sphere", eye, eye, eye, beta=float(beta), normalisation=normalisation, **impl)
+
+    def run(sigma, key):
+        start, path = jax.random.split(key)
+        theta = jax.random.uniform(start, (n,), jnp.float32, 0.0, 2 * math.pi)
+        x0 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
+        stepper = EulerMaruyamaStepper(dt, layers, noise=TokenNoise(sigma, path, sphere=True), shift=sphere_shift,
+                                       save_at=saves, loop="fori", checkpoint=None)
+        return stepper.solve(field, x0, save_fn=lambda t, y, args: jnp.sum(jnp.mean(y, axis=0) ** 2)).ys
+
+    solve = jax.jit(jax.vmap(run, in_axes=(None, 0)))
+    keys = jax.random.split(jax.random.key(seed), systems)
+    r_stats, nr2_stats, bad = [], [], []
+    for ratio in ratios:
+        r2 = np.asarray(solve(jnp.float32(ratio * sigma_c), keys), np.float64)  # (systems, readings)
+        ok = np.all(np.isfinite(r2), axis=1)
+        bad.append(int((~ok).sum()))
+        r_stats.append(mean_interval(np.sqrt(r2[ok]).mean(axis=1)[:, None], confidence))
+        nr2_stats.append(mean_interval((n * r2[ok]).mean(axis=1)[:, None], confidence))
+    pack = lambda stats: np.array([[float(m[0]), float(lo[0]), float(hi[0])] for m, lo, hi in stats])  # noqa: E731
+    return {"beta": float(beta), "n": n, "normalisation": normalisation, "sigma_c": sigma_c, "ratio": ratios,
+            "sigma": ratios * sigma_c, "r": pack(r_stats), "n_r2": pack(nr2_stats),
+            "n_r2_theory": disordered_fluctuations(ratios), "nonfinite": np.asarray(bad),
+            "samples": saves.num_saves}
