@@ -89,7 +89,7 @@ def _figure(record: dict, path: Path) -> None:
     ratios = np.asarray(record["ratios"])
     fig, axes = ap.new_figure(2, panel=(4.6, 3.6))
     left, right = axes.ravel()
-    left.plot(ratios, record["pde_r"], "k-", lw=1.5, label="mean field (PDE)")
+    left.plot(ratios, record["pde_r"], "k.-", lw=1.2, label="mean field (PDE, the grid's points joined)")
     for row, colour in zip(record["rows"], ap.colours(len(record["rows"]))):
         r = np.asarray(row["r"])
         left.errorbar(ratios, r[:, 0], yerr=[r[:, 0] - r[:, 1], r[:, 2] - r[:, 0]], fmt="o", ms=3.5, color=colour,
