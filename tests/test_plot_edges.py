@@ -118,6 +118,8 @@ CASES = {
                       lambda: ap.distance_vs_n([], np.ones((0, 2, 2)), times=[0.0, 1.0])),
     "growth_vs_prediction": (lambda: ap.growth_vs_prediction([1, 2, 3], [0.1, 0.2], [[0.1, 0.2, 0.3]]),
                              lambda: ap.growth_vs_prediction([], [], [])),
+    "order_vs_noise": (lambda: ap.order_vs_noise([0.9, 1.0, 1.1], [0.5, 0.1], [0.6, 0.5, 0.0]),
+                       lambda: ap.order_vs_noise([], [])),
 }
 # the package's helpers: no data of their own to check (formats, colours, Axes, legends, saving)
 HELPERS = {"save", "figure_formats", "current_formats", "new_axes", "new_figure", "colours", "legend", "colorbar"}

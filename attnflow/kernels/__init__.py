@@ -7,6 +7,8 @@ r"""The attention kernels: the one max-subtracted softmax and every path that co
 * tiled: :func:`chunked_attend`, the blocked online softmax in O(n d) memory with its own VJP, and
   :func:`tiled_logsumexp`, its log-sum-exp per query (sums over pairs of a kernel without an n x n matrix);
 * the circle's Fourier maths: :mod:`attnflow.kernels.fourier` (the O(n K) path of unit tokens in the plane).
+* the sphere's harmonic maths: :mod:`attnflow.kernels.sphere` (the O(n L^2) path of unit tokens on S^2 for
+  Q^T K = beta I, from the Funk-Hecke expansion of e^{beta <x, y>}).
 
 The flows (:mod:`attnflow.dynamics`) call these kernels; none of them knows about a field.
 
@@ -18,7 +20,7 @@ Example:
     True
 """
 
-from . import fourier
+from . import fourier, sphere
 from ._attention import (
     CHUNK_THRESHOLD,
     GPU_CHUNK,
