@@ -5,7 +5,8 @@ A noise model is the diffusion :math:`g(t, y)` of the SDE :math:`dy = f(t, y)\,d
 
 * :class:`TokenNoise`: independent Brownian motions :math:`W_i \in \mathbb R^d`, one per token,
   :math:`g(y)[dW]_i = \sigma\,dW_i` in :math:`\mathbb R^d` or, on the sphere,
-  :math:`\sigma\,\Pi_{y_i^\perp} dW_i` with :math:`\Pi_{y^\perp} = I - y y^\top/|y|^2`. Its Ito form adds the
+  :math:`\sigma\,\Pi_{y_i^\perp} dW_i` with :math:`\Pi_{y^\perp} = I - y y^\top/|y|^2` (on the circle, d = 2,
+  the same law from one Brownian motion per token along the unit tangent: :func:`circle_tangent`). Its Ito form adds the
   drift :math:`-(d-1)\frac{\sigma^2}{2}\,y_i/|y_i|^2` (:meth:`TokenNoise.ito_correction`: on the unit sphere
   :math:`-(d-1)\frac{\sigma^2}2 y_i`, the heat kernel's :math:`E\langle y_t, y_0\rangle = e^{-(d-1)\sigma^2 t/2}`).
 * :class:`CommonNoise`: one :math:`d \times d` matrix of independent Brownian motions :math:`W`, shared by
@@ -48,6 +49,25 @@ def tangent(y: Float[Array, "n d"], w: Float[Array, "n d"]) -> Float[Array, "n d
         [[0.0, 1.0]]
     """
     return w - (_row_sum(w * y) / _row_sum(y * y)) * y
+
+
+def circle_tangent(y: Float[Array, "n 2"]) -> Float[Array, "n 2"]:
+    r"""The unit tangent :math:`\hat t_i = (-y_{i2}, y_{i1})/|y_i|` of the circle at each token.
+
+    On the circle the tangent space is a line, so the projected increment of a plane Brownian motion,
+    :math:`\Pi_{y^\perp} dW = \langle dW, \hat t\rangle\,\hat t`, is :math:`dB\,\hat t` with one standard
+    Brownian motion :math:`B = \langle W, \hat t\rangle` per token (equal in law, as processes: the same
+    generator :math:`\frac{\sigma^2}2\partial_\theta^2`): :class:`TokenNoise` with ``sphere=True`` in d = 2 draws
+    one normal per token, not two.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.integrate._noise import circle_tangent
+        >>> circle_tangent(jnp.array([[2.0, 0.0], [0.0, 1.0]])).tolist()
+        [[-0.0, 1.0], [-1.0, 0.0]]
+    """
+    inverse_norm = jax.lax.rsqrt(y[..., :1] * y[..., :1] + y[..., 1:] * y[..., 1:])
+    return jnp.concatenate([-y[..., 1:], y[..., :1]], axis=-1) * inverse_norm
 
 
 def _row_sum(a):
@@ -153,6 +173,8 @@ class TokenNoise(AbstractNoise):
     """
 
     def control_shape(self, y_shape):
+        if self.sphere and y_shape[-1] == 2:  # the circle: one tangent direction, one Brownian motion per token
+            return (*tuple(y_shape)[:-1], 1)
         return tuple(y_shape)
 
     def operand(self, field, t, y):
@@ -160,7 +182,11 @@ class TokenNoise(AbstractNoise):
 
     def act(self, operand, dW):
         w = self.sigma * dW
-        return tangent(operand, w) if self.sphere else w
+        if not self.sphere:
+            return w
+        if dW.shape[-1] == 1 and operand.shape[-1] == 2:
+            return w * circle_tangent(operand)
+        return tangent(operand, w)
 
     def ito_correction(self, field, t, y):
         if not self.sphere:  # additive noise: the two forms agree
