@@ -28,6 +28,7 @@ from jaxtyping import Array, Bool, Float
 
 from .. import _validate as v
 from ..kernels import fourier as _fourier
+from ..kernels import sphere as _sphere
 from ..kernels import IMPLS, NORMALISATIONS, attend, check_mask, mask_array, project_qk, softmax
 from ..errors import InputError
 from .._linalg import euler_transfer_matrix, expm_tV, matrix_power
@@ -67,6 +68,8 @@ class _AttentionField(AbstractAttentionDynamics):
     normalisation: str = eqx.field(static=True)
     #: how the field takes the O(n K) Fourier path on the circle (None: it does not; attnflow.kernels.fourier)
     fourier: _fourier.FourierPlan | None = eqx.field(static=True)
+    #: how the field takes the O(n L^2) path on the sphere S^2 (None: it does not; attnflow.kernels.sphere)
+    harmonic: _sphere.HarmonicPlan | None = eqx.field(static=True)
 
     def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax", fourier_max_score=None,
                unit_tokens=False):
@@ -93,6 +96,8 @@ class _AttentionField(AbstractAttentionDynamics):
         self.fourier = _fourier.plan(w, attention_impl, mask=mask, normalisation=normalisation,
                                      max_score=fourier_max_score, unit_tokens=unit_tokens,
                                      owner=type(self).__name__, relative=self.relative)
+        self.harmonic = _sphere.harmonic_plan(w, attention_impl, mask=mask, unit_tokens=unit_tokens,
+                                              owner=type(self).__name__, relative=self.relative)
 
     # -- hooks of the pictures ------------------------------------------------------
     #: True when the field is written in differences y_j - y_i (the rescaled pictures)
@@ -133,10 +138,15 @@ class _AttentionField(AbstractAttentionDynamics):
         """Whether this evaluation takes the Fourier path (static: from the plan, n and the dtype)."""
         return self.fourier is not None and self.fourier.applies(x.shape[0], jnp.result_type(x, self.weights.dtype))
 
+    def _takes_harmonic(self, x) -> bool:
+        """Whether this evaluation takes the sphere path (static: from the plan, n, d and the dtype)."""
+        return self.harmonic is not None and self.harmonic.applies(x.shape[0], x.shape[-1],
+                                                                   jnp.result_type(x, self.weights.dtype))
+
     def attention(self, t, y):
         self.check_state(y)
         x = self.tokens(t, y)
-        if self._takes_fourier(x):  # the Fourier path attends with the tokens' directions
+        if self._takes_fourier(x) or self._takes_harmonic(x):  # both paths attend with the tokens' directions
             x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
         mask = mask_array(self._mask(), x.shape[0], x.shape[0])
 
@@ -155,6 +165,8 @@ class _AttentionField(AbstractAttentionDynamics):
         x = self.tokens(t, y)
         if self._takes_fourier(x):
             return self._fourier_field(t, x)
+        if self._takes_harmonic(x):
+            return self._harmonic_field(t, x)
         mask = self._mask()
 
         def one(w):
@@ -178,6 +190,19 @@ class _AttentionField(AbstractAttentionDynamics):
         out = means[..., :1] * V[..., 0] + means[..., 1:] * V[..., 1]  # means @ V^T, elementwise (fuses)
         if w.v_bias is not None:
             out = out + self.state_bias(t, w.v_bias.reshape(-1, 1, 2))
+        return out.sum(axis=0)
+
+    def _harmonic_field(self, t, x):
+        r""":math:`\sum_h \sum_j P^h_{ij} (V_h \hat x_j + c_h)` with P of the directions :math:`\hat x = x/\|x\|`
+        and scores :math:`c_h\langle\hat x_i, \hat x_j\rangle` (:math:`\beta_h Q_h^T K_h = c_h I`; raw picture), in
+        O(n L^2) (:func:`attnflow.kernels.sphere.head_means`)."""
+        w = self.weights
+        x = jnp.asarray(x, jnp.result_type(x, w.dtype))
+        scales = jnp.einsum("...mi,...mi->...", w.Q, w.K) * w.beta / 3  # tr(beta Q^T K) / 3 per head
+        means = _sphere.head_means(x, scales, self.harmonic, self.normalisation)  # (h, n, 3)
+        out = jnp.einsum("hnj,hij->hni", means, w.V.reshape(-1, 3, 3))
+        if w.v_bias is not None:
+            out = out + self.state_bias(t, w.v_bias.reshape(-1, 1, 3))
         return out.sum(axis=0)
 
     # convenience accessors (single head)
@@ -217,7 +242,11 @@ class AttentionFlow(_AttentionField):
             :math:`\beta Q^T K = c R(\alpha)` a scaled rotation, no mask and no query/key bias, the
             O(n K) Fourier path of :mod:`attnflow.kernels.fourier` (exact to rounding for unit tokens; it
             attends with the directions :math:`x_j/\|x_j\|`, so tokens off the circle get the
-            attention of their projections onto it).  mask: None, ``"causal"`` or (n, n) bool.
+            attention of their projections onto it); or ``"harmonic"``: on the sphere S^2 (d = 3) with
+            :math:`\beta Q^T K = c I` (c >= 0, concrete weights), no mask and no query/key bias, the
+            O(n L^2) path of :mod:`attnflow.kernels.sphere` (exact to rounding for unit tokens, likewise with
+            the directions; :func:`attnflow.kernels.sphere.harmonic_plan` holds its rules).
+            mask: None, ``"causal"`` or (n, n) bool.
         normalisation: ``"softmax"`` (the paper's model) or ``"mean"`` (unnormalised attention,
             :math:`P_{ij} = e^{s_{ij}}/n`).
         fourier_max_score: an upper bound of the score scale :math:`a = |\beta c|` that fixes the
@@ -227,7 +256,8 @@ class AttentionFlow(_AttentionField):
         unit_tokens: the states stay on the unit circle (:func:`~attnflow.dynamics.sphere_flow` sets it);
             ``attention_impl="auto"`` then takes the Fourier path where it applies exactly (concrete
             scaled-rotation weights with :math:`a(1-\cos\alpha) \le \log 2`, no mask or query/key
-            bias) and is faster (:math:`n \ge 4 (K + 1)`), else it picks as ``attend`` does.
+            bias) and is faster (:math:`n \ge 4 (K + 1)`); on S^2 the sphere path likewise (concrete
+            :math:`\beta Q^T K = cI`, :math:`n \ge 4 (L + 1)^2`); else it picks as ``attend`` does.
 
     Example:
         >>> import jax.numpy as jnp

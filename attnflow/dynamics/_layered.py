@@ -90,6 +90,9 @@ class _PerTimeAttention(AbstractAttentionDynamics):
     def _options(self, attention_impl, mask, normalisation):
         if attention_impl not in IMPLS:
             raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
+        if attention_impl == "harmonic":
+            raise InputError("attention_impl='harmonic' takes one set of concrete weights for every layer (its degree "
+                             "comes from their score scale); layer-varying dynamics use 'auto', 'dense' or 'chunked'.")
         if normalisation not in NORMALISATIONS:
             raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
         self.mask = _check_mask(mask)

@@ -37,10 +37,12 @@ from typing import final
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .. import _validate as v
 from ..kernels import IMPLS, NORMALISATIONS, attend, attend_with_row_sums, softmax
+from ..kernels.sphere import HarmonicPlan, harmonic_sums, sphere_degree
 from ..errors import InputError
 from ._attention_flows import AttentionFlow
 from ._base import AbstractAttentionDynamics, AbstractDynamics
@@ -154,6 +156,11 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
     :math:`\|x_i\|\|x_j\|`-scaled scores): both extensions agree on the circle, so the solutions
     differ by the order of the solver's error, not by a modelling change.
 
+    **On S^2** (d = 3) with :math:`\beta Q^T K = c I` (Q = K = I, any V), ``attention_impl="harmonic"``
+    computes the attention in O(n L^2) (:mod:`attnflow.kernels.sphere`: the Funk-Hecke series of the kernel
+    to degree L, exact to rounding, concrete weights), and ``"auto"`` takes it where it is faster
+    (:math:`n \ge 4 (L+1)^2`), with the same reading of tokens off the sphere.
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from attnflow.dynamics import normalise, sphere_flow
@@ -167,6 +174,11 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
         >>> I2 = jnp.eye(2)
         >>> fast = sphere_flow(I2, I2, I2, 4.0, attention_impl="fourier")(0.0, circle)
         >>> bool(jnp.allclose(fast, sphere_flow(I2, I2, I2, 4.0, attention_impl="dense")(0.0, circle), atol=1e-5))
+        True
+        >>> s2 = normalise(jax.random.normal(jax.random.key(2), (300, 3)))
+        >>> V = jax.random.normal(jax.random.key(3), (3, 3))
+        >>> fast = sphere_flow(I, I, V, 4.0, attention_impl="harmonic")(0.0, s2)
+        >>> bool(jnp.allclose(fast, sphere_flow(I, I, V, 4.0, attention_impl="dense")(0.0, s2), atol=1e-5))
         True
     """
     return TangentProjected(AttentionFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask,
@@ -196,7 +208,10 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     :math:`E_\beta = \frac{e^\beta}{2\beta n^2}\sum_i r_i`
     (:func:`attnflow.observables.sphere_energy_from_row_sums`). It computes the attention
     densely (:func:`attnflow.kernels.attend_with_row_sums`); ``vector_field`` of the softmax field
-    uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size).
+    uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size). On S^2 (d = 3) with a
+    concrete beta, ``attention_impl="harmonic"`` computes both, the field and its row sums, in O(n L^2)
+    (:func:`attnflow.kernels.sphere.harmonic_sums`, exact to rounding), and ``"auto"`` takes that path
+    from :math:`n \ge 4(L+1)^2` tokens on.
     The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
 
     Example:
@@ -218,6 +233,8 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     normalisation: str = eqx.field(static=True)
     #: attention implementation of the softmax field's ``vector_field`` (passed to :func:`attnflow.attend`)
     attention_impl: str = eqx.field(static=True)
+    #: the sphere path's plan on S^2 (None: not taken; :mod:`attnflow.kernels.sphere`)
+    harmonic: HarmonicPlan | None = eqx.field(static=True)
 
     def __init__(self, beta=1.0, *, normalisation: str = "softmax", log_scale=None, attention_impl: str = "auto"):
         v.check_beta("beta", beta)
@@ -229,20 +246,46 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
         if attention_impl not in IMPLS or attention_impl == "fourier":
             raise InputError(f"attention_impl of the identity sphere must be one of "
                              f"{tuple(i for i in IMPLS if i != 'fourier')}, got {attention_impl!r}.")
+        harmonic = None
+        if attention_impl in ("harmonic", "auto") and v.is_concrete(beta):
+            b = float(np.asarray(beta))
+            try:
+                sphere_degree(b)  # refuses a beta that needs more than MAX_DEGREE
+                harmonic = HarmonicPlan(b, auto=attention_impl == "auto")
+            except InputError:
+                if attention_impl == "harmonic":
+                    raise
+        elif attention_impl == "harmonic":
+            raise InputError("attention_impl='harmonic' chooses its degree from a concrete beta, and this beta is "
+                             "traced (jit/vmap/grad); build the field outside the transformation, or use 'auto'.")
         if log_scale is not None:
             v.check_real("log_scale", log_scale, "the log of the step scale s, a finite real scalar")
         dtype = jnp.result_type(beta, float)
         self.beta = jnp.asarray(beta, dtype)
         self.log_scale = jnp.zeros((), dtype) if log_scale is None else jnp.asarray(log_scale, dtype)
-        self.normalisation, self.attention_impl = normalisation, attention_impl
+        self.normalisation, self.attention_impl, self.harmonic = normalisation, attention_impl, harmonic
+
+    def _takes_harmonic(self, y) -> bool:
+        if self.attention_impl == "harmonic" and y.shape[-1] != 3:
+            raise InputError(f"attention_impl='harmonic' is the path of tokens on S^2 (d = 3), got tokens in "
+                             f"d = {y.shape[-1]}; use 'auto', 'dense' or 'chunked'.")
+        return self.harmonic is not None and self.harmonic.applies(y.shape[-2], y.shape[-1], y.dtype)
 
     def vector_field(self, t, y, args=None):
-        if self.normalisation == "softmax":
+        if self.normalisation == "softmax" and not self._takes_harmonic(y):
             return tangent_projection(y, attend(self.beta * y, y, y, impl=self.attention_impl))
         return self.vector_field_with_aux(t, y, args)[0]
 
     def vector_field_with_aux(self, t, y, args=None) -> tuple[Float[Array, "n d"], Float[Array, " n"]]:
-        """The field and the row sums :math:`r_i` of its max-shifted exponentials (one dense attention)."""
+        """The field and the row sums :math:`r_i` of its max-shifted exponentials (one dense attention, or the
+        sphere path's sums)."""
+        if self._takes_harmonic(y):
+            row_sums, sums = harmonic_sums(y, self.beta, self.harmonic)
+            if self.normalisation == "softmax":
+                out = sums / row_sums[:, None]
+            else:  # P_ij / s = e^{beta <x_i, x_j>} / (n s): the max-shifted sums times e^{beta - log s} / n
+                out = sums * jnp.exp(self.beta - self.log_scale - math.log(y.shape[-2]))
+            return tangent_projection(y, out), row_sums
         out, row_sums = attend_with_row_sums(self.beta * y, y, y, "softmax")
         if self.normalisation == "mean":  # P_ij / s = softmax_ij r_i e^{beta - log s} / n (max score beta)
             out = out * (row_sums * jnp.exp(self.beta - self.log_scale - math.log(y.shape[-2])))[:, None]

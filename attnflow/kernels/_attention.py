@@ -189,7 +189,7 @@ CHUNK_THRESHOLD = 1024 * 1024
 #: system would take ~1 GiB in float32, and use larger tiles
 GPU_CHUNK_THRESHOLD = 16384 * 16384
 GPU_CHUNK = 4096
-IMPLS = ("auto", "dense", "chunked", "fused", "fourier")
+IMPLS = ("auto", "dense", "chunked", "fused", "fourier", "harmonic")
 _FUSED_DTYPES = ("float16", "bfloat16")  # what cuDNN flash attention computes exactly
 
 
@@ -412,6 +412,8 @@ def attend(
       :func:`~attnflow.dynamics.sphere_flow`, :mod:`attnflow.kernels.fourier`), which needs the weights'
       structure (:math:`\beta Q^T K` a scaled rotation), not only q and k; here it is an
       :class:`~attnflow.InputError`.
+    * ``"harmonic"``: likewise the attention flows' O(n L^2) path for tokens on the sphere S^2
+      (:math:`\beta Q^T K = c I`, :mod:`attnflow.kernels.sphere`); here an :class:`~attnflow.InputError`.
 
     ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
@@ -443,6 +445,13 @@ def attend(
         raise InputError("impl='fourier' is the attention flows' path for tokens on the circle (it needs beta Q^T K, "
                          "not only q and k): set attention_impl='fourier' on AttentionFlow or sphere_flow, or call "
                          "attnflow.kernels.fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
+    if impl == "harmonic":
+        from ..errors import InputError
+
+        raise InputError("impl='harmonic' is the attention flows' path for tokens on the sphere S^2 (it needs "
+                         "beta Q^T K = c I, not only q and k): set attention_impl='harmonic' on AttentionFlow, "
+                         "sphere_flow or IdentitySphereFlow, or call attnflow.kernels.sphere.sphere_attention; attend "
+                         "takes 'auto', 'dense', 'chunked' or 'fused'.")
     _check_normalisation(normalisation)
     _check_qkv(q, k, v)
     check_mask(mask, q.shape[0], k.shape[0])

@@ -56,15 +56,12 @@ maximum 1). :func:`sphere_tail_bound` is a proven upper bound:
 * *Continued fraction.* :math:`\varphi_l(r) = \beta/(2l+1+\beta r)` decreases in :math:`r \ge 0` and
   :math:`r_l = \varphi_l(r_{l+1})`. From :math:`R_E = 0 \le r_E` and :math:`R_l = \varphi_l(R_{l+1})`,
   induction gives :math:`R_l \ge r_l` where E - l is odd (and :math:`\le` where it is even): two downward sweeps
-  (E and E + 1) give upper bounds :math:`\hat r_l \ge r_l`, hence :math:`g_l \le \hat g_l = g_0 (2l+1)\,\hat r_1
-  \cdots \hat r_l`. Beyond some M: termwise in the series
+  (E and E + 1) give upper bounds :math:`\hat r_l \ge r_l`, hence
+  :math:`g_l \le \hat g_l = g_0 (2l+1)\,\hat r_1 \cdots \hat r_l`. Beyond some M: termwise in the series
   :math:`i_l(\beta) = \frac{\beta^l}{(2l+1)!!}\sum_k \frac{(\beta^2/2)^k}{k!\,(2l+3)(2l+5)\cdots(2l+2k+1)}` the
   k-th term of :math:`i_{l+1}` is at most :math:`\beta/(2l+3)` times that of :math:`i_l`, so
   :math:`g_{l+1}/g_l \le \beta/(2l+1) \le \rho = \beta/(2M+3) < 1` for l > M (M >= beta/2 + 40), and
-
-  .. math::  T_L \le \sum_{l=L+1}^{M} \hat g_l + \frac{\hat g_{M+1}}{1 - \rho}.
-
-  Evaluated in logarithms, plus a relative margin of :math:`10^{-9}` for its own rounding. It exceeds the true
+  :math:`T_L \le \sum_{l=L+1}^{M} \hat g_l + \hat g_{M+1}/(1 - \rho)`, evaluated in logarithms, plus a relative margin of :math:`10^{-9}` for its own rounding. It exceeds the true
   tail by that margin only (tests: against 40-digit sums for beta from 0.01 to 256), so :func:`sphere_degree`
   is the smallest degree whose *true* tail is below the tolerance.
 * *Chernoff*, where M would exceed 2 x 10^5 terms (beta above about 4 x 10^5): for :math:`t = \cosh s > 1`,
@@ -89,8 +86,8 @@ Degrees at the unit roundoff: float64 L = 14, 22, 38, 71, 138 for beta = 1, 4, 1
 maximum, the terms of :math:`D_i` and of each component of :math:`N_i` add up to at most n in absolute value.
 Their rounding errors: the harmonics carry relative errors O(L u) (the recurrence; measured
 :math:`\le 10^{-14}` at L = 30), the moments are sums of n terms (a block of B tokens, then n/B blocks), the
-values sums of :math:`(L+1)^2` terms, so :math:`|\delta D_i|, |\delta N_i| \lesssim ((L+1)^2 + B + n/B + cL)\, u\,
-n`: absolute error O(n L^2 u), u the unit roundoff (the truncation adds at most :math:`n T_L \le n u`). The
+values sums of :math:`(L+1)^2` terms, so
+:math:`|\delta D_i|, |\delta N_i| \lesssim ((L+1)^2 + B + n/B + cL)\, u\, n`: absolute error O(n L^2 u), u the unit roundoff (the truncation adds at most :math:`n T_L \le n u`). The
 token itself contributes f(1) = 1, so :math:`D_i \ge 1` and the error of :math:`N_i/D_i` (whose entries are at
 most 1) is at most :math:`2|\delta|/D_i`: :math:`n L^2 u` for an isolated token, about :math:`L^2 u\, n/D_i` with
 :math:`n/D_i \approx 2\beta` in a spread cloud. These are worst cases; the observed errors against the direct
@@ -156,7 +153,9 @@ from jaxtyping import Array, Float
 from .. import _validate as v
 from ..errors import InputError
 
-__all__ = ["MAX_DEGREE", "sphere_attention", "sphere_degree", "sphere_kernel_coefficients", "sphere_tail_bound"]
+__all__ = ["MAX_DEGREE", "sphere_attention", "sphere_degree", "sphere_harmonics", "sphere_kernel_coefficients",
+           "sphere_tail_bound", "TOKENS_PER_HARMONIC", "HarmonicPlan", "identity_scales", "harmonic_plan",
+           "head_means", "harmonic_sums"]
 
 #: the highest degree :func:`sphere_degree` gives (float64: beta up to about 870); beyond it the
 #: kernel is so peaked that the tiled direct sum (:func:`attnflow.kernels.chunked_attend`) is the better tool
@@ -426,6 +425,50 @@ def _harmonics(x3: Array, degree: int) -> Array:
     return jnp.stack([jnp.stack([pad(dc, 0), pad(ds, 1)]) for dc, ds in _diagonals(x3, degree)])
 
 
+@functools.lru_cache(maxsize=64)
+def _flat_order(degree: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For column c = l^2 + l + m (m = -l..l) of :func:`sphere_harmonics`: its (k = l - |m|, cos 0 / sin 1, |m|) in
+    the layout of :func:`_harmonics`."""
+    l = np.concatenate([np.full(2 * d + 1, d) for d in range(degree + 1)])
+    m = np.concatenate([np.arange(-d, d + 1) for d in range(degree + 1)])
+    return l - np.abs(m), (m < 0).astype(int), np.abs(m)
+
+
+def sphere_harmonics(x: Float[Array, "n 3"], degree: int) -> Float[Array, "n H"]:
+    r"""The real harmonics of degree <= L at the directions of x (n, 3): (n, (L+1)^2), column
+    :math:`l^2 + l + m` for m = -l..l holding :math:`Y^c_{l,m}` (m >= 0) or :math:`Y^s_{l,|m|}` (m < 0).
+
+    Normalised to mean square 1 over the sphere (:math:`\sqrt{4\pi}` times the orthonormal ones; the addition
+    theorem :math:`\sum_m Y_{lm}(x)Y_{lm}(y) = (2l+1)P_l(\langle x, y\rangle)`), with
+    :math:`Y^c_{lm} + iY^s_{lm} = \bar P_l^m(\cos\theta)e^{im\varphi}`: the polynomials in (x, y, z) of the
+    recurrence above (module docstring), evaluated at :math:`x/\|x\|`. Traceable and differentiable (along the
+    sphere, derivatives of the polynomials: exact at the poles too). O(n L^2) memory: for checks, quadrature
+    tables and small clouds.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels.sphere import sphere_harmonics
+        >>> Y = sphere_harmonics(jnp.array([[0.0, 0.6, 0.8]]), 1)     # 1, sqrt(3) (y, z, x)
+        >>> [round(float(a), 5) for a in Y[0]]
+        [1.0, 1.03923, 1.38564, 0.0]
+    """
+    degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree kept")
+    shape = v.check_array("x", x, "points (n, 3) of the sphere S^2", ranks=(2,))
+    if shape[1] != 3:
+        raise InputError(f"x must be points (n, 3) of the sphere S^2, got shape {shape}.")
+    return _harmonic_table(v.as_float(x), degree)
+
+
+@functools.partial(jax.jit, static_argnames=("degree",))
+def _harmonic_table(x: Array, degree: int) -> Array:
+    """:func:`sphere_harmonics` through the rolled program (:func:`_rolled`: one loop body, fast to compile)."""
+    x3 = (x / jnp.sqrt(jnp.sum(x * x, axis=1, keepdims=True))).T
+    none = jnp.zeros((degree + 1, 0), x3.dtype)
+    cos, sin = _rolled(x3, degree, lambda _, cn, sn: (cn, sn), (none[0], none[1:]))  # (k, m, n) each
+    k, kind, m = _flat_order(degree)
+    return jnp.stack([cos, sin], axis=1)[k, kind, m].T
+
+
 # -- the O(n L^2) sums ----------------------------------------------------------------------------------------
 
 
@@ -520,19 +563,24 @@ def _sums(x3: Array, degree: int, coef: Array, block: int | None) -> Array:
     return out.transpose(1, 0, 2).reshape(4, blocks * block)[:, :n]
 
 
-@functools.partial(jax.jit, static_argnames=("degree", "normalisation", "block", "depth"))
-def _sphere_means(x: Array, beta: Array, degree: int, normalisation: str, block: int | None, depth: int) -> Array:
-    n = x.shape[0]
+@functools.partial(jax.jit, static_argnames=("degree", "block", "depth"))
+def _sphere_sums(x: Array, beta: Array, degree: int, block: int | None, depth: int) -> tuple[Array, Array]:
+    r"""(D (n,), N (n, 3)) of the directions of ``x`` (module docstring): D is the row sums of the max-shifted
+    exponentials :math:`\sum_j e^{\beta(\langle x_i, x_j\rangle - 1)}`, N the same sums weighted by x_j."""
     x3 = (x / jnp.sqrt(jnp.sum(x * x, axis=1, keepdims=True))).T  # the directions, (3, n)
     g = _coefficients(beta, degree, depth)
     rec = _recurrence(degree)
     per_degree = g / (2 * jnp.arange(degree + 1, dtype=x.dtype) + 1)  # g_l / (2l + 1)
     coef = jnp.where(rec.valid, per_degree[np.minimum(rec.degree, degree)], 0)[:, None, :, None]
     sums = _sums(x3, degree, coef, block)
-    D, N = sums[0], sums[1:]
+    return sums[0], sums[1:].T
+
+
+def _sphere_means(x: Array, beta: Array, degree: int, normalisation: str, block: int | None, depth: int) -> Array:
+    D, N = _sphere_sums(x, beta, degree, block, depth)
     if normalisation == "softmax":
-        return (N / D).T
-    return (N * (jnp.exp(beta) / n)).T
+        return N / D[:, None]
+    return N * (jnp.exp(beta) / x.shape[0])
 
 
 def sphere_attention(
@@ -544,8 +592,8 @@ def sphere_attention(
     _block: int | None = None,
 ) -> Float[Array, "n 3"]:
     r"""Attention of tokens on the unit sphere :math:`S^2` in O(n L^2): :math:`\sum_j P_{ij} x_j` with
-    :math:`P_{ij} = \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle)` (``"mean"``: :math:`e^{\beta\langle x_i,
-    x_j\rangle}/n`), through the Legendre series of the kernel truncated at degree L (module docstring).
+    :math:`P_{ij} = \mathrm{softmax}_j(\beta\langle x_i, x_j\rangle)` (``"mean"``:
+    :math:`e^{\beta\langle x_i, x_j\rangle}/n`), through the Legendre series of the kernel truncated at degree L (module docstring).
 
     ``x``: tokens (n, 3); their directions :math:`x_j/\|x_j\|` are used (exact for unit tokens; for others the
     attention of their projections onto the sphere). ``beta >= 0``: the score scale (:math:`Q^TK = \beta I`).
@@ -591,3 +639,157 @@ def sphere_attention(
     n = shape[0]
     block = _block if _block is not None else (None if n <= _ROLLED_MAX else _BLOCK)
     return _sphere_means(x, jnp.asarray(beta, x.dtype), degree, normalisation, block, _depth(degree, beta))
+
+
+# -- the attention flows' plan ------------------------------------------------------------------------
+
+#: ``attention_impl="auto"`` takes the sphere path when n >= TOKENS_PER_HARMONIC * (L + 1)^2: measured on a
+#: 2-core AMD EPYC (float64 and float32, beta = 1, 4, 16), the path is 1.1-1.9x faster than the dense sum from
+#: about 2-4 (L + 1)^2 tokens, 6-75x from 8-40 (L + 1)^2, and slower below (benchmarks/NOTES.md)
+TOKENS_PER_HARMONIC = 4
+
+
+@dataclass(frozen=True)
+class HarmonicPlan:
+    """How an attention flow takes the sphere path (static): the score scale ``bound`` its degree is chosen for
+    (:func:`sphere_degree` of it, in the state's dtype), and whether ``"auto"`` chose it (then only above the
+    crossover :data:`TOKENS_PER_HARMONIC`)."""
+
+    bound: float
+    auto: bool
+
+    def degree(self, dtype) -> int:
+        """L for states of ``dtype``."""
+        return sphere_degree(self.bound, dtype)
+
+    def applies(self, n: int, d: int, dtype) -> bool:
+        """Whether a field evaluation with n tokens in R^d takes the sphere path."""
+        return d == 3 and (not self.auto or n >= TOKENS_PER_HARMONIC * (self.degree(dtype) + 1) ** 2)
+
+
+def identity_scales(Q, K, beta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""For concrete weights (any leading axes, flattened to (h,)): the scale :math:`c = \mathrm{tr}(A)/3` of
+    :math:`A = \beta Q^T K`, the norm of its part off the scaled identity :math:`\|A - cI\|_F`, and the rounding
+    tolerance of that norm, :math:`16\,\epsilon\,|\beta|\,\|Q\|_F\|K\|_F` (in float64: the caller's weights in their
+    own dtype are checked at their own rounding by the caller).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.kernels.sphere import identity_scales
+        >>> c, off, tol = identity_scales(np.eye(3), 2 * np.eye(3), 1.5)
+        >>> float(c[0]), float(off[0])
+        (3.0, 0.0)
+    """
+    Q, K = np.asarray(Q, np.float64), np.asarray(K, np.float64)
+    lead = np.broadcast_shapes(Q.shape[:-2], np.shape(beta))
+    b = np.broadcast_to(np.asarray(beta, np.float64), lead)
+    A = (np.einsum("...mi,...mj->...ij", Q, K) * b[..., None, None]).reshape(-1, Q.shape[-1], K.shape[-1])
+    c = np.trace(A, axis1=-2, axis2=-1) / A.shape[-1]
+    off = np.sqrt(np.sum((A - c[:, None, None] * np.eye(A.shape[-1])) ** 2, axis=(-2, -1)))
+    scale = (np.abs(b) * np.sqrt(np.sum(Q * Q, axis=(-2, -1)) * np.sum(K * K, axis=(-2, -1)))).reshape(-1)
+    return c, off, scale
+
+
+def harmonic_plan(w, attention_impl: str, *, mask=None, unit_tokens: bool = False, owner: str,
+                  relative: bool = False) -> HarmonicPlan | None:
+    r"""Whether the sphere path (``attention_impl="harmonic"``) applies, and how: every rule in one place.
+
+    * ``"harmonic"`` (explicit) applies in the raw picture to one set of concrete weights for every layer, in
+      d = 3, without a mask or query/key biases (a value bias is fine), with :math:`\beta Q^T K = c\,I` and
+      :math:`c \ge 0` for every head and member of a batch (to 16 units of rounding of the product). Where a rule
+      fails it is an :class:`InputError` sentence. The path attends with the tokens' directions (exact for unit
+      tokens: :func:`~attnflow.dynamics.sphere_flow`, the layer stepper with ``sphere_shift``).
+    * ``"auto"`` takes it only for unit tokens (``unit_tokens``), where every rule above holds, and only above
+      the crossover :data:`TOKENS_PER_HARMONIC` (:meth:`HarmonicPlan.applies`); otherwise None.
+
+    Traced weights (inside jit / vmap / grad) are refused by ``"harmonic"`` (the degree is chosen from the
+    concrete scale) and never taken by ``"auto"``: build the field outside the transformation.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow import AttentionWeights
+        >>> from attnflow.kernels.sphere import harmonic_plan
+        >>> w = AttentionWeights(jnp.eye(3), jnp.eye(3), jnp.eye(3), beta=4.0)
+        >>> harmonic_plan(w, "harmonic", owner="AttentionFlow"), harmonic_plan(w, "auto", owner="AttentionFlow")
+        (HarmonicPlan(bound=4.0, auto=False), None)
+        >>> harmonic_plan(w, "auto", unit_tokens=True, owner="sphere_flow")
+        HarmonicPlan(bound=4.0, auto=True)
+    """
+    explicit = attention_impl == "harmonic"
+    if not (explicit or (attention_impl == "auto" and unit_tokens)):
+        return None
+    reason = None
+    if relative:
+        reason = (f"{owner} computes scores of the rescaled tokens e^(tV) z, which leave the sphere; use the raw "
+                  "picture (AttentionFlow, sphere_flow)")
+    elif "layer" in w.axes:
+        reason = "it takes one set of weights for every layer, these have a 'layer' axis"
+    elif w.d != 3:
+        reason = f"the sphere path is for tokens on S^2 (d = 3), these weights act on d = {w.d}"
+    elif mask is not None:
+        reason = "a mask breaks the zonal structure of the scores; drop the mask or use 'chunked'"
+    elif w.q_bias is not None or w.k_bias is not None:
+        reason = "query/key biases break the zonal structure of the scores; use 'chunked' or 'dense'"
+    elif v.is_traced(w.Q, w.K, w.beta):
+        reason = (f"{owner} got traced weights (jit/vmap/grad), and the degree is chosen from their concrete score "
+                  "scale; build the field outside the transformation (a batch over tokens or V only is fine)")
+    if reason is None:
+        c, off, scale = identity_scales(w.Q, w.K, w.beta)
+        tol = 16 * float(np.finfo(np.dtype(w.dtype)).eps) * scale
+        bad = np.flatnonzero(~(off <= tol) | ~(c >= 0))
+        if bad.size:
+            i = int(bad[0])
+            where = f" (index {i} of the flattened heads / batch)" if c.size > 1 else ""
+            reason = (f"it needs beta Q^T K = c I with c >= 0 (then the scores of unit tokens are c <x_i, x_j>), but "
+                      f"it has c = {c[i]:.3g} and a part off the identity of norm {off[i]:.3g}{where}")
+    if reason is not None:
+        if explicit:
+            raise InputError(f"attention_impl='harmonic' does not apply here: {reason}.")
+        return None
+    bound = float(c.max())
+    try:
+        sphere_degree(bound, w.dtype)
+    except InputError:
+        if explicit:
+            raise
+        return None
+    return HarmonicPlan(bound, auto=not explicit)
+
+
+def head_means(x: Float[Array, "n 3"], scales: Float[Array, " h"], plan: HarmonicPlan, normalisation: str
+               ) -> Float[Array, "h n 3"]:
+    r""":math:`\sum_j P^h_{ij}\hat x_j` for every head h of score scale :math:`c_h` (the attention flows' sphere
+    path): :func:`sphere_attention` of the directions at the plan's degree, one head at a time.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.kernels.sphere import HarmonicPlan, head_means, sphere_attention
+        >>> x = jax.random.normal(jax.random.key(0), (50, 3))
+        >>> out = head_means(x, jnp.array([1.0, 2.0]), HarmonicPlan(2.0, auto=False), "softmax")
+        >>> out.shape, bool(jnp.allclose(out[1], sphere_attention(x, 2.0), atol=1e-6))
+        ((2, 50, 3), True)
+    """
+    degree = plan.degree(x.dtype)
+    depth = _depth(degree, plan.bound)
+    block = None if x.shape[0] <= _ROLLED_MAX else _BLOCK
+    return jax.lax.map(lambda c: _sphere_means(x, c, degree, normalisation, block, depth),
+                       jnp.asarray(scales, x.dtype).reshape(-1))
+
+
+def harmonic_sums(x: Float[Array, "n 3"], beta, plan: HarmonicPlan) -> tuple[Float[Array, " n"], Float[Array, "n 3"]]:
+    r"""(D, N) of one score scale ``beta`` at the plan's degree: the row sums of the max-shifted exponentials
+    :math:`D_i = \sum_j e^{\beta(\langle\hat x_i, \hat x_j\rangle - 1)}` and
+    :math:`N_i = \sum_j e^{\beta(\langle\hat x_i, \hat x_j\rangle - 1)}\hat x_j` (the identity sphere's field and its row sums).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.kernels.sphere import HarmonicPlan, harmonic_sums
+        >>> x = jax.random.normal(jax.random.key(0), (50, 3))
+        >>> x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+        >>> D, N = harmonic_sums(x, 3.0, HarmonicPlan(3.0, auto=False))
+        >>> bool(jnp.allclose(D, jnp.exp(3.0 * (x @ x.T - 1)).sum(1), rtol=1e-5))
+        True
+    """
+    degree = plan.degree(x.dtype)
+    block = None if x.shape[0] <= _ROLLED_MAX else _BLOCK
+    return _sphere_sums(x, jnp.asarray(beta, x.dtype), degree, block, _depth(degree, plan.bound))
