@@ -204,7 +204,9 @@ def _third_moment(x, w, block):
 @keeps_float64
 def harmonic_energies(x: Float[Array, "n d"], max_degree: int = 2, weights: Float[Array, " n"] | None = None,
                       *, block: int = DEFAULT_BLOCK) -> Float[Array, " L"]:
-    r"""Spherical-harmonic energies :math:`E_l = \sum_{Y} |\int Y\, d\mu|^2` of degrees l = 0..max_degree (<= 3).
+    r"""Spherical-harmonic energies :math:`E_l = \sum_{Y} |\int Y\, d\mu|^2` of degrees l = 0..max_degree (<= 3 in
+    any dimension; on S^2, d = 3, any degree up to :data:`attnflow.kernels.sphere.MAX_DEGREE`, through
+    :func:`attnflow.kernels.sphere.degree_energies`, O(n L^2)).
 
     The sum runs over an :math:`L^2(\sigma)`-orthonormal basis of the harmonics of degree l
     (:math:`\sigma` the uniform probability on :math:`S^{d-1}`), so that
@@ -225,12 +227,21 @@ def harmonic_energies(x: Float[Array, "n d"], max_degree: int = 2, weights: Floa
         >>> from attnflow.meanfield import harmonic_energies
         >>> [round(float(e), 5) for e in harmonic_energies(jnp.array([[0.0, 0.0, 1.0]]), 3)]   # dims 1, 3, 5, 7
         [1.0, 3.0, 5.0, 7.0]
+        >>> [round(float(e), 5) for e in harmonic_energies(jnp.array([[0.0, 0.0, 1.0]]), 6)]   # on S^2, any degree
+        [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0]
     """
-    max_degree = v.check_int("max_degree", max_degree, minimum=0, meaning="the highest harmonic degree, 0 to 3")
-    if max_degree > 3:
-        raise InputError(f"max_degree must be at most 3 (energies through moments of order <= 3), got {max_degree}.")
+    from ..kernels.sphere import MAX_DEGREE, degree_energies
+
+    max_degree = v.check_int("max_degree", max_degree, minimum=0, meaning="the highest harmonic degree")
     x = _tokens(x)
     check_weights(weights, x.shape[0])
+    if max_degree > 3:
+        if x.shape[1] != 3:
+            raise InputError(f"max_degree must be at most 3 for tokens in d = {x.shape[1]} (energies through moments "
+                             f"of order <= 3; any degree on S^2, d = 3), got {max_degree}.")
+        if max_degree > MAX_DEGREE:
+            raise InputError(f"max_degree must be at most {MAX_DEGREE} on S^2, got {max_degree}.")
+        return degree_energies(x, max_degree, _weights(weights, x.shape[0], x.dtype))
     return _harmonic(x, weights, max_degree, v.check_int("block", block, meaning="particles per block"))
 
 
