@@ -32,8 +32,8 @@ Example:
 from ._clusters import circle_cluster_count, circle_gaps, sphere_cluster_count
 from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sliced_w1, sphere_mmd
 from ._kernel import kernel_modes
-from ._linear import (critical_noise, growth_rates, most_unstable_mode, noisy_growth_rates, perturbed_uniform_density,
-                      sphere_growth_rates, tricritical_beta)
+from ._linear import (critical_noise, fit_growth_rates, growth_rates, most_unstable_mode, noisy_growth_rates,
+                      perturbed_uniform_density, sphere_growth_rates, tricritical_beta)
 from ._transition import disordered_fluctuations, noisy_transition, order_parameter, particle_transition
 from ._measures import (
     circle_angles,
@@ -60,7 +60,7 @@ __all__ = [
     # the continuity equation on the circle (its field: attnflow.fields.build_field("continuity", ...))
     "circle_grid", "DensityPath", "solve_continuity",
     # linear instability of the uniform measure
-    "growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
+    "growth_rates", "fit_growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
     "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",
     "particle_transition", "disordered_fluctuations",
     # the study job (attnflow meanfield)

@@ -388,7 +388,7 @@ def fit_growth_rates(ts, amplitudes, *, max_amplitude: float, start: float | Non
 
     Example:
         >>> import numpy as np
-        >>> from attnflow.meanfield._linear import fit_growth_rates
+        >>> from attnflow.meanfield import fit_growth_rates
         >>> ts = np.linspace(0, 5, 11)
         >>> fit = fit_growth_rates(ts, 1e-6 * np.exp(np.outer(ts, [0.5, 2.0])), max_amplitude=1e-3)
         >>> np.round(fit["rate"], 6).tolist(), fit["points"].tolist()
