@@ -29,6 +29,10 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
   :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a density of ``num_points`` grid
   points (options ``normalisation``, ``dealias``, ``diffusion`` :math:`D = \sigma^2/2` of noisy tokens, adding
   :math:`D\,\partial_\theta^2\rho`; :func:`attnflow.meanfield.solve_continuity` integrates it).
+* ``sphere_continuity`` (raw, state read as it is): the same limit on the sphere :math:`S^2` (the 3 x 3 identity
+  given, with beta), the right-hand side of the continuity equation on the real harmonic coefficients of a density
+  up to degree ``degree`` (options ``normalisation``, ``diffusion`` :math:`D = \sigma^2/2`, adding :math:`D\Delta\rho`;
+  :func:`attnflow.meanfield.solve_sphere_continuity` integrates it).
 * ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
 * ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
   denominator.
@@ -353,6 +357,20 @@ def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias
                          f"mask (got mask={how.mask!r}).")
     return CircleContinuity(w.beta, num_points, normalisation=normalisation, dealias=dealias, diffusion=diffusion,
                             dtype=w.beta.dtype)
+
+
+@register_field("sphere_continuity", rescaled_reading=False)
+def _sphere_continuity(w, how, *, degree=REQUIRED, normalisation="softmax", diffusion=0.0):
+    # imported here, like "continuity": the field lives with the mean-field maths it is made of
+    from .meanfield._sphere_continuity import SphereContinuity
+
+    if w.d != 3 or not _identity_head(w):
+        raise InputError("field 'sphere_continuity' is the mean-field limit of Q = K = V = I on the sphere S^2: give "
+                         "the 3 x 3 identity as Q, K and V (one head, no biases), with beta.")
+    if how.mask is not None:
+        raise InputError(f"field 'sphere_continuity' moves a density, where every point attends to every other: "
+                         f"drop the mask (got mask={how.mask!r}).")
+    return SphereContinuity(w.beta, degree, normalisation=normalisation, diffusion=diffusion, dtype=w.beta.dtype)
 
 
 @register_field("prenorm")

@@ -98,7 +98,7 @@ def test_continuity_matches_hand_built():
 
 
 def test_every_name_is_tested():
-    assert {CASES[c][0] for c in CASES} | {"multihead", "continuity"} == set(FIELDS)
+    assert {CASES[c][0] for c in CASES} | {"multihead", "continuity", "sphere_continuity"} == set(FIELDS)
 
 
 def test_entries_say_shift_and_reading():

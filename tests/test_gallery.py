@@ -27,6 +27,7 @@ VERDICTS = {
     "04_probe_an_assumption": ("Def 4.1(1) BROKEN", "NOT BROKEN"),
     "05_sensitivity_to_V": ("finite difference AGREE", "DISAGREE"),
     "10_noisy_transition": ("sigma_c: INSIDE", "OUTSIDE"),
+    "11_clusters_on_the_sphere": ("l* is 2: MATCHES", "DIFFERS"),
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

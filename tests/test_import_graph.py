@@ -243,6 +243,7 @@ ALLOWED_CROSSINGS = {
     # maths it is made of; attnflow.meanfield's face imports the registry (its solver builds that field), so the
     # builder imports the field's own module, which imports no registry
     "attnflow.fields imports the private module attnflow.meanfield._continuity",
+    "attnflow.fields imports the private module attnflow.meanfield._sphere_continuity",
     # the command line is the extensions job's thin edge; the report's face is the reproduction report
     "attnflow.cli.extensions imports the private module attnflow.report._extensions",
     # figure workers are separate processes that import without JAX; attnflow.plot's face imports pyplot

@@ -466,7 +466,10 @@ def _harmonic_table(x: Array, degree: int) -> Array:
     none = jnp.zeros((degree + 1, 0), x3.dtype)
     cos, sin = _rolled(x3, degree, lambda _, cn, sn: (cn, sn), (none[0], none[1:]))  # (k, m, n) each
     k, kind, m = _flat_order(degree)
-    return jnp.stack([cos, sin], axis=1)[k, kind, m].T
+    size = degree + 1
+    table = jnp.stack([cos, sin], axis=1).reshape(2 * size * size, -1)  # rows (k, kind, m)
+    # int32 positions through take: NumPy int64 indices fail when float64 mode is switched on after a first trace
+    return jnp.take(table, jnp.asarray((k * 2 + kind) * size + m, jnp.int32), axis=0).T
 
 
 # -- the O(n L^2) sums ----------------------------------------------------------------------------------------
@@ -574,16 +577,16 @@ def _blocked_moments(x3: Array, w: Array, degree: int, block: int) -> tuple[Arra
 def degree_energies(x: Float[Array, "n 3"], degree: int, weights: Float[Array, " n"] | None = None
                     ) -> Float[Array, " L1"]:
     r"""The energy of each degree l = 0..L of the measure :math:`\mu = \sum_j w_j \delta_{\hat x_j}` on S^2
-    (default weights 1/n): :math:`E_l = \sum_{m} ig(\int Y_{lm}\, d\muig)^2` over the real harmonics of
+    (default weights 1/n): :math:`E_l = \sum_{m} \big(\int Y_{lm}\, d\mu\big)^2` over the real harmonics of
     degree l, orthonormal for the uniform probability on the sphere (:func:`sphere_harmonics`), so
-    :math:`E_l = \sum_{i,j} w_i w_j (2l+1) P_l(\langle \hat x_i, \hat x_jangle)`: 0 for l >= 1 under the
+    :math:`E_l = \sum_{i,j} w_i w_j (2l+1) P_l(\langle \hat x_i, \hat x_j\rangle)`: 0 for l >= 1 under the
     uniform measure, 2l + 1 for a point mass, about (2l+1)/n for n independent uniform tokens. O(n L^2) time in
     blocks of 4096 tokens, O(L^2) memory; traceable.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from attnflow.kernels.sphere import degree_energies
-        >>> [round(float(e), 6) for e in degree_energies(jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]]), 3)]
+        >>> [round(float(e), 4) for e in degree_energies(jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]]), 3)]
         [1.0, 0.0, 5.0, 0.0]
     """
     degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree L")

@@ -47,6 +47,10 @@ from ._measures import (
     sphere_moments,
 )
 from ._pde import DensityPath, circle_grid, solve_continuity
+from ._sphere_pde import (SphereDensityPath, SphereGrid, perturbed_uniform_sphere_density, sample_sphere_density,
+                          solve_sphere_continuity, sphere_degree_energies, sphere_density_at,
+                          sphere_density_coefficients, sphere_density_on_grid, sphere_empirical_coefficients,
+                          sphere_grid)
 from ._config import MeanfieldConfig, check_meanfield_config, load_meanfield_config
 from ._run import near_uniform_start, run_meanfield, start_density, time_scale
 
@@ -59,6 +63,10 @@ __all__ = [
     "circle_w1", "circle_w1_to_density", "circle_w1_densities", "sphere_mmd", "sliced_w1",
     # the continuity equation on the circle (its field: attnflow.fields.build_field("continuity", ...))
     "circle_grid", "DensityPath", "solve_continuity",
+    # the continuity equation on S^2, spectral in harmonics (its field: build_field("sphere_continuity", ...))
+    "sphere_grid", "SphereGrid", "SphereDensityPath", "solve_sphere_continuity", "sphere_density_coefficients",
+    "sphere_density_on_grid", "sphere_density_at", "sphere_empirical_coefficients", "sphere_degree_energies",
+    "perturbed_uniform_sphere_density", "sample_sphere_density",
     # linear instability of the uniform measure
     "growth_rates", "fit_growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
     "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",

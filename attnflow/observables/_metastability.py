@@ -114,12 +114,12 @@ def _settle(c: np.ndarray, reference) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def metastable_states(counts: np.ndarray, *, reference=None, running_min: bool = True) -> np.ndarray:
     r"""Whether each checkpoint of a series of cluster counts (K,) or of S of them (S, K) is in a metastable state
-    (module docstring): gathered, :math:`c \le c_{m ref}/2`, and not one cluster, :math:`c \ge 2`.
+    (module docstring): gathered, :math:`c \le c_{\rm ref}/2`, and not one cluster, :math:`c \ge 2`.
 
-    ``reference``: :math:`c_{m ref}`, a number or one per system (default: each system's count at its first
+    ``reference``: :math:`c_{\rm ref}`, a number or one per system (default: each system's count at its first
     checkpoint). ``running_min``: gathered from the first checkpoint that is, and the count read as its running
     minimum (the rule of :func:`plateaus`); False: each checkpoint on its own count,
-    :math:`2 \le c_k \le c_{m ref}/2`.
+    :math:`2 \le c_k \le c_{\rm ref}/2`.
 
     Example:
         >>> import numpy as np
