@@ -27,6 +27,7 @@ Usage: ``python benchmarks/bench_sphere_path.py [--sizes 100000,1000000] [--beta
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -152,7 +153,7 @@ def profile(n: int, beta: float, degree: int, repeats: int) -> None:
     print(f"  ({per:.3g} harmonic values per pass; seconds per value and pass: see the recurrence row / {per:.3g})")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000", help="token counts of the sphere rows (comma-separated)")
@@ -163,7 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--direct-repeats", type=int, default=2, help="timed calls of the direct row (default 2)")
     parser.add_argument("--no-direct", action="store_true", help="skip the direct row")
     parser.add_argument("--profile", action="store_true", help="time the sphere layer's passes apart")
+    parser.add_argument("--quick", action="store_true", help="10^4 tokens, direct row at 10^4 (seconds)")
+    parser.add_argument("--out", default=None, help="also write the rows as JSON here (make bench: RUN_DIR/sphere.json)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.direct_n, args.repeats, args.direct_repeats = "10000", 10_000, 2, 1
+    record = {"machine": machine(), "beta": args.beta, "dtype": "float64", "rows": []}
 
     from attnflow.kernels.sphere import sphere_degree
 
@@ -173,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         matmul, exp = rates(5)
         print(f"float64 rates [{cpu_model()}, {os.cpu_count()} CPUs]: matmul 2048^2 {matmul / 1e9:.3g} Gflop/s, "
               f"exp {exp / 1e9:.3g} G exp/s")
+        record.update(matmul_flops_per_s=matmul, exp_per_s=exp)
         degree = sphere_degree(args.beta, "float64")
         harmonics = (degree + 1) ** 2
         results = {}
@@ -180,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
             x = tokens(n)
             compile_s, t = timed(sphere_layer(args.beta, degree, args.dt), x, repeats=args.repeats)
             results[n] = min(t)
+            record["rows"].append({"path": "sphere", "n": n, "degree": degree, "times_s": list(t), "compile_s": compile_s,
+                                   "load": os.getloadavg()[0]})
             # work: two passes of (L+1)^2 harmonics per token, each with a 4-column product (8 flops per harmonic)
             work = 2 * 8.0 * harmonics * n
             print(f"sphere  n={n:>8}: beta={args.beta:g}, L={degree} ({harmonics} harmonics), float64: {spread(t)}; "
@@ -190,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
             x = tokens(n)
             compile_s, t = timed(direct_layer(args.beta, args.dt), x, repeats=args.direct_repeats)
             floor = n * n / exp
+            record["rows"].append({"path": "direct", "n": n, "times_s": list(t), "compile_s": compile_s,
+                                   "load": os.getloadavg()[0]})
             print(f"direct  n={n:>8}: chunked_attend, float64: {spread(t)}; compile {compile_s:.2f} s; its n^2 exps "
                   f"alone at the exp rate {floor:.3g} s [{cpu_model()}, {os.cpu_count()} CPUs, load "
                   f"{os.getloadavg()[0]:.1f}]")
@@ -204,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
                     print(line)
         if args.profile and sizes:
             profile(max(sizes), args.beta, degree, args.repeats)
+    if args.out:
+        Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    return record
 
 
 if __name__ == "__main__":

@@ -538,6 +538,9 @@ def _main(argv=None) -> dict:
     p.add_argument("--no-noise", dest="noise", action="store_false",
                    help="skip the stochastic layer against the deterministic one (benchmarks/bench_noise.py "
                         "-> RUN_DIR/noise.json)")
+    p.add_argument("--no-sphere", dest="sphere", action="store_false",
+                   help="skip the S^2 path against the tiled direct sum (benchmarks/bench_sphere_path.py "
+                        "-> RUN_DIR/sphere.json)")
     args = p.parse_args(argv)
     if args.report:
         return report(args.report)
@@ -564,6 +567,11 @@ def _main(argv=None) -> dict:
 
         summary["noise"] = bench_noise.main((["--quick"] if args.quick else [])
                                             + ["--out", str(Path(summary["run_dir"]) / "noise.json")])
+    if args.sphere:
+        from benchmarks import bench_sphere_path
+
+        summary["sphere"] = bench_sphere_path.main((["--quick"] if args.quick else [])
+                                                   + ["--out", str(Path(summary["run_dir"]) / "sphere.json")])
     return summary
 
 

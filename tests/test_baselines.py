@@ -81,7 +81,7 @@ def test_suite_smoke_run_writes_its_folder(tmp_path):
     out = tmp_path / "run"
     # the whole-job benchmarks (phase, mean field) have smoke tests of their own
     summary = suite.main(["--quick", "--sizes", "2x16x4", "--steps", "3", "--no-torch", "--no-tiny", "--no-phase",
-                          "--no-meanfield", "--no-noise", "--loop-max-n", "16", "--out", str(out)])
+                          "--no-meanfield", "--no-noise", "--no-sphere", "--loop-max-n", "16", "--out", str(out)])
     for name in ("config.json", "summary.json", "table.csv", "table.md", "throughput.png"):
         assert (out / name).is_file(), name
     rows = {(r["method"], r["dtype"]): r for r in json.loads((out / "summary.json").read_text())["rows"]}
