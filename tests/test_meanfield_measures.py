@@ -12,6 +12,7 @@ from scipy import special, stats
 from attnflow.errors import InputError
 from attnflow.meanfield import (
     circle_cluster_count,
+    circle_clusters,
     circle_histogram,
     circle_w1,
     circle_w1_densities,
@@ -147,6 +148,26 @@ def test_fourier_energy_refuses_too_few_modes():
 
 #: the O(n^2) reference count, compiled once (its threshold is traced)
 graph_count = jax.jit(clusters_above)
+
+
+def test_circle_clusters_recover_constructed_positions_masses_and_gaps(rng):
+    """Clusters of known centres (one straddling the cut at 0 = 2 pi), sizes and half-widths: positions to the
+    clusters' own circular means (exactly what is computed, to rounding), masses exactly, gaps summing to 2 pi,
+    the count equal to circle_cluster_count's."""
+    centres = np.array([6.25, 1.0, 2.2, 4.0])  # the first straddles 0
+    sizes = np.array([300, 100, 250, 350])
+    theta = np.concatenate([c + rng.uniform(-0.05, 0.05, s) for c, s in zip(centres, sizes)])
+    out = circle_clusters(theta[rng.permutation(theta.size)], 0.3)
+    assert out["count"] == 4 == int(circle_cluster_count(theta, 0.3))
+    order = np.argsort(np.mod(centres, 2 * np.pi))
+    means = [np.angle(np.mean(np.exp(1j * theta[np.sum(sizes[:i]):np.sum(sizes[:i + 1])]))) % (2 * np.pi)
+             for i in range(4)]
+    np.testing.assert_allclose(out["positions"], np.asarray(means)[order], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(out["masses"], (sizes / sizes.sum())[order])
+    assert abs(out["gaps"].sum() - 2 * np.pi) < 1e-12 and out["smallest_gap"] == pytest.approx(2 * np.pi - 6.25 + 1.0, abs=0.02)
+    assert 0.04 < out["spread"] <= 0.06  # half-width 0.05 about the centre; the mean sits within ~0.003 of it
+    spread_out = circle_clusters(np.linspace(0, 2 * np.pi, 1000, endpoint=False), 0.3)
+    assert spread_out["count"] == 0 and math.isnan(spread_out["smallest_gap"])
 
 
 def test_circle_cluster_count_is_the_graph_count():

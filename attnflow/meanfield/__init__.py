@@ -29,12 +29,13 @@ Example:
     True
 """
 
-from ._clusters import circle_cluster_count, circle_gaps, sphere_cluster_count
+from ._clusters import circle_cluster_count, circle_clusters, circle_gaps, sphere_cluster_count
 from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sliced_w1, sphere_mmd
 from ._kernel import kernel_modes
 from ._linear import (critical_noise, fit_growth_rates, growth_rates, most_unstable_mode, noisy_growth_rates,
                       perturbed_uniform_density, sphere_growth_rates, tricritical_beta)
 from ._transition import disordered_fluctuations, noisy_transition, order_parameter, particle_transition
+from ._sphere_transition import noisy_sphere_transition, sphere_order_parameter
 from ._measures import (
     circle_angles,
     circle_histogram,
@@ -58,7 +59,7 @@ __all__ = [
     # measures at any n
     "circle_angles", "fourier_coefficients", "density_fourier_coefficients", "sphere_moments", "harmonic_energies",
     "circle_histogram", "sphere_histogram", "interaction_energy_tiled", "interaction_energy_fourier",
-    "circle_cluster_count", "circle_gaps", "sphere_cluster_count", "kernel_modes",
+    "circle_cluster_count", "circle_clusters", "circle_gaps", "sphere_cluster_count", "kernel_modes",
     # distances
     "circle_w1", "circle_w1_to_density", "circle_w1_densities", "sphere_mmd", "sliced_w1",
     # the continuity equation on the circle (its field: attnflow.fields.build_field("continuity", ...))
@@ -70,7 +71,7 @@ __all__ = [
     # linear instability of the uniform measure
     "growth_rates", "fit_growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
     "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",
-    "particle_transition", "disordered_fluctuations",
+    "particle_transition", "disordered_fluctuations", "sphere_order_parameter", "noisy_sphere_transition",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
     "near_uniform_start", "time_scale",

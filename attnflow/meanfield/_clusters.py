@@ -24,6 +24,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as v
@@ -31,7 +32,7 @@ from .._x64 import keeps_float64
 from ..errors import InputError
 from ._measures import _angles, _sphere_histogram, _tokens, check_points
 
-__all__ = ["circle_cluster_count", "sphere_cluster_count", "grid_components"]
+__all__ = ["circle_cluster_count", "circle_clusters", "sphere_cluster_count", "grid_components"]
 
 
 @keeps_float64
@@ -185,3 +186,52 @@ def _sphere_count(x, min_mass, num_z: int, num_phi: int):
     labels = _grid_components(masses >= min_mass, True, True)
     flat = jnp.arange(num_z * num_phi, dtype=jnp.int32).reshape(num_z, num_phi)
     return jnp.sum(labels == flat).astype(jnp.int32)
+
+
+def circle_clusters(points: Float[Array, "n *two"], max_gap: float) -> dict:
+    r"""The geometry of the clusters on the circle (host-side, O(n log n)): the arcs between consecutive tokens
+    (sorted, cyclically) further apart than ``max_gap`` radians, as in :func:`circle_cluster_count`.
+
+    Returns a dict: ``count`` (0 when no gap exceeds ``max_gap``: the cloud covers the circle, no clusters yet),
+    ``positions`` (the circular mean angle of each cluster, in [0, 2 pi), sorted), ``masses`` (the fraction of
+    the tokens in each), ``gaps`` (the angle from each cluster's position to the next one's, cyclically: they
+    sum to 2 pi) and ``smallest_gap`` (NaN with fewer than two clusters), and ``spread`` (the largest angular
+    half-width of a cluster: the furthest token from its cluster's position). Non-finite points are refused.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield import circle_clusters
+        >>> theta = np.r_[np.full(3, 0.1), np.full(1, 2.0)] + np.array([0.0, 0.01, -0.01, 0.0])
+        >>> c = circle_clusters(theta, 0.3)
+        >>> c["count"], np.round(c["positions"], 3).tolist(), c["masses"].tolist(), round(c["smallest_gap"], 3)
+        (2, [0.1, 2.0], [0.75, 0.25], 1.9)
+    """
+    check_points(points)
+    v.check_positive("max_gap", max_gap, "the largest gap inside a cluster, in radians")
+    theta = np.sort(np.mod(np.asarray(_angles(jnp.asarray(points)), np.float64), 2 * np.pi))
+    n = theta.size
+    if not np.all(np.isfinite(theta)):
+        raise InputError("points must be finite: a non-finite token has no angle.")
+    gaps = np.diff(np.r_[theta, theta[0] + 2 * np.pi])  # gap after token i
+    cuts = np.flatnonzero(gaps > max_gap)
+    empty = {"count": 0, "positions": np.zeros(0), "masses": np.zeros(0), "gaps": np.zeros(0),
+             "smallest_gap": math.nan, "spread": math.nan}
+    if cuts.size == 0:
+        return empty
+    # rotate so that the first cluster starts right after the first cut
+    order = np.roll(np.arange(n), -(cuts[0] + 1))
+    angles = theta[order]
+    # cluster k runs from just after cut k to cut k + 1 (inclusive), in the rotated order
+    bounds = np.unique(np.r_[0, np.mod(cuts - cuts[0], n)[1:], n])
+    positions, masses, spread = [], [], 0.0
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        members = angles[a:b]
+        centre = math.atan2(np.mean(np.sin(members)), np.mean(np.cos(members))) % (2 * np.pi)
+        positions.append(centre)
+        masses.append((b - a) / n)
+        spread = max(spread, float(np.max(np.abs(np.angle(np.exp(1j * (members - centre)))))))
+    order = np.argsort(positions)
+    positions, masses = np.asarray(positions)[order], np.asarray(masses)[order]
+    between = np.diff(np.r_[positions, positions[0] + 2 * np.pi])
+    return {"count": int(positions.size), "positions": positions, "masses": masses, "gaps": between,
+            "smallest_gap": float(between.min()) if positions.size > 1 else math.nan, "spread": spread}
