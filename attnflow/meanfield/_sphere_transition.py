@@ -22,11 +22,9 @@ import numpy as np
 from scipy.special import ive
 
 from .. import _validate as v
-from ..errors import InputError
 from ._linear import critical_noise, tricritical_beta
 from ._sphere_continuity import (
     FOUR_PI,
-    _check_normalisation,
     check_degree,
     num_coefficients,
 )
@@ -37,7 +35,7 @@ from ._sphere_pde import (
     perturbed_uniform_sphere_density,
     solve_sphere_continuity,
 )
-from ._transition import read_transition
+from ._transition import check_transition_args, read_transition
 
 __all__ = ["noisy_sphere_transition", "sphere_order_parameter"]
 
@@ -122,17 +120,8 @@ def noisy_sphere_transition(beta, sigmas, *, normalisation: str = "mean", degree
         >>> [round(float(r), 2) for r in out["from_uniform"]], out["threshold"]["contains_sigma_c"]
         ([0.97, 0.0], True)
     """
-    normalisation = _check_normalisation(normalisation)
-    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
-    sigmas = np.asarray(sigmas, float)
-    if sigmas.ndim != 1 or sigmas.size == 0 or not np.all(np.isfinite(sigmas)) or np.any(sigmas < 0):
-        raise InputError(f"sigmas must be a non-empty list of finite noise strengths >= 0, got {sigmas.tolist()}.")
-    if np.any(np.diff(sigmas) <= 0):
-        raise InputError(f"sigmas must be increasing, got {sigmas.tolist()}.")
+    normalisation, sigmas, t1, dt, saves = check_transition_args(beta, sigmas, normalisation, t1, dt, saves)
     degree = check_degree(degree)
-    t1 = v.check_number("t1", t1, "the end time, long enough to reach the stationary state", low=0)
-    dt = v.check_number("dt", dt, "the RK4 step", low=0)
-    saves = v.check_int("saves", saves, minimum=2, meaning="save times after the start")
     eps = v.check_number("eps", eps, "the relative amplitude of the nearly uniform start's degree-1 perturbation",
                          low=0, high=1)
     kappa = v.check_number("kappa", kappa, "the concentration of the clustered (von Mises-Fisher) start", low=0)

@@ -22,9 +22,15 @@ import numpy as np
 from .. import _validate as v
 from ..errors import InputError
 from ._linear import critical_noise, tricritical_beta
-from ._pde import _check_normalisation, _check_step, circle_grid, kept_modes, solve_continuity
+from ._pde import (
+    _check_normalisation,
+    _check_step,
+    circle_grid,
+    kept_modes,
+    solve_continuity,
+)
 
-__all__ = ["order_parameter", "noisy_transition", "particle_transition", "disordered_fluctuations", "read_transition", "ORDERED"]
+__all__ = ["ORDERED", "disordered_fluctuations", "noisy_transition", "order_parameter", "particle_transition", "read_transition"]
 
 #: a state counts as ordered (clustered) when its order parameter is above this at the end of the run: the
 #: nearly uniform start has r = eps/2 = 0.01 and decays below it wherever the uniform state is stable, a
@@ -102,17 +108,8 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
         >>> [round(float(r), 2) for r in out["from_uniform"]], out["threshold"]["contains_sigma_c"]
         ([0.97, 0.0], True)
     """
-    normalisation = _check_normalisation(normalisation)
-    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
-    sigmas = np.asarray(sigmas, float)
-    if sigmas.ndim != 1 or sigmas.size == 0 or not np.all(np.isfinite(sigmas)) or np.any(sigmas < 0):
-        raise InputError(f"sigmas must be a non-empty list of finite noise strengths >= 0, got {sigmas.tolist()}.")
-    if np.any(np.diff(sigmas) <= 0):
-        raise InputError(f"sigmas must be increasing, got {sigmas.tolist()}.")
+    normalisation, sigmas, t1, dt, saves = check_transition_args(beta, sigmas, normalisation, t1, dt, saves)
     num_points = v.check_int("num_points", num_points, minimum=8, meaning="grid points of the density")
-    t1 = v.check_number("t1", t1, "the end time, long enough to reach the stationary state", low=0)
-    dt = v.check_number("dt", dt, "the RK4 step", low=0)
-    saves = v.check_int("saves", saves, minimum=2, meaning="save times after the start")
     with jax.enable_x64(True):
         uniform, clustered, ts, steps = _plan(beta, normalisation, num_points, t1, dt, saves, eps, kappa)
         ends, drift, low = np.full((sigmas.size, 2), np.nan), np.full((sigmas.size, 2), np.nan), np.full(
@@ -130,6 +127,22 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
     return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],
             "from_clustered": ends[:, 1], "drift": drift, "min_density": low, "sigma_c": sigma_c,
             "beta_star": tricritical_beta(2), **reading}
+
+
+def check_transition_args(beta, sigmas, normalisation: str, t1, dt, saves):
+    """The checks every transition study makes before it solves: ``(normalisation, sigmas, t1, dt, saves)``, or one
+    sentence naming the bad argument."""
+    normalisation = _check_normalisation(normalisation)
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
+    sigmas = np.asarray(sigmas, float)
+    if sigmas.ndim != 1 or sigmas.size == 0 or not np.all(np.isfinite(sigmas)) or np.any(sigmas < 0):
+        raise InputError(f"sigmas must be a non-empty list of finite noise strengths >= 0, got {sigmas.tolist()}.")
+    if np.any(np.diff(sigmas) <= 0):
+        raise InputError(f"sigmas must be increasing, got {sigmas.tolist()}.")
+    t1 = v.check_number("t1", t1, "the end time, long enough to reach the stationary state", low=0)
+    dt = v.check_number("dt", dt, "the RK4 step", low=0)
+    saves = v.check_int("saves", saves, minimum=2, meaning="save times after the start")
+    return normalisation, sigmas, t1, dt, saves
 
 
 def read_transition(sigmas, from_uniform, from_clustered, drift, sigma_c: float) -> dict:
@@ -252,7 +265,7 @@ def particle_transition(beta, sigma_ratios, n: int, *, systems: int = 8, t1: flo
         bad.append(int((~ok).sum()))
         r_stats.append(mean_interval(np.sqrt(r2[ok]).mean(axis=1)[:, None], confidence))
         nr2_stats.append(mean_interval((n * r2[ok]).mean(axis=1)[:, None], confidence))
-    pack = lambda stats: np.array([[float(m[0]), float(lo[0]), float(hi[0])] for m, lo, hi in stats])  # noqa: E731
+    pack = lambda stats: np.array([[float(m[0]), float(lo[0]), float(hi[0])] for m, lo, hi in stats])
     return {"beta": float(beta), "n": n, "normalisation": normalisation, "sigma_c": sigma_c, "ratio": ratios,
             "sigma": ratios * sigma_c, "r": pack(r_stats), "n_r2": pack(nr2_stats),
             "n_r2_theory": disordered_fluctuations(ratios), "nonfinite": np.asarray(bad),
