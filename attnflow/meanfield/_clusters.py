@@ -188,15 +188,18 @@ def _sphere_count(x, min_mass, num_z: int, num_phi: int):
     return jnp.sum(labels == flat).astype(jnp.int32)
 
 
-def circle_clusters(points: Float[Array, "n *two"], max_gap: float) -> dict:
-    r"""The geometry of the clusters on the circle (host-side, O(n log n)): the arcs between consecutive tokens
-    (sorted, cyclically) further apart than ``max_gap`` radians, as in :func:`circle_cluster_count`.
+def circle_clusters(points: Float[Array, "n *two"], max_gap: float, min_mass: float = 0.0) -> dict:
+    r"""The geometry of the clusters on the circle (host-side, vectorised, O(n log n)): the arcs between consecutive
+    tokens (sorted, cyclically) further apart than ``max_gap`` radians, as in :func:`circle_cluster_count`, keeping
+    those that hold at least ``min_mass`` of the tokens (lighter arcs, such as stray tokens left between clusters,
+    are counted in ``stray``).
 
     Returns a dict: ``count`` (0 when no gap exceeds ``max_gap``: the cloud covers the circle, no clusters yet),
-    ``positions`` (the circular mean angle of each cluster, in [0, 2 pi), sorted), ``masses`` (the fraction of
-    the tokens in each), ``gaps`` (the angle from each cluster's position to the next one's, cyclically: they
-    sum to 2 pi) and ``smallest_gap`` (NaN with fewer than two clusters), and ``spread`` (the largest angular
-    half-width of a cluster: the furthest token from its cluster's position). Non-finite points are refused.
+    ``positions`` (the circular mean angle of each cluster kept, in [0, 2 pi), sorted), ``masses`` (the fraction
+    of the tokens in each), ``gaps`` (the angle from each cluster's position to the next one's, cyclically: they
+    sum to 2 pi) and ``smallest_gap`` (NaN with fewer than two clusters), ``spread`` (the largest angular
+    half-width of a kept cluster: its furthest token from its position) and ``stray`` (the mass of the arcs
+    dropped). Non-finite points are refused.
 
     Example:
         >>> import numpy as np
@@ -205,33 +208,35 @@ def circle_clusters(points: Float[Array, "n *two"], max_gap: float) -> dict:
         >>> c = circle_clusters(theta, 0.3)
         >>> c["count"], np.round(c["positions"], 3).tolist(), c["masses"].tolist(), round(c["smallest_gap"], 3)
         (2, [0.1, 2.0], [0.75, 0.25], 1.9)
+        >>> circle_clusters(theta, 0.3, min_mass=0.5)["stray"]
+        0.25
     """
     check_points(points)
     v.check_positive("max_gap", max_gap, "the largest gap inside a cluster, in radians")
+    if not (isinstance(min_mass, (int, float)) and 0 <= min_mass <= 1):
+        raise InputError(f"min_mass must be a fraction of the tokens in [0, 1], got {min_mass!r}.")
     theta = np.sort(np.mod(np.asarray(_angles(jnp.asarray(points)), np.float64), 2 * np.pi))
     n = theta.size
     if not np.all(np.isfinite(theta)):
         raise InputError("points must be finite: a non-finite token has no angle.")
     gaps = np.diff(np.r_[theta, theta[0] + 2 * np.pi])  # gap after token i
     cuts = np.flatnonzero(gaps > max_gap)
-    empty = {"count": 0, "positions": np.zeros(0), "masses": np.zeros(0), "gaps": np.zeros(0),
-             "smallest_gap": math.nan, "spread": math.nan}
     if cuts.size == 0:
-        return empty
-    # rotate so that the first cluster starts right after the first cut
-    order = np.roll(np.arange(n), -(cuts[0] + 1))
-    angles = theta[order]
-    # cluster k runs from just after cut k to cut k + 1 (inclusive), in the rotated order
-    bounds = np.unique(np.r_[0, np.mod(cuts - cuts[0], n)[1:], n])
-    positions, masses, spread = [], [], 0.0
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        members = angles[a:b]
-        centre = math.atan2(np.mean(np.sin(members)), np.mean(np.cos(members))) % (2 * np.pi)
-        positions.append(centre)
-        masses.append((b - a) / n)
-        spread = max(spread, float(np.max(np.abs(np.angle(np.exp(1j * (members - centre)))))))
-    order = np.argsort(positions)
-    positions, masses = np.asarray(positions)[order], np.asarray(masses)[order]
-    between = np.diff(np.r_[positions, positions[0] + 2 * np.pi])
+        return {"count": 0, "positions": np.zeros(0), "masses": np.zeros(0), "gaps": np.zeros(0),
+                "smallest_gap": math.nan, "spread": math.nan, "stray": 0.0}
+    # rotated so that the first cluster starts right after the first cut; cluster k ends at cut k + 1
+    angles = theta[np.roll(np.arange(n), -(cuts[0] + 1))]
+    starts = np.r_[0, np.mod(cuts[1:] - cuts[0], n)]
+    sizes = np.diff(np.r_[starts, n])
+    centres = np.mod(np.arctan2(np.add.reduceat(np.sin(angles), starts), np.add.reduceat(np.cos(angles), starts)),
+                     2 * np.pi)
+    offsets = np.abs(np.angle(np.exp(1j * (angles - np.repeat(centres, sizes)))))
+    widths = np.maximum.reduceat(offsets, starts)
+    keep = sizes >= min_mass * n
+    order = np.argsort(centres[keep])
+    positions, masses = centres[keep][order], (sizes[keep] / n)[order]
+    between = np.diff(np.r_[positions, positions[0] + 2 * np.pi]) if positions.size else np.zeros(0)
     return {"count": int(positions.size), "positions": positions, "masses": masses, "gaps": between,
-            "smallest_gap": float(between.min()) if positions.size > 1 else math.nan, "spread": spread}
+            "smallest_gap": float(between.min()) if positions.size > 1 else math.nan,
+            "spread": float(widths[keep].max()) if positions.size else math.nan,
+            "stray": float(sizes[~keep].sum() / n)}
