@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+r"""Past the linear phase on the circle at large n: metastable cluster states, their lifetimes and the barrier law.
+
+n tokens drawn uniformly on the circle follow the sphere flow's layer stepper (Q = K = V = I, softmax, forward
+Euler of step ``--dt`` renormalised onto the circle) on the O(n K) Fourier path, to ``--t1``, with the state
+saved at layers spaced evenly within each octave. At every save: the clusters (:func:`attnflow.meanfield.circle_clusters`: arcs between
+gaps wider than ``--max-gap`` rad, holding at least 1% of the tokens) with their positions, masses and the smallest gap between neighbours. The
+saves where every cluster is tight (half-width <= 0.1 rad) are *gathered*; the
+metastable plateaus of their cluster count (:func:`attnflow.observables.plateaus`: runs of the running-minimum
+count >= 2 that last at least as long as the time taken to reach them; the last one censored at t1) give each
+state's lifetime T, with the geometry at its start. Each lifetime is set against the two-cluster barrier law
+of the n = 2 reduction, :math:`T_2(\Delta) = e^{\beta(1-\cos\Delta)}/(2\beta\sin^2\Delta)`, at the state's
+smallest gap :math:`\Delta_{min}`, and the slope of :math:`\log T` against :math:`\beta(1-\cos\Delta_{min})` is
+fitted over the uncensored states (Student-t interval). The duration of the quasi-linear phase is the time of
+the first save with clusters.
+
+Writes a JSON record and a figure (``--out``, ``--figure``), labelled with the machine. ``--quick``: n = 10^4,
+beta = 4 and 8, t1 = 200 (a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.common import machine_info  # noqa: E402
+
+#: a save counts as gathered when every cluster's half-width is at most this (rad)
+MAX_SPREAD = 0.1
+#: clusters lighter than this fraction of the tokens (stray tokens between clusters) are not counted
+MIN_MASS = 0.01
+
+
+def octave_layers(layers: int, per_octave: int) -> list[int]:
+    """Save layers ``per_octave`` equally spaced in each octave [2^j, 2^(j+1)) up to ``layers``: log-spaced in
+    the large, with one run of equal gaps per octave (a set of many distinct gaps compiles slowly: each run is
+    its own loop in the program)."""
+    out, low = {0}, max(per_octave, 1)
+    out.update(range(1, low))
+    while low < layers:
+        high = min(2 * low, layers)
+        out.update(range(low, high, max((high - low) // per_octave, 1)))
+        low = high
+    out.add(layers)
+    return sorted(out)
+
+
+def gathered_count(geometry: dict | None, n: int, max_spread: float) -> int:
+    """The cluster count of a save where every cluster is tight (half-width <= ``max_spread``), else n (not
+    gathered: still spreading out, or two clusters in the middle of a merge)."""
+    if geometry is None or geometry["count"] == 0 or geometry["spread"] > max_spread:
+        return n
+    return geometry["count"]
+
+
+def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, seed: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow.dynamics import sphere_flow
+    from attnflow.integrate import EulerStepper, SaveLayers, sphere_shift
+    from attnflow.meanfield import circle_clusters, most_unstable_mode
+    from attnflow.observables import plateaus
+
+    layers = int(round(t1 / dt))
+    theta = jax.random.uniform(jax.random.key(seed), (n,), jnp.float32, 0.0, 2 * np.pi)
+    x0 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
+    I = jnp.eye(2)
+    field = sphere_flow(I, I, I, beta, attention_impl="fourier", fourier_max_score=beta)
+    save_at = SaveLayers(octave_layers(layers, saves))
+    # one loop body over the save intervals (loop="fori"): the octaves' runs as scan blocks compile for tens of
+    # seconds and, with checkpointing, ran 2x slower a layer here (benchmarks/NOTES.md); forward only
+    stepper = EulerStepper(dt, layers, shift=sphere_shift, save_at=save_at, loop="fori", checkpoint=None)
+    start = time.perf_counter()
+    traj = jax.jit(lambda x: stepper.solve(field, x))(x0)
+    ys = np.asarray(traj.ys)
+    seconds = time.perf_counter() - start
+    ts = np.asarray(traj.ts, float)
+    finite = np.all(np.isfinite(ys), axis=(1, 2))
+    geometry = [circle_clusters(y, max_gap, MIN_MASS) if ok else None for y, ok in zip(ys, finite)]
+    counts = np.array([gathered_count(g, n, MAX_SPREAD) for g in geometry])
+    use = finite & (ts > 0)
+    series = counts[use]
+    states = []
+    for p in plateaus(ts[use], series):
+        k = int(np.flatnonzero(ts == p.start)[0])
+        g = geometry[k]
+        gap = g["smallest_gap"]
+        barrier = beta * (1 - math.cos(gap))
+        law = math.exp(barrier) / (2 * beta * math.sin(gap) ** 2)
+        states.append({"count": p.count, "start": p.start, "end": p.end, "censored": p.censored,
+                       "lifetime": p.duration, "smallest_gap": gap, "barrier": barrier, "two_cluster_law": law,
+                       "positions": g["positions"].tolist(), "masses": g["masses"].tolist(),
+                       "spread": g["spread"]})
+    clustered = ts[(counts < n) & finite]
+    fastest = most_unstable_mode(beta)
+    return {"beta": beta, "n": n, "dt": dt, "t1": t1, "seconds": seconds, "k_star": int(fastest),
+            "quasi_linear_end": float(clustered[0]) if clustered.size else None,
+            "first_count": int(counts[(counts < n) & finite][0]) if clustered.size else None,
+            "t": ts.tolist(), "counts": counts.tolist(), "nonfinite_saves": int((~finite).sum()), "states": states}
+
+
+def fit(rows: list[dict]) -> dict:
+    from attnflow.stats import fit_slope
+
+    pts = [(s["barrier"], math.log(s["lifetime"]), math.log(s["two_cluster_law"])) for r in rows for s in r["states"]
+           if not s["censored"] and s["lifetime"] > 0]
+    if len(pts) < 3:
+        return {"points": len(pts)}
+    b, logt, logl = (np.asarray(a) for a in zip(*pts))
+    out = fit_slope(b, logt)
+    return {"points": len(pts), "slope": out["slope"], "lo": out["lo"], "hi": out["hi"],
+            "log_ratio_to_law": {"median": float(np.median(logt - logl)), "min": float(np.min(logt - logl)),
+                                 "max": float(np.max(logt - logl))}}
+
+
+def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
+    """Left: the gathered cluster count against t. Right: each metastable state's lifetime T against the
+    two-cluster law T_2 at its smallest gap (open triangles: censored at t1, lower bounds), with T = T_2."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    laws = []
+    for r in rows:
+        t, c = np.asarray(r["t"]), np.asarray(r["counts"])
+        keep = (t > 0) & (c < r["n"])
+        (line,) = left.step(t[keep], c[keep], where="post", label=f"$\\beta$ = {r['beta']:g} ($k^*$ = {r['k_star']})")
+        for s in r["states"]:
+            laws.append(s["two_cluster_law"])
+            right.plot(s["two_cluster_law"], s["lifetime"], ">" if s["censored"] else "o", color=line.get_color(),
+                       ms=6, mfc="none" if s["censored"] else line.get_color())
+    span = np.geomspace(min(laws + [10.0]) / 3, max(laws + [1e4]) * 3, 10)
+    right.plot(span, span, "k--", lw=1, label=r"$T = T_2 = e^{\beta(1-\cos\Delta_{min})}/(2\beta\sin^2\Delta_{min})$")
+    left.set_xscale("log")
+    left.yaxis.get_major_locator().set_params(integer=True)
+    left.set_xlabel("t"), left.set_ylabel("clusters (each with >= 1% of the tokens)")
+    left.legend(fontsize=7)
+    right.set_xscale("log"), right.set_yscale("log")
+    right.set_xlabel(r"two-cluster law $T_2$ at the state's smallest gap")
+    right.set_ylabel("lifetime T (open: censored at t1)")
+    if "slope" in result:
+        right.set_title(f"log T against $\\beta(1-\\cos\\Delta_{{min}})$: slope {result['slope']:.2f} "
+                        f"[{result['lo']:.2f}, {result['hi']:.2f}], {result['points']} merges", fontsize=8)
+    right.legend(fontsize=7)
+    fig.suptitle(f"Metastable states on the circle, n = {rows[0]['n']} tokens, softmax; {machine}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--betas", type=float, nargs="+", default=[4.0, 6.0, 8.0, 12.0, 16.0], help="inverse temperatures")
+    p.add_argument("--n", type=int, default=100_000, help="tokens (default 10^5)")
+    p.add_argument("--t1", type=float, default=3000.0, help="end time (default 3000)")
+    p.add_argument("--dt", type=float, default=0.1, help="layer step (default 0.1)")
+    p.add_argument("--saves", type=int, default=8, help="saved layers per octave of layers (default 8)")
+    p.add_argument("--max-gap", type=float, default=0.05, help="gap (rad) that separates clusters (default 0.05)")
+    p.add_argument("--seeds", type=int, default=1, help="clouds per beta (default 1)")
+    p.add_argument("--quick", action="store_true", help="n = 10^4, beta = 4 and 8, t1 = 200 (seconds)")
+    p.add_argument("--out", type=Path, default=Path("circle_long_times.json"), help="JSON record")
+    p.add_argument("--figure", type=Path, default=Path("circle_long_times.png"), help="figure")
+    p.add_argument("--redraw", type=Path, default=None, help="draw the figure from this JSON record and stop")
+    args = p.parse_args(argv)
+    if args.redraw is not None:
+        out = json.loads(args.redraw.read_text())
+        figure(out["rows"], out["fit"], args.figure, out["machine"].get("cpu", ""))
+        return out
+    if args.quick:
+        args.n, args.betas, args.t1 = 10_000, [4.0, 8.0], 200.0
+    machine = machine_info()
+    rows = []
+    for beta in args.betas:
+        for seed in range(args.seeds):
+            r = run(beta, args.n, args.t1, args.dt, args.saves, args.max_gap, seed)
+            rows.append(r)
+            lives = ", ".join(f"{s['count']} clusters {s['lifetime']:.3g}{'+' if s['censored'] else ''} "
+                              f"(gap {s['smallest_gap']:.2f}, law {s['two_cluster_law']:.3g})" for s in r["states"])
+            print(f"beta {beta:g} seed {seed}: k* = {r['k_star']}, clusters from t = {r['quasi_linear_end']} "
+                  f"({r['first_count']} first); states: {lives or 'none'}; {r['seconds']:.1f} s", flush=True)
+    result = fit(rows)
+    print(f"log T against beta (1 - cos Delta_min), uncensored states: {result}")
+    out = {"machine": machine, "rows": rows, "fit": result}
+    args.out.write_text(json.dumps(out) + "\n")
+    figure(rows, result, args.figure, machine.get("cpu", ""))
+    return out
+
+
+if __name__ == "__main__":
+    main()
