@@ -126,12 +126,10 @@ def fit(rows: list[dict]) -> dict:
 def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
     """Left: the gathered cluster count against t. Right: each metastable state's lifetime T against the
     two-cluster law T_2 at its smallest gap (open triangles: censored at t1, lower bounds), with T = T_2."""
-    import matplotlib
+    import attnflow.plot as ap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = ap.new_figure(2, panel=(5.0, 4.0))
+    left, right = axes[0]
     laws = []
     for r in rows:
         t, c = np.asarray(r["t"]), np.asarray(r["counts"])
@@ -155,8 +153,7 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
                         f"[{result['lo']:.2f}, {result['hi']:.2f}], {result['points']} merges", fontsize=8)
     right.legend(fontsize=7)
     fig.suptitle(f"Metastable states on the circle, n = {rows[0]['n']} tokens, softmax; {machine}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    ap.save(fig, path, formats=("png",), dpi=130, close=True)
 
 
 def main(argv=None) -> dict:

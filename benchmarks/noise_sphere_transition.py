@@ -78,15 +78,10 @@ def main(argv=None) -> dict:
 
 
 def _figure(record: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     import attnflow.plot as ap
 
-    fig, axes = plt.subplots(1, len(record["runs"]), figsize=(10, 4), constrained_layout=True)
-    for ax, run in zip(np.atleast_1d(axes), record["runs"]):
+    fig, axes = ap.new_figure(len(record["runs"]), panel=(5.0, 4.0))
+    for ax, run in zip(axes[0], record["runs"]):
         ap.order_vs_noise(np.asarray(run["ratio"]), np.asarray(run["from_uniform"]),
                           np.asarray(run["from_clustered"]), beta=run["beta"], beta_star=record["beta_star"], ax=ax)
         ax.set_ylabel(r"order parameter $r = |\int x\,\rho|$")
@@ -94,8 +89,7 @@ def _figure(record: dict, path: Path) -> None:
     fig.suptitle(f"noisy transition on $S^2$, mean-field PDE, 1/n attention - {m.get('cpu', '')} "
                  f"({m.get('cpu_count', '')} cores, {m.get('jax_backend', '')})", fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ap.save(fig, path, formats=("png",), dpi=120, close=True)
 
 
 if __name__ == "__main__":

@@ -91,13 +91,10 @@ def figure(rows: list[dict], path: Path, machine: str) -> None:
     lambda_max the prediction is the same for both normalisations). Bottom: the cluster count against tau, with the
     heuristic count of maxima of a random degree-l* harmonic, l*^2 / (2 sqrt 3) for large l* (1 and 2 for degrees 1
     and 2; guide: docs/guide/meanfield.md)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import attnflow.plot as ap
 
     betas = sorted({r["beta"] for r in rows})
-    fig, axes = plt.subplots(2, len(betas), figsize=(3.6 * len(betas), 6.2), squeeze=False)
+    fig, axes = ap.new_figure(len(betas), 2, panel=(3.6, 3.1))
     for j, beta in enumerate(betas):
         mine = [r for r in rows if r["beta"] == beta]
         top, bottom = axes[0][j], axes[1][j]
@@ -127,8 +124,7 @@ def figure(rows: list[dict], path: Path, machine: str) -> None:
     n = rows[0]["n"]
     fig.suptitle(f"Degree selection on $S^2$ from {n} uniform tokens (layer map, steps 0.02/$\\lambda_{{max}}$); {machine}",
                  fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    ap.save(fig, path, formats=("png",), dpi=130, close=True)
 
 
 def main(argv=None) -> dict:

@@ -215,7 +215,9 @@ def circle_clusters(points: Float[Array, "n *two"], max_gap: float, min_mass: fl
     v.check_positive("max_gap", max_gap, "the largest gap inside a cluster, in radians")
     if not (isinstance(min_mass, (int, float)) and 0 <= min_mass <= 1):
         raise InputError(f"min_mass must be a fraction of the tokens in [0, 1], got {min_mass!r}.")
-    theta = np.sort(np.mod(np.asarray(_angles(jnp.asarray(points)), np.float64), 2 * np.pi))
+    raw = np.asarray(points, np.float64)  # on the host, in float64 whatever JAX's mode
+    angles_in = raw if raw.ndim == 1 else np.arctan2(raw[:, 1], raw[:, 0])
+    theta = np.sort(np.mod(angles_in, 2 * np.pi))
     n = theta.size
     if not np.all(np.isfinite(theta)):
         raise InputError("points must be finite: a non-finite token has no angle.")
