@@ -35,7 +35,7 @@ from ._sphere_pde import (
     perturbed_uniform_sphere_density,
     solve_sphere_continuity,
 )
-from ._transition import check_transition_args, read_transition
+from ._transition import check_transition_args, end_states, read_transition
 
 __all__ = ["noisy_sphere_transition", "sphere_order_parameter"]
 
@@ -127,15 +127,11 @@ def noisy_sphere_transition(beta, sigmas, *, normalisation: str = "mean", degree
     kappa = v.check_number("kappa", kappa, "the concentration of the clustered (von Mises-Fisher) start", low=0)
     with jax.enable_x64(True):
         uniform, clustered, discarded, ts, steps = _plan(beta, normalisation, degree, t1, dt, saves, eps, kappa)
-        ends, drift, low = (np.full((sigmas.size, 2), np.nan) for _ in range(3))
-        for i, sigma in enumerate(sigmas):
-            for j, start in enumerate((uniform, clustered)):
-                path = solve_sphere_continuity(start, beta, ts, normalisation=normalisation, steps_per_save=steps,
-                                               sigma=float(sigma))
-                r = np.asarray(_order(path.coefficients))
-                if np.all(np.isfinite(r)):
-                    ends[i, j], drift[i, j] = r[-1], r[-1] - r[-2]
-                low[i, j] = float(jnp.min(path.min_density))
+        ends, drift, low = end_states(
+            sigmas, (uniform, clustered),
+            lambda start, sigma: solve_sphere_continuity(start, beta, ts, normalisation=normalisation,
+                                                         steps_per_save=steps, sigma=sigma),
+            lambda path: _order(path.coefficients))
     sigma_c = float(critical_noise(beta, 3, normalisation))
     reading = read_transition(sigmas, ends[:, 0], ends[:, 1], drift, sigma_c)
     return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],

@@ -112,21 +112,32 @@ def noisy_transition(beta, sigmas, *, normalisation: str = "mean", num_points: i
     num_points = v.check_int("num_points", num_points, minimum=8, meaning="grid points of the density")
     with jax.enable_x64(True):
         uniform, clustered, ts, steps = _plan(beta, normalisation, num_points, t1, dt, saves, eps, kappa)
-        ends, drift, low = np.full((sigmas.size, 2), np.nan), np.full((sigmas.size, 2), np.nan), np.full(
-            (sigmas.size, 2), np.nan)
-        for i, sigma in enumerate(sigmas):
-            for j, start in enumerate((uniform, clustered)):
-                path = solve_continuity(start, beta, ts, normalisation=normalisation, steps_per_save=steps,
-                                        sigma=float(sigma))
-                r = np.asarray(order_parameter(path.density))
-                if np.all(np.isfinite(r)):
-                    ends[i, j], drift[i, j] = r[-1], r[-1] - r[-2]
-                low[i, j] = float(jnp.min(path.min_density))
+        ends, drift, low = end_states(
+            sigmas, (uniform, clustered),
+            lambda start, sigma: solve_continuity(start, beta, ts, normalisation=normalisation, steps_per_save=steps,
+                                                  sigma=sigma),
+            lambda path: order_parameter(path.density))
     sigma_c = float(critical_noise(beta, 2, normalisation))
     reading = read_transition(sigmas, ends[:, 0], ends[:, 1], drift, sigma_c)
     return {"beta": float(beta), "normalisation": normalisation, "sigma": sigmas, "from_uniform": ends[:, 0],
             "from_clustered": ends[:, 1], "drift": drift, "min_density": low, "sigma_c": sigma_c,
             "beta_star": tricritical_beta(2), **reading}
+
+
+def end_states(sigmas, starts, solve, order) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid every transition study runs: for each sigma and start, ``solve(start, sigma)`` (a path with its
+    ``min_density``) and ``order(path)`` (the order parameter at the saves). Returns (S, starts) arrays: the last
+    order parameter, its change over the last save interval (NaN where the path went non-finite) and the smallest
+    density of each run."""
+    ends, drift, low = (np.full((len(sigmas), len(starts)), np.nan) for _ in range(3))
+    for i, sigma in enumerate(sigmas):
+        for j, start in enumerate(starts):
+            path = solve(start, float(sigma))
+            r = np.asarray(order(path))
+            if np.all(np.isfinite(r)):
+                ends[i, j], drift[i, j] = r[-1], r[-1] - r[-2]
+            low[i, j] = float(jnp.min(path.min_density))
+    return ends, drift, low
 
 
 def check_transition_args(beta, sigmas, normalisation: str, t1, dt, saves):
