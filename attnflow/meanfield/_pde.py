@@ -295,18 +295,8 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
         ((2, 32), True, False)
     """
     density0 = _check_density(density0, "density0")
-    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
-    v.check_real("sigma", sigma, "the strength of the tokens' independent noise, >= 0")
-    if v.is_concrete(sigma) and float(sigma) < 0:
-        raise InputError(f"sigma must be >= 0 (the strength of the tokens' noise), got {float(sigma)!r}.")
-    _check_normalisation(normalisation)
-    if dt is not None:
-        v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")
-    v.check_array("ts", ts, "the save times (T,), non-decreasing, the first one the start", ranks=(1,), nonempty=True)
     dtype = density0.dtype
-    ts = jnp.asarray(ts, dtype)
-    if v.is_concrete(ts):
-        v.check_save_times(ts, ts[0], ts[-1])
+    ts = check_solve_args(beta, sigma, normalisation, dt, ts, dtype)
     beta = jnp.asarray(beta, dtype)
     cutoff = kept_modes(density0.shape[0], bool(dealias))
     if max_discarded is not None:
@@ -335,6 +325,23 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
     return _solve_diffrax(density0, beta, ts, normalisation, None if dt is None else jnp.asarray(dt, dtype), solver,
                           jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps),
                           _sigma_arg(sigma, dtype))
+
+
+def check_solve_args(beta, sigma, normalisation: str, dt, ts, dtype) -> Array:
+    """The checks every continuity-equation solver makes before it solves (beta, the noise, the normalisation,
+    the step, the save times), one sentence for the first that fails; returns ``ts`` in ``dtype``."""
+    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
+    v.check_real("sigma", sigma, "the strength of the tokens' independent noise, >= 0")
+    if v.is_concrete(sigma) and float(sigma) < 0:
+        raise InputError(f"sigma must be >= 0 (the strength of the tokens' noise), got {float(sigma)!r}.")
+    _check_normalisation(normalisation)
+    if dt is not None:
+        v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")
+    v.check_array("ts", ts, "the save times (T,), non-decreasing, the first one the start", ranks=(1,), nonempty=True)
+    ts = jnp.asarray(ts, dtype)
+    if v.is_concrete(ts):
+        v.check_save_times(ts, ts[0], ts[-1])
+    return ts
 
 
 def _sigma_arg(sigma, dtype):

@@ -64,7 +64,7 @@ from ..errors import InputError
 from ..fields import build_field
 from ..integrate import RK_TABLEAUX, SOLVERS, RKStepper, solve_ode
 from ..kernels.sphere import sphere_harmonics
-from ._pde import RK4_IMAGINARY_BOUND
+from ._pde import RK4_IMAGINARY_BOUND, check_solve_args
 from ._sphere_continuity import (FOUR_PI, _check_normalisation, _nodes, _tables, analysis, check_degree,
                                  coefficient_degree, degrees, flat, grid_shape, num_coefficients, padded, synthesis)
 
@@ -527,18 +527,9 @@ def solve_sphere_continuity(start, beta, ts: Float[Array, " T"], *, degree: int 
         (True, True)
     """
     start, degree = _start_degree(start, degree)
-    v.check_beta("beta", beta, "the inverse temperature", scalar=True)
-    v.check_real("sigma", sigma, "the strength of the tokens' independent noise, >= 0")
-    if v.is_concrete(sigma) and float(sigma) < 0:
-        raise InputError(f"sigma must be >= 0 (the strength of the tokens' noise), got {float(sigma)!r}.")
-    normalisation = _check_normalisation(normalisation)
-    if dt is not None:
-        v.check_positive("dt", dt, "the constant time step, or None for adaptive steps")
-    v.check_array("ts", ts, "the save times (T,), non-decreasing, the first one the start", ranks=(1,), nonempty=True)
     dtype = start.dtype
-    ts = jnp.asarray(ts, dtype)
-    if v.is_concrete(ts):
-        v.check_save_times(ts, ts[0], ts[-1])
+    ts = check_solve_args(beta, sigma, normalisation, dt, ts, dtype)
+    normalisation = _check_normalisation(normalisation)
     noisy = not (isinstance(sigma, (int, float)) and sigma == 0)
     field = _field(beta, degree, normalisation, jnp.asarray(sigma, dtype) if noisy else 0.0, dtype)
     concrete = v.is_concrete(start) and v.is_concrete(beta)
