@@ -612,6 +612,11 @@ def _degree_energies(x: Array, w: Array, degree: int) -> Array:
     return per_degree
 
 
+def _default_block(n: int) -> int | None:
+    """None (the rolled program on all tokens) up to :data:`_ROLLED_MAX` tokens, else blocks of :data:`_BLOCK`."""
+    return None if n <= _ROLLED_MAX else _BLOCK
+
+
 @functools.partial(jax.jit, static_argnames=("degree", "block", "depth"))
 def _sphere_sums(x: Array, beta: Array, degree: int, block: int | None, depth: int) -> tuple[Array, Array]:
     r"""(D (n,), N (n, 3)) of the directions of ``x`` (module docstring): D is the row sums of the max-shifted
@@ -686,7 +691,7 @@ def sphere_attention(
     if _block is not None:
         _block = v.check_int("_block", _block, meaning="tokens per block of the blocked path")
     n = shape[0]
-    block = _block if _block is not None else (None if n <= _ROLLED_MAX else _BLOCK)
+    block = _block if _block is not None else _default_block(n)
     return _sphere_means(x, jnp.asarray(beta, x.dtype), degree, normalisation, block, _depth(degree, beta))
 
 
@@ -820,7 +825,7 @@ def head_means(x: Float[Array, "n 3"], scales: Float[Array, " h"], plan: Harmoni
     """
     degree = plan.degree(x.dtype)
     depth = _depth(degree, plan.bound)
-    block = None if x.shape[0] <= _ROLLED_MAX else _BLOCK
+    block = _default_block(x.shape[0])
     return jax.lax.map(lambda c: _sphere_means(x, c, degree, normalisation, block, depth),
                        jnp.asarray(scales, x.dtype).reshape(-1))
 
@@ -840,5 +845,5 @@ def harmonic_sums(x: Float[Array, "n 3"], beta, plan: HarmonicPlan) -> tuple[Flo
         True
     """
     degree = plan.degree(x.dtype)
-    block = None if x.shape[0] <= _ROLLED_MAX else _BLOCK
+    block = _default_block(x.shape[0])
     return _sphere_sums(x, jnp.asarray(beta, x.dtype), degree, block, _depth(degree, plan.bound))
