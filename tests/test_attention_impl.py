@@ -107,7 +107,7 @@ def test_automatic_selection_by_size(monkeypatch):
 def test_bad_impl_is_one_clear_sentence():
     q, k, v = _qkv(8, 4, 4, 2, 2, 1.0)
     with pytest.raises(InputError, match="impl must be one of"):
-        attend(q, k, v, impl="flash")
+        attend(q, k, v, impl="flashy")
     with pytest.raises(InputError, match="chunk_size must be"):
         attend(q, k, v, impl="chunked", chunk_size=0)
 

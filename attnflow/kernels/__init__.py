@@ -4,6 +4,8 @@ r"""The attention kernels: the one max-subtracted softmax and every path that co
   ``"chunked"``, or ``"auto"``: :func:`select_impl`), :func:`attend_with_row_sums` (the output and the
   softmax's row sums), :func:`softmax`, :func:`scores`, :func:`attention_matrix`, masks
   (:func:`causal_mask`, :func:`mask_array`);
+* fused: :func:`flash_attend`, the same online softmax as one Pallas kernel (Triton on GPU, interpret
+  mode elsewhere), with :class:`FlashConfig` its tile sizes;
 * tiled: :func:`chunked_attend`, the blocked online softmax in O(n d) memory with its own VJP, and
   :func:`tiled_logsumexp`, its log-sum-exp per query (sums over pairs of a kernel without an n x n matrix);
 * the circle's Fourier maths: :mod:`attnflow.kernels.fourier` (the O(n K) path of unit tokens in the plane).
@@ -40,11 +42,12 @@ from ._attention import (
     select_impl,
     softmax,
 )
+from ._flash import FLASH_DEFAULT, FlashConfig, flash_attend
 from ._tiled import DEFAULT_CHUNK, blocks_at_once, chunked_attend, tiled_logsumexp
 
 __all__ = [
     "softmax", "scores", "project_qk", "attention_matrix", "attend", "attend_with_row_sums", "select_impl",
     "held_scores", "fused_is_exact", "causal_mask", "check_mask", "mask_array", "NORMALISATIONS", "IMPLS",
     "CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "chunked_attend", "tiled_logsumexp", "blocks_at_once",
-    "DEFAULT_CHUNK", "fourier",
+    "DEFAULT_CHUNK", "fourier", "flash_attend", "FlashConfig", "FLASH_DEFAULT",
 ]

@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Float
 
 from .. import _validate as v
 from ..errors import InputError
-from . import _tiled
+from . import _flash, _tiled
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
            "NORMALISATIONS"]
@@ -189,7 +189,7 @@ CHUNK_THRESHOLD = 1024 * 1024
 #: system would take ~1 GiB in float32, and use larger tiles
 GPU_CHUNK_THRESHOLD = 16384 * 16384
 GPU_CHUNK = 4096
-IMPLS = ("auto", "dense", "chunked", "fused", "fourier", "harmonic")
+IMPLS = ("auto", "dense", "chunked", "fused", "flash", "fourier", "harmonic")
 _FUSED_DTYPES = ("float16", "bfloat16")  # what cuDNN flash attention computes exactly
 
 
@@ -367,6 +367,8 @@ def held_scores(n_q: int, n_k: int, itemsize: int = 4, impl: str = "auto") -> tu
     impl = select_impl(n_q, n_k) if impl == "auto" else impl
     if impl == "fourier":
         return n_q, 1
+    if impl == "flash":
+        return min(n_q, _flash.FLASH_DEFAULT.block_q), min(n_k, _flash.FLASH_DEFAULT.block_k)
     if impl != "chunked":
         return n_q, n_k
     cols = min(n_k, _tiled.DEFAULT_CHUNK)
@@ -405,6 +407,8 @@ def attend(
     * ``"chunked"``: blocked online softmax (:func:`attnflow._tiled.chunked_attend`),
       memory O(n (r + e)) instead of O(n n2); same numbers to rounding.
     * ``"fused"``: ``jax.nn.dot_product_attention`` with scale 1 (cuDNN on GPU).
+    * ``"flash"``: the online softmax as one Pallas kernel (:func:`~attnflow.kernels.flash_attend`;
+      Triton on GPU, interpret mode elsewhere), exact in float32 and float64, masks None or ``"causal"``.
     * ``"auto"``: fused where it is exact (GPU, half precision), else chunked when
       ``n * n2 >= CHUNK_THRESHOLD`` (``GPU_CHUNK_THRESHOLD`` on GPU), else dense.
     * ``"fourier"``: not a kernel of ``attend``: the attention flows' O(n K) path for tokens on the
@@ -466,6 +470,13 @@ def attend(
             raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
                              "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
+    if impl == "flash":
+        if mask is not None and not isinstance(mask, str):
+            from ..errors import InputError
+
+            raise InputError("impl='flash' takes mask=None or 'causal'; for a boolean mask array use "
+                             "impl='chunked' (or 'dense').")
+        return _flash.flash_attend(q, k, v, mask=mask, normalisation=normalisation)
     if chunk_size is None:
         chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _tiled.DEFAULT_CHUNK
     return _tiled.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)

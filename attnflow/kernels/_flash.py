@@ -1,0 +1,243 @@
+r"""Fused attention: the online softmax of :mod:`attnflow.kernels._tiled` as one Pallas kernel.
+
+For queries q (n, r), keys k (n', r) and values v (n', e) the kernel computes, per block of
+``block_q`` queries (one program of the grid) and in a loop over blocks of ``block_k`` keys,
+
+.. math::  m_i' = \max(m_i, \max_j s_{ij}),\quad
+           \ell_i' = e^{m_i - m_i'}\ell_i + \sum_j e^{s_{ij} - m_i'},\quad
+           a_i' = e^{m_i - m_i'} a_i + \sum_j e^{s_{ij} - m_i'} v_j,
+
+with :math:`s_{ij} = q_i\cdot k_j` (scale 1), and writes :math:`o_i = a_i / \ell_i` and the
+log-sum-exp :math:`L_i = m_i + \log\ell_i`. Scores, exponentials and the running sums stay in the
+chip's registers and shared memory: one read of q, k and v per query block, one write of o. The
+numbers are the tiled path's (the same max-subtracted softmax, summed in the same order within a
+block), exact in the inputs' dtype: float32 products use IEEE float32 arithmetic by default
+(``precision="highest"``), not TF32.
+
+On a GPU the kernel is compiled through Triton; on any other backend it runs in Pallas's
+interpret mode (the same program executed by XLA, slow but exact), which is how its tests run on
+CPU. Reverse mode reuses the tiled path's backward pass (:func:`attnflow.kernels._tiled._attend_bwd`)
+from the saved log-sum-exp, so the gradient costs what the tiled path's does and stays O(n d) in
+memory; forward mode is not available (a ``custom_vjp``), as for the tiled path.
+
+Shapes need not be powers of two: rows are padded to whole blocks (padded keys are masked, padded
+queries dropped) and head widths to a power of two of at least 16 (zero columns change no score).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from . import _tiled
+
+__all__ = ["flash_attend", "FlashConfig", "FLASH_DEFAULT", "PRECISIONS"]
+
+#: dot-product arithmetic of float32 inputs: ``"highest"`` IEEE float32 (what the dense and tiled paths
+#: compute), ``"tf32x3"`` three TF32 tensor-core products per product (error ~ float32's, GPU only)
+PRECISIONS = ("highest", "tf32x3")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlashConfig:
+    """Tile sizes and launch parameters of the fused kernel (static: part of the compiled program).
+
+    ``block_q`` queries per program, ``block_k`` keys per loop step (powers of two, >= 16);
+    ``num_warps`` and ``num_stages`` are Triton's launch width and software-pipelining depth.
+    """
+
+    block_q: int = 64
+    block_k: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    precision: str = "highest"
+
+    def __post_init__(self):
+        from ..errors import InputError
+
+        for name in ("block_q", "block_k"):
+            b = getattr(self, name)
+            if isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1):
+                raise InputError(f"{name} must be a power of two >= 16, got {b!r}.")
+        for name in ("num_warps", "num_stages"):
+            b = getattr(self, name)
+            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+                raise InputError(f"{name} must be a positive int, got {b!r}.")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
+
+
+#: the tile sizes ``impl="flash"`` uses (benchmarks/NOTES.md: measured on the GPU)
+FLASH_DEFAULT = FlashConfig()
+
+
+def _pow2_at_least(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(0, int(n) - 1).bit_length())
+
+
+def _dot_precision(dtype, precision: str, interpret: bool):
+    if dtype == jnp.float32 and precision == "tf32x3" and not interpret:
+        return jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    return (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, n_keys: int, block_k: int, causal: bool, precision):
+    """One query block: loop over key blocks with the online softmax; write o and L."""
+    q = q_ref[...]
+    block_q = q.shape[0]
+    dtype = q.dtype
+    dot = functools.partial(jax.lax.dot_general, precision=precision, preferred_element_type=dtype)
+    contract_last = (((1,), (1,)), ((), ()))
+    contract_inner = (((1,), (0,)), ((), ()))
+    first_query = _pl().program_id(0).astype(jnp.int32) * jnp.int32(block_q)
+    rows = (first_query + jnp.arange(block_q, dtype=jnp.int32))[:, None]
+    cols = jnp.arange(block_k, dtype=jnp.int32)[None, :]
+    key_blocks = k_ref.shape[0] // block_k
+    masked_tail = k_ref.shape[0] != n_keys
+
+    def body(j, carry):
+        m, l, acc = carry
+        start = j * block_k
+        k = k_ref[_pl().ds(start, block_k), :]
+        v = v_ref[_pl().ds(start, block_k), :]
+        s = dot(q, k, contract_last)
+        if causal or masked_tail:
+            key = start + cols
+            ok = key < n_keys
+            if causal:
+                ok = ok & (key <= rows)
+            s = jnp.where(ok, s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        p = jnp.exp(s - m_new[:, None])
+        scale = jnp.exp(m - m_new)
+        l = scale * l + jnp.sum(p, axis=1)
+        acc = scale[:, None] * acc + dot(p, v, contract_inner)
+        return m_new, l, acc
+
+    if causal:  # key blocks past the block's last query hold no admissible key
+        upper = jnp.minimum(jnp.int32(key_blocks),
+                            jax.lax.div(first_query + jnp.int32(block_q + block_k - 1), jnp.int32(block_k)))
+    else:
+        upper = jnp.int32(key_blocks)
+    init = (jnp.full((block_q,), -jnp.inf, dtype), jnp.zeros((block_q,), dtype),
+            jnp.zeros((block_q, v_ref.shape[1]), dtype))
+    m, l, acc = jax.lax.fori_loop(jnp.int32(0), upper, body, init)
+    # key 0 is admissible for every query (also when causal), so l >= 1 after the first block
+    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = (m + jnp.log(l)).astype(lse_ref.dtype)
+
+
+def _pl():
+    from jax.experimental import pallas as pl
+
+    return pl
+
+
+def _forward(q, k, v, config: FlashConfig, causal: bool, interpret: bool):
+    """(o (n, e), lse (n,)) through the Pallas kernel, padding rows and head widths as needed."""
+    pl = _pl()
+    nq, r = q.shape
+    nk, e = v.shape
+    dtype = q.dtype
+    bq = min(config.block_q, _pow2_at_least(nq))
+    bk = min(config.block_k, _pow2_at_least(nk))
+    nq_pad, nk_pad = -(-nq // bq) * bq, -(-nk // bk) * bk
+    r_pad, e_pad = _pow2_at_least(r), _pow2_at_least(e)
+    pad = lambda a, rows, width: a if a.shape == (rows, width) else jnp.pad(
+        a, ((0, rows - a.shape[0]), (0, width - a.shape[1])))
+    qp, kp, vp = pad(q, nq_pad, r_pad), pad(k, nk_pad, r_pad), pad(v, nk_pad, e_pad)
+    kernel = functools.partial(_kernel, n_keys=nk, block_k=bk, causal=causal,
+                               precision=_dot_precision(dtype, config.precision, interpret))
+    extra = {}
+    if not interpret:
+        from jax.experimental.pallas import triton as plgpu
+
+        extra["compiler_params"] = plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages)
+    out, lse = pl.pallas_call(
+        kernel,
+        grid=(nq_pad // bq,),
+        in_specs=[pl.BlockSpec((bq, r_pad), lambda i: (i, 0)),
+                  pl.BlockSpec((nk_pad, r_pad), lambda i: (0, 0)),
+                  pl.BlockSpec((nk_pad, e_pad), lambda i: (0, 0))],
+        out_specs=[pl.BlockSpec((bq, e_pad), lambda i: (i, 0)), pl.BlockSpec((bq,), lambda i: (i,))],
+        out_shape=[jax.ShapeDtypeStruct((nq_pad, e_pad), dtype), jax.ShapeDtypeStruct((nq_pad,), dtype)],
+        interpret=interpret,
+        name="attnflow_flash_attention",
+        **extra,
+    )(qp, kp, vp)
+    return out[:nq, :e], lse[:nq]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _attend(q, k, v, config, causal, interpret):
+    """(softmax attention output, log-sum-exp per query), forward through the fused kernel."""
+    return _forward(q, k, v, config, causal, interpret)
+
+
+def _attend_fwd(q, k, v, config, causal, interpret):
+    out, lse = _forward(q, k, v, config, causal, interpret)
+    return (out, lse), (q, k, v, out, lse, None)
+
+
+def _attend_bwd(config, causal, interpret, res, cotangents):
+    q, k, v = res[:3]
+    chunk = _tiled.DEFAULT_CHUNK if interpret else 4096
+    qc, kc = _tiled._tile(q.shape[0], chunk), _tiled._tile(k.shape[0], chunk)
+    return _tiled._attend_bwd(int(qc), int(kc), "causal" if causal else "none", res, cotangents)[:3]
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def flash_attend(
+    q: Float[Array, "n r"],
+    k: Float[Array, "n2 r"],
+    v: Float[Array, "n2 e"],
+    *,
+    mask: str | None = None,
+    normalisation: str = "softmax",
+    config: FlashConfig | None = None,
+    interpret: bool | None = None,
+) -> Float[Array, "n e"]:
+    r"""Exact :math:`\mathrm{softmax}(q k^T)\, v` (scale 1) in one fused kernel (FlashAttention's
+    online softmax), O(n (r + e)) memory.
+
+    ``mask``: None or ``"causal"`` (query i sees keys j <= i; key blocks past a query block's last
+    query are skipped); boolean mask arrays take the tiled path (:func:`attend` with
+    ``impl="chunked"``). ``normalisation="mean"``: :math:`\frac1{n_2}\sum_j e^{q_i\cdot k_j} v_j`, from the
+    kernel's log-sum-exp. ``config``: tile sizes and launch parameters (:data:`FLASH_DEFAULT`).
+    ``interpret``: run the kernel in Pallas's interpret mode (default: on every backend but the GPU).
+    jit-, vmap- and reverse-mode-differentiable (the tiled path's backward pass).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.kernels import flash_attend
+        >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 100, 4))
+        >>> dense = jax.nn.softmax(q @ k.T, axis=-1) @ v
+        >>> bool(jnp.allclose(flash_attend(q, k, v), dense, atol=1e-5))
+        True
+    """
+    from ..errors import InputError
+
+    if mask is not None and not (isinstance(mask, str) and mask == "causal"):
+        raise InputError("flash_attend takes mask=None or 'causal'; for a boolean mask array use "
+                         "attend(..., impl='chunked').")
+    if normalisation not in ("softmax", "mean"):
+        raise InputError(f"normalisation must be 'softmax' or 'mean', got {normalisation!r}.")
+    config = FLASH_DEFAULT if config is None else config
+    if not isinstance(config, FlashConfig):
+        raise InputError(f"config must be a FlashConfig, got {type(config).__name__}.")
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    dtype = jnp.result_type(q, k, v)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    q, k, v = (jnp.asarray(a, dtype) for a in (q, k, v))
+    out, lse = _attend(q, k, v, config, mask == "causal", bool(interpret))
+    if normalisation == "softmax":
+        return out
+    return out * jnp.exp(lse - jnp.log(k.shape[0]))[:, None]
