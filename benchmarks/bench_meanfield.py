@@ -80,9 +80,11 @@ def _memory(compiled) -> dict:
 
 
 def attnflow_row(n: int, *, impl: str, beta: float, dtype: str = "float64", d: int = 2, steps: int = 1,
-                 repeats: int = 3, x0: np.ndarray | None = None) -> dict:
+                 repeats: int = 3, x0: np.ndarray | None = None, keep_state: bool = True) -> dict:
     """Euler layers of the sphere flow, ``steps`` per compiled call, ``repeats`` calls; returns the row
-    (and keeps the final state under ``"_state"`` for comparisons)."""
+    (and, with ``keep_state``, the final state under ``"_state"`` for comparisons). ``impl``: ``"chunked"``
+    (the tiled direct sum, O(n) memory), ``"fourier"`` (the circle, d = 2) or ``"harmonic"`` (S^2, d = 3);
+    none of them holds an n x n array (``memory_bytes``: XLA's compiled buffers)."""
     import jax
     import jax.numpy as jnp
 
@@ -101,13 +103,20 @@ def attnflow_row(n: int, *, impl: str, beta: float, dtype: str = "float64", d: i
         compile_s = time.perf_counter() - t
         timed = time_call(lambda: compiled(x), repeats=repeats, warmup=0)
         times, out = timed["times_s"], timed["out"]
-        row = {"name": f"{'fourier' if impl == 'fourier' else 'direct-tiled' if d == 2 else 'sphere-tiled'}",
+        name = {"fourier": "fourier", "harmonic": "sphere-harmonic"}.get(impl, "direct-tiled" if d == 2
+                                                                          else "sphere-tiled")
+        row = {"name": name,
                "impl": impl, "n": n, "d": d, "dtype": dtype, "beta": beta, "compile_s": compile_s,
                **_stats(times, steps), **_memory(compiled)}
         if impl == "fourier":
             row["modes"] = _fourier.fourier_modes(abs(beta), dtype)
+        elif impl == "harmonic":
+            from attnflow.kernels.sphere import sphere_degree
+
+            row["degree"] = sphere_degree(abs(beta), dtype)
         row["particle_steps_per_s"] = n * row["steps_per_s"]
-        row["_state"] = np.asarray(out)
+        if keep_state:
+            row["_state"] = np.asarray(out)
     return row
 
 

@@ -53,7 +53,8 @@ def parse(argv=None):
     p.add_argument("--sweep-route", default="host", choices=["auto", "device", "host", "cpu"],
                    help="eig route of the sweep rows' spectral stage (default host: LAPACK beside the device)")
     p.add_argument("--methods", default="euler,euler-flash,tsit5",
-                   help="timing rows to run, comma-separated among euler (the auto path), euler-flash (the fused "
+                   help="timing rows to run, comma-separated among euler (the auto path; euler32: its float32 rows only), "
+                        "euler-flash (the fused "
                         "Pallas kernel, impl='flash') and tsit5 (fixed and adaptive); default all")
     p.add_argument("--skip", default="",
                    help="parts to leave out, comma-separated among tuning, torch, gradient, phase, meanfield, sweep")
@@ -193,6 +194,8 @@ def main(argv=None) -> int:
         per_eval = attention_flops(B, n, d)
         impl = select_impl(n, n)
         todo = [("euler", "float32", False, impl), ("euler", "float64", False, impl)] if "euler" in methods else []
+        if "euler32" in methods and "euler" not in methods:
+            todo = [("euler", "float32", False, impl)]
         if "euler-flash" in methods:  # float64: the first H200 run found the dense path faster at n = 4096
             todo += [("euler", "float32", False, "flash")] + ([("euler", "float64", False, "flash")]
                                                              if 4096 < n < 10**6 else [])

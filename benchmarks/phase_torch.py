@@ -27,6 +27,8 @@ and writes their per-beta means over the systems whose whole run stayed finite (
 per (beta, checkpoint layer); columns as in attnflow's cells.csv). The checkpoint layers are
 attnflow's uniform ones (``round(linspace(0, layers, checkpoints))``); ``--x0 FILE`` (a .npy array
 (systems, n, d)) starts from given clouds, so that the same start as an attnflow run can be fed in.
+``--device cuda`` runs the same loop on a GPU (float64 still; the start clouds and the noise are drawn on the
+CPU and copied, so every device starts from the same clouds and draws the same noise).
 
 Example (the peers' default diagram):
 
@@ -67,6 +69,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--sigma", type=float, nargs="+", default=[0.0], help="noise strengths (default 0: no noise)")
     p.add_argument("--x0", type=Path, help=".npy file of start clouds (systems, n, d), used for every beta")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default 0: PyTorch's choice)")
+    p.add_argument("--device", default="cpu", help="torch device of the tensors: cpu (default) or cuda (cuda:K)")
     p.add_argument("--out", type=Path, default=Path("phase_torch.csv"), help="CSV of the per-beta means (default phase_torch.csv)")
     return p.parse_args(argv)
 
@@ -84,7 +87,7 @@ def checkpoint_layers(layers: int, checkpoints: int) -> list[int]:
 
 
 def start_clouds(torch, systems: int, n: int, d: int, seed: int):
-    """Uniform random clouds on the sphere (normalised Gaussians), float64."""
+    """Uniform random clouds on the sphere (normalised Gaussians), float64, on the CPU."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(systems, n, d, generator=g, dtype=torch.float64)
     return x / x.norm(dim=-1, keepdim=True)
@@ -93,15 +96,15 @@ def start_clouds(torch, systems: int, n: int, d: int, seed: int):
 def components(torch, adjacent):
     """Connected components per system of a batch of symmetric boolean graphs (B, n, n)."""
     B, n, _ = adjacent.shape
-    labels = torch.arange(n).expand(B, n).contiguous()
-    big = torch.tensor(n)
+    labels = torch.arange(n, device=adjacent.device).expand(B, n).contiguous()
+    big = torch.tensor(n, device=adjacent.device)
     while True:
         new = torch.where(adjacent, labels[:, None, :], big).min(dim=-1).values
         new = torch.gather(new, 1, new)  # pointer jump: a label never exceeds its node's index
         if torch.equal(new, labels):
             break
         labels = new
-    return (labels == torch.arange(n)).sum(dim=-1)
+    return (labels == torch.arange(n, device=adjacent.device)).sum(dim=-1)
 
 
 def statistics(torch, x, beta: float, threshold: float) -> dict:
@@ -110,7 +113,7 @@ def statistics(torch, x, beta: float, threshold: float) -> dict:
     norm = x.norm(dim=-1, keepdim=True)
     u = torch.where(norm > 0, x / torch.where(norm > 0, norm, 1.0), 0.0)
     G = torch.bmm(u, u.transpose(1, 2))
-    eye = torch.eye(n, dtype=torch.bool)
+    eye = torch.eye(n, dtype=torch.bool, device=x.device)
     adjacent = (G >= threshold) | eye
     off = ~eye
     pairs = (adjacent.sum(dim=(1, 2)) - n).double() / max(n * (n - 1), 1)
@@ -132,7 +135,7 @@ def run_beta(torch, x0, beta: float, *, dt: float, layers: int, ckpt: list[int],
     x = x0.clone()
     saved = {name: [] for name in OBSERVABLES}
     at = set(ckpt)
-    finite = torch.ones(x.shape[0], dtype=torch.bool)
+    finite = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
     for layer in range(layers + 1):
         if layer in at:
             for name, value in statistics(torch, x, beta, threshold).items():
@@ -143,7 +146,7 @@ def run_beta(torch, x0, beta: float, *, dt: float, layers: int, ckpt: list[int],
         drift = torch.bmm(p, x)
         drift = drift - ((drift * x).sum(dim=-1, keepdim=True) / (x * x).sum(dim=-1, keepdim=True)) * x
         if sigma:
-            xi = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+            xi = torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)  # the CPU's draws
             xi = xi - ((xi * x).sum(dim=-1, keepdim=True) / (x * x).sum(dim=-1, keepdim=True)) * x
             drift = drift + (sigma / math.sqrt(dt)) * xi  # dt * drift + sigma sqrt(dt) xi below
         y = x + dt * drift
@@ -173,9 +176,16 @@ def main(argv=None) -> int:
             return 2
     else:
         x0 = start_clouds(torch, args.systems, args.n, args.d, args.seed)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("phase_torch.py: error: --device cuda, but PyTorch sees no CUDA device.", file=sys.stderr)
+        return 2
+    x0 = x0.to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     systems, n, d = x0.shape
     betas = beta_grid(*args.betas)
     ckpt = checkpoint_layers(layers, args.checkpoints)
+    sync()
     start = time.perf_counter()
     rows = []
     generator = torch.Generator().manual_seed(args.seed)
@@ -190,6 +200,7 @@ def main(argv=None) -> int:
                     rows.append({"beta": beta, "n": n, "d": d, "sigma": sigma, "t": round(layer * args.dt, 12),
                                  "layer": layer, "systems": int(ok.sum()), "nonfinite": int((~ok).sum()),
                                  **{name: means[name][j] for name in OBSERVABLES}})
+    sync()
     seconds = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as fh:
@@ -197,7 +208,8 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
     print(f"phase_torch: {len(args.sigma)} sigma x {len(betas)} betas x {systems} systems x {layers} layers (n = {n}, d = {d}), "
-          f"{len(ckpt)} checkpoints, {torch.get_num_threads()} thread(s): {seconds:.2f} s; wrote {args.out}")
+          f"{len(ckpt)} checkpoints, {torch.get_num_threads()} thread(s)"
+          f"{'' if device.type == 'cpu' else f' on {device}'}: {seconds:.2f} s; wrote {args.out}")
     return 0
 
 
