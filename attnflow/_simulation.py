@@ -216,7 +216,7 @@ def simulate(
             ``"fold"`` (shared weights: one solve of the stacked state).
         return_attention: also return P at every save time.
         save_fn: ``(t, y, args) -> pytree`` of observables saved instead of states.
-        attention_impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"fused"`` (see
+        attention_impl: ``"auto"``, ``"dense"``, ``"chunked"``, ``"fused"`` or ``"flash"`` (see
             :func:`attnflow.attend`), or ``"fourier"``: the O(n K) path for tokens on the unit circle
             (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; every rule in
             :func:`attnflow.kernels.fourier.plan`), which needs states that stay on the circle: the layer stepper

@@ -209,6 +209,12 @@ def main(argv=None) -> int:
             steps = int(max(1, min(100, row_seconds / (est_eval * evals_per_step))))
             name = f"{method} {'adaptive' if adaptive else 'fixed' if method != 'euler' else ''}".strip()
             rec = dict(B=B, n=n, d=d, tokens=B * n, method=name, impl=row_impl, dtype=dtype)
+            if row_impl == "flash":
+                from attnflow.kernels import _flash
+
+                rec["flash_config"] = dataclasses_asdict(_flash.FLASH_DEFAULT)
+                rec["flash_products"] = ("ieee" if dtype == "float64" else
+                                         _flash.resolved_precision(_flash.FLASH_DEFAULT.precision))
             rows.append(rec)
             left = budget - (time.perf_counter() - t_timing)
             if left < 3 * row_seconds + 20:

@@ -96,3 +96,21 @@ def test_flash_refuses_what_it_cannot_compute():
         with pytest.raises(InputError):
             FlashConfig(**bad)
     assert held_scores(1000, 1000, impl="flash") == (FLASH_DEFAULT.block_q, FLASH_DEFAULT.block_k)
+
+
+def test_auto_takes_flash_only_where_it_was_measured_faster():
+    from attnflow.kernels import GPU_FLASH_THRESHOLD, flash_preferred
+    from attnflow.kernels._flash import resolved_precision
+
+    n = int(GPU_FLASH_THRESHOLD**0.5)
+    assert flash_preferred(n, n, jnp.float32, "gpu")
+    assert not flash_preferred(n - 1, n - 1, jnp.float32, "gpu")
+    assert not flash_preferred(n, n, jnp.float32, "cpu")
+    with jax.enable_x64(True):
+        assert not flash_preferred(n, n, jnp.float64, "gpu")
+    # IEEE float32 asked for: the fused kernel would be slower than the dense / tiled paths there
+    for setting in ("highest", "float32"):
+        with jax.default_matmul_precision(setting):
+            assert resolved_precision("auto") == "highest"
+            assert not flash_preferred(n, n, jnp.float32, "gpu")
+    assert resolved_precision("auto") == "tf32x3" and resolved_precision("highest") == "highest"

@@ -62,7 +62,7 @@ class _AttentionField(AbstractAttentionDynamics):
     weights: AttentionWeights
     mask: Bool[Array, "n n"] | None
     causal: bool = eqx.field(static=True)
-    #: attention implementation passed to ``attend`` ("auto", "dense", "chunked", "fused")
+    #: attention implementation passed to ``attend`` ("auto", "dense", "chunked", "fused", "flash")
     attention_impl: str = eqx.field(static=True)
     #: "softmax" (row-stochastic P) or "mean" (unnormalised e^{s_ij}/n; raw picture only)
     normalisation: str = eqx.field(static=True)

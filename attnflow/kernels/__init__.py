@@ -27,6 +27,7 @@ from ._attention import (
     CHUNK_THRESHOLD,
     GPU_CHUNK,
     GPU_CHUNK_THRESHOLD,
+    GPU_FLASH_THRESHOLD,
     IMPLS,
     NORMALISATIONS,
     attend,
@@ -34,6 +35,7 @@ from ._attention import (
     attention_matrix,
     causal_mask,
     check_mask,
+    flash_preferred,
     fused_is_exact,
     held_scores,
     mask_array,
@@ -50,4 +52,5 @@ __all__ = [
     "held_scores", "fused_is_exact", "causal_mask", "check_mask", "mask_array", "NORMALISATIONS", "IMPLS",
     "CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "chunked_attend", "tiled_logsumexp", "blocks_at_once",
     "DEFAULT_CHUNK", "fourier", "flash_attend", "FlashConfig", "FLASH_DEFAULT",
+    "flash_preferred", "GPU_FLASH_THRESHOLD",
 ]

@@ -27,7 +27,7 @@ from ..errors import InputError
 from . import _flash, _tiled
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
-           "NORMALISATIONS"]
+           "NORMALISATIONS", "flash_preferred", "GPU_FLASH_THRESHOLD"]
 
 #: how the exponentiated scores are normalised: ``"softmax"`` divides by the row sum
 #: :math:`\sum_l e^{s_l}` (row-stochastic P), ``"mean"`` by the number of keys n
@@ -337,6 +337,30 @@ def fused_is_exact(q, k, v) -> bool:
     )
 
 
+#: on the GPU, float32 attention with at least this many scores per system takes the fused kernel
+#: (``"flash"``) when its products are TF32x3 (JAX's default matmul precision): on an H200 at
+#: (256 systems, n = 4096, d = 64) it ran one attention evaluation in 20.1 ms against 41.6 ms for the dense
+#: path and 30.4 ms for PyTorch's fused SDPA; in IEEE float32 (``jax_default_matmul_precision="highest"``)
+#: it took 57.8 ms, slower than the dense path, so that setting keeps the dense / tiled paths
+#: (benchmarks/NOTES.md, the H200 section)
+GPU_FLASH_THRESHOLD = 4096 * 4096
+
+
+def flash_preferred(n_q: int, n_k: int, dtype, backend: str | None = None) -> bool:
+    """Whether ``impl="auto"`` takes the fused kernel (``"flash"``) for these shapes and dtype on ``backend``
+    (default: JAX's default backend): GPU, float32, ``n_q * n_k >= GPU_FLASH_THRESHOLD`` and TF32x3 products.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels import flash_preferred
+        >>> flash_preferred(4096, 4096, jnp.float32, "gpu"), flash_preferred(4096, 4096, jnp.float32, "cpu")
+        (True, False)
+    """
+    backend = backend or jax.default_backend()
+    return (backend == "gpu" and jnp.dtype(dtype) == jnp.float32 and n_q * n_k >= GPU_FLASH_THRESHOLD
+            and _flash.resolved_precision(_flash.FLASH_DEFAULT.precision) == "tf32x3")
+
+
 def select_impl(n_q: int, n_k: int, q=None, k=None, v=None) -> str:
     """The implementation ``impl="auto"`` picks for these (static) shapes.
 
@@ -347,6 +371,8 @@ def select_impl(n_q: int, n_k: int, q=None, k=None, v=None) -> str:
     """
     if q is not None and fused_is_exact(q, k, v):
         return "fused"
+    if q is not None and flash_preferred(n_q, n_k, q.dtype):
+        return "flash"
     threshold = GPU_CHUNK_THRESHOLD if jax.default_backend() == "gpu" else CHUNK_THRESHOLD
     return "chunked" if n_q * n_k >= threshold else "dense"
 
@@ -409,7 +435,8 @@ def attend(
     * ``"fused"``: ``jax.nn.dot_product_attention`` with scale 1 (cuDNN on GPU).
     * ``"flash"``: the online softmax as one Pallas kernel (:func:`~attnflow.kernels.flash_attend`;
       Triton on GPU, interpret mode elsewhere), exact in float32 and float64, masks None or ``"causal"``.
-    * ``"auto"``: fused where it is exact (GPU, half precision), else chunked when
+    * ``"auto"``: fused where it is exact (GPU, half precision), flash for float32 on the GPU at
+      ``n * n2 >= GPU_FLASH_THRESHOLD`` with TF32x3 products (:func:`flash_preferred`), else chunked when
       ``n * n2 >= CHUNK_THRESHOLD`` (``GPU_CHUNK_THRESHOLD`` on GPU), else dense.
     * ``"fourier"``: not a kernel of ``attend``: the attention flows' O(n K) path for tokens on the
       circle (``attention_impl="fourier"`` of :class:`~attnflow.AttentionFlow` and
@@ -461,6 +488,8 @@ def attend(
     check_mask(mask, q.shape[0], k.shape[0])
     if impl == "auto":
         impl = select_impl(q.shape[0], k.shape[0], *((q, k, v) if normalisation == "softmax" else ()))
+        if impl == "flash" and mask is not None and not isinstance(mask, str):
+            impl = "chunked"  # the fused kernel takes no mask array
     if impl == "dense":
         return _dense_attend(q, k, v, mask, normalisation)
     if impl == "fused":

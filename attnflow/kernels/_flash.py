@@ -11,11 +11,13 @@ with :math:`s_{ij} = q_i\cdot k_j` (scale 1), and writes :math:`o_i = a_i / \ell
 log-sum-exp :math:`L_i = m_i + \log\ell_i`. Scores, exponentials and the running sums stay in the
 chip's registers and shared memory: one read of q, k and v per query block, one write of o. The
 numbers are the tiled path's (the same max-subtracted softmax, summed in the same order within a
-block). float64 is exact in float64. float32 products on the GPU use three TF32 tensor-core products
-per product by default (``precision="tf32x3"``: :math:`a b \approx a_h b_h + a_h b_l + a_l b_h` with
-:math:`a = a_h + a_l` split into TF32 parts, an error of a few float32 ulps) and IEEE float32 arithmetic
-with ``precision="highest"``; on an H200 the first ran at 2.6x the speed of the second (benchmarks/NOTES.md),
-with relative errors 4.6e-6 and 2.4e-6 against float64 on the same check. Off the GPU both are IEEE.
+block). float64 is exact in float64. float32 products on the GPU use either three TF32 tensor-core
+products per product (``precision="tf32x3"``: :math:`a b \approx a_h b_h + a_h b_l + a_l b_h` with
+:math:`a = a_h + a_l` split into TF32 parts, an error of a few float32 ulps) or IEEE float32 arithmetic
+(``"highest"``); the default ``"auto"`` follows JAX's matmul-precision setting (IEEE where it says
+``"highest"``, TF32x3 otherwise, where XLA's own float32 matmuls take one TF32 product). On an H200 TF32x3
+ran at 2.9x the speed of IEEE (benchmarks/NOTES.md), with relative errors 4.6e-6 and 2.4e-6 against float64
+on the same check. Off the GPU all are IEEE.
 
 On a GPU the kernel is compiled through Triton; on any other backend it runs in Pallas's
 interpret mode (the same program executed by XLA, slow but exact), which is how its tests run on
@@ -41,9 +43,29 @@ from . import _tiled
 __all__ = ["flash_attend", "FlashConfig", "FLASH_DEFAULT", "PRECISIONS"]
 
 #: dot-product arithmetic of float32 inputs on the GPU: ``"tf32x3"`` three TF32 tensor-core products per
-#: product (an error of a few float32 ulps), ``"highest"`` IEEE float32 (what the dense and tiled paths
-#: compute); elsewhere both are IEEE
-PRECISIONS = ("highest", "tf32x3")
+#: product (an error of a few float32 ulps), ``"highest"`` IEEE float32, ``"auto"`` IEEE where JAX's
+#: ``jax_default_matmul_precision`` asks for it (``"highest"`` / ``"float32"``, also through
+#: ``jax.default_matmul_precision``), else TF32x3 (JAX's own default lets XLA's float32 matmuls use one TF32
+#: product); elsewhere all are IEEE
+PRECISIONS = ("auto", "highest", "tf32x3")
+#: values of ``jax_default_matmul_precision`` that ask for IEEE float32 products
+_IEEE_SETTINGS = ("highest", "float32", "tensorfloat32_x3_never")
+
+
+def resolved_precision(precision: str) -> str:
+    """``"highest"`` or ``"tf32x3"``: ``"auto"`` read from JAX's matmul-precision setting at trace time.
+
+    Example:
+        >>> import jax
+        >>> from attnflow.kernels._flash import resolved_precision
+        >>> with jax.default_matmul_precision("highest"):
+        ...     resolved_precision("auto")
+        'highest'
+    """
+    if precision != "auto":
+        return precision
+    setting = jax.config.jax_default_matmul_precision
+    return "highest" if setting is not None and str(setting).lower() in _IEEE_SETTINGS else "tf32x3"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +73,22 @@ class FlashConfig:
     """Tile sizes and launch parameters of the fused kernel (static: part of the compiled program).
 
     ``block_q`` queries per program, ``block_k`` keys per loop step (powers of two, >= 16);
-    ``num_warps`` and ``num_stages`` are Triton's launch width and software-pipelining depth.
+    ``num_warps`` and ``num_stages`` are Triton's launch width and software-pipelining depth;
+    ``precision`` the arithmetic of float32 products on the GPU (:data:`PRECISIONS`).
+
+    Example:
+        >>> import jax
+        >>> from attnflow.kernels import FlashConfig, flash_attend
+        >>> q = jax.random.normal(jax.random.key(0), (40, 8))
+        >>> flash_attend(q, q, q, config=FlashConfig(block_q=16, block_k=16, precision="highest")).shape
+        (40, 8)
     """
 
     block_q: int = 128
     block_k: int = 32
     num_warps: int = 4
     num_stages: int = 3
-    precision: str = "tf32x3"
+    precision: str = "auto"
 
     def __post_init__(self):
         from ..errors import InputError
@@ -85,7 +115,7 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
 
 
 def _dot_precision(dtype, precision: str, interpret: bool):
-    if dtype == jnp.float32 and precision == "tf32x3" and not interpret:
+    if dtype == jnp.float32 and resolved_precision(precision) == "tf32x3" and not interpret:
         return jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
     return (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
 
