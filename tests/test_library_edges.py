@@ -57,6 +57,9 @@ FLOAT64_CASES = {
     "cluster_labels": lambda: observables.cluster_labels(X, 0.5),
     "num_clusters": lambda: observables.num_clusters(X, 0.5),
     "similar_pairs": lambda: observables.similar_pairs(XS, 0.5),
+    "cluster_geometry": lambda: observables.cluster_geometry(XS, 0.5),
+    "plateau_geometry": lambda: observables.plateau_geometry(
+        np.stack([XS, XS]), observables.plateau_table(np.array([0.0, 1.0]), [[2, 2]], prepared=True), 0.5),
     "close_pairs": lambda: observables.close_pairs(X, 1.5),
     "pairs_clustered": lambda: observables.pairs_clustered(XS, 0.3),
     "clusters_above": lambda: observables.clusters_above(XS, 0.3),
@@ -140,7 +143,8 @@ FLOAT64_CASES = {
 
 #: the metastability rule's functions of observed series (cluster counts, times, energies): NumPy on the host,
 #: no JAX arithmetic, so their float64 is NumPy's own
-NUMPY_SERIES = {"metastable_states", "gathered", "plateaus", "first_plateaus", "merges", "energy_plateaus"}
+NUMPY_SERIES = {"metastable_states", "gathered", "plateaus", "first_plateaus", "merges", "energy_plateaus",
+                "plateau_table"}
 
 #: public functions that take no float array: graphs (boolean) and counts; float64 does not arise
 NO_FLOAT_INPUT = {"connected_components", "count_components", "pair_fraction", "grid_components",

@@ -81,11 +81,14 @@ from ._metastability import (
     HOLD_RATIO,
     EnergyPlateau,
     Plateau,
+    cluster_geometry,
     energy_plateaus,
     first_plateaus,
     gathered,
     merges,
     metastable_states,
+    plateau_geometry,
+    plateau_table,
     plateaus,
 )
 
@@ -102,6 +105,7 @@ __all__ = [
     "max_norm", "uniform_distance", "collapse_bound",
     "GEOMETRY_LABELS", "GeometryObservation", "BatchObservation", "classify_geometry", "classify_configuration",
     "clustered", "levels_clustered",
-    "metastable_states", "gathered", "plateaus", "first_plateaus", "merges", "energy_plateaus", "Plateau",
+    "metastable_states", "gathered", "plateaus", "first_plateaus", "plateau_table", "plateau_geometry",
+    "cluster_geometry", "merges", "energy_plateaus", "Plateau",
     "EnergyPlateau", "HOLD_RATIO", "ENERGY_REL_TOL",
 ]

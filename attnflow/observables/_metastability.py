@@ -34,6 +34,13 @@ The rule's tolerances are r and ``min_duration`` (the counts are exact integers;
 tolerance is the cluster threshold of whoever counted them). The times are those of the checkpoints: a
 lifetime is resolved to the spacing of the checkpoints around its two ends.
 
+**Prepared starts.** A cloud that starts as clusters (given positions and masses, or drawn tightly around k
+centres: the setting of the staircase papers) has gathered at its first checkpoint: with ``prepared=True``
+the rule reads the running minimum from :math:`t_0` on, so the first state (k clusters from :math:`t_0`) and
+every later one are timed, and the hold test :math:`t_b - t_a \ge r\,(t_a - t_0)` measures the time since the
+start. :func:`plateau_table` lists every plateau of every system (not only the first), and
+:func:`plateau_geometry` the clusters' positions, masses and smallest gap at each plateau's start.
+
 **Left truncation.** A run counts as a plateau only when :math:`T \ge L = \max(\text{min\_duration},
 r\,t_a)` (``truncation`` in :func:`first_plateaus`): the lifetimes the rule returns are those of the
 states that lasted at least L, a sample of :math:`T \mid T \ge L`.
@@ -101,25 +108,31 @@ def gathered(counts: np.ndarray, reference: float | None = None) -> int:
     return int(hits[0]) if hits.size else len(c)
 
 
-def _settle(c: np.ndarray, reference) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """On counts (S, K) (int64): the checkpoint at which each system has gathered (K: never), whether each
-    checkpoint is at or after it, and the running minimum count from there (the int64 maximum before)."""
+def _settle(c: np.ndarray, reference, prepared: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """On counts (S, K) (int64): the checkpoint at which each system has gathered (K: never; 0 for a prepared
+    start), whether each checkpoint is at or after it, and the running minimum count from there (the int64
+    maximum before)."""
     S, K = c.shape
-    hit = c <= (c[:, :1] if reference is None else np.reshape(np.asarray(reference, float), (-1, 1))) / 2
-    g = np.where(hit.any(axis=1), hit.argmax(axis=1), K)
+    if prepared:
+        g = np.zeros(S, dtype=np.int64)
+    else:
+        hit = c <= (c[:, :1] if reference is None else np.reshape(np.asarray(reference, float), (-1, 1))) / 2
+        g = np.where(hit.any(axis=1), hit.argmax(axis=1), K)
     after = np.arange(K)[None, :] >= g[:, None]
     settled = np.minimum.accumulate(np.where(after, c, np.iinfo(np.int64).max), axis=1)
     return g, after, settled
 
 
-def metastable_states(counts: np.ndarray, *, reference=None, running_min: bool = True) -> np.ndarray:
+def metastable_states(counts: np.ndarray, *, reference=None, running_min: bool = True,
+                      prepared: bool = False) -> np.ndarray:
     r"""Whether each checkpoint of a series of cluster counts (K,) or of S of them (S, K) is in a metastable state
     (module docstring): gathered, :math:`c \le c_{\rm ref}/2`, and not one cluster, :math:`c \ge 2`.
 
     ``reference``: :math:`c_{\rm ref}`, a number or one per system (default: each system's count at its first
     checkpoint). ``running_min``: gathered from the first checkpoint that is, and the count read as its running
     minimum (the rule of :func:`plateaus`); False: each checkpoint on its own count,
-    :math:`2 \le c_k \le c_{\rm ref}/2`.
+    :math:`2 \le c_k \le c_{\rm ref}/2`. ``prepared``: the cloud starts as clusters, gathered from the first
+    checkpoint on (with ``running_min``; the reference is then not used).
 
     Example:
         >>> import numpy as np
@@ -134,7 +147,7 @@ def metastable_states(counts: np.ndarray, *, reference=None, running_min: bool =
     one = c.ndim == 1
     c = np.atleast_2d(c)
     if running_min:
-        _, after, settled = _settle(c.astype(np.int64), reference)
+        _, after, settled = _settle(c.astype(np.int64), reference, prepared)
         out = after & (settled >= 2)
     else:
         ref = c[:, :1] if reference is None else np.reshape(np.asarray(reference, float), (-1, 1))
@@ -142,7 +155,8 @@ def metastable_states(counts: np.ndarray, *, reference=None, running_min: bool =
     return out[0] if one else out
 
 
-def _count_runs(t: np.ndarray, counts: np.ndarray, min_duration: float, hold_ratio: float) -> dict:
+def _count_runs(t: np.ndarray, counts: np.ndarray, min_duration: float, hold_ratio: float,
+                prepared: bool = False) -> dict:
     """The module's rule on counts (S, K), vectorised over the systems: per system and checkpoint, whether a run
     of the running-minimum count starts there (``start``), that count (``settled``), the run's end time and
     whether it is censored, and whether it is a metastable plateau (``plateau``: a run of metastable states,
@@ -150,7 +164,7 @@ def _count_runs(t: np.ndarray, counts: np.ndarray, min_duration: float, hold_rat
     t = np.asarray(t, float)
     c = np.atleast_2d(np.asarray(counts)).astype(np.int64)
     S, K = c.shape
-    g, after, settled = _settle(c, None)
+    g, after, settled = _settle(c, None, prepared)
     k = np.arange(K)
     big = np.iinfo(np.int64).max
     previous = np.concatenate([np.full((S, 1), big), settled[:, :-1]], axis=1)
@@ -160,16 +174,18 @@ def _count_runs(t: np.ndarray, counts: np.ndarray, min_duration: float, hold_rat
     following = np.concatenate([first_at_or_after[:, 1:], np.full((S, 1), K)], axis=1)
     censored = following == K
     end = np.where(censored, t[-1], t[np.minimum(following, K - 1)])
-    long = end - t[None, :] >= np.maximum(min_duration, hold_ratio * t[None, :])
+    age = t - t[0] if prepared else t  # the time since the start the hold test compares with
+    long = end - t[None, :] >= np.maximum(min_duration, hold_ratio * age[None, :])
     metastable = after & (settled >= 2)
     return {"start": start, "settled": settled, "end": end, "censored": censored, "gathered": g,
-            "plateau": start & metastable & long}
+            "plateau": start & metastable & long, "age": age}
 
 
 def plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, *,
-             hold_ratio: float = HOLD_RATIO) -> list[Plateau]:
+             hold_ratio: float = HOLD_RATIO, prepared: bool = False) -> list[Plateau]:
     r"""The metastable plateaus of one series of cluster counts (the module's rule: runs of the running
-    minimum count :math:`c \ge 2` after gathering with :math:`t_b - t_a \ge \max(\text{min\_duration}, r\,t_a)`).
+    minimum count :math:`c \ge 2` after gathering with :math:`t_b - t_a \ge \max(\text{min\_duration}, r\,t_a)`;
+    ``prepared``: a start already made of clusters, timed from the first checkpoint, module docstring).
 
     Example:
         >>> import numpy as np
@@ -178,9 +194,13 @@ def plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, *,
         >>> counts = np.r_[[9] * 2, [6] * 2, [3] * 16, [4] * 1, [3] * 9, [2] * 10]  # 4: a flicker
         >>> [(p.count, p.start, p.end, p.censored) for p in plateaus(t, counts)]
         [(3, 5.0, 31.0, False)]
+        >>> t = np.arange(0.0, 1000.0, 10.0)                 # 4 prepared clusters; merges at t = 50 and 400
+        >>> counts = np.r_[[4] * 5, [3] * 35, [2] * 60]
+        >>> [(p.count, p.start) for p in plateaus(t, counts)], [(p.count, p.start) for p in plateaus(t, counts, prepared=True)]
+        ([(2, 400.0)], [(4, 0.0), (3, 50.0), (2, 400.0)])
     """
     t = np.asarray(t, float)
-    r = _count_runs(t, np.asarray(counts)[None], min_duration, hold_ratio)
+    r = _count_runs(t, np.asarray(counts)[None], min_duration, hold_ratio, prepared)
     return [Plateau(int(r["settled"][0, k]), float(t[k]), float(r["end"][0, k]), bool(r["censored"][0, k]))
             for k in np.flatnonzero(r["plateau"][0])]
 
@@ -252,7 +272,7 @@ def energy_plateaus(t: np.ndarray, energy: np.ndarray, rel_tol: float = ENERGY_R
 
 def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, *,
                    hold_ratio: float = HOLD_RATIO, energy: np.ndarray | None = None,
-                   rel_tol: float = ENERGY_REL_TOL) -> dict:
+                   rel_tol: float = ENERGY_REL_TOL, prepared: bool = False) -> dict:
     r"""Per system (rows of ``counts``, (S, K)): the first metastable plateau (module's rule) and the rest.
 
     Returns arrays of length S: ``count``, ``start``, ``lifetime`` (NaN / -1 without a plateau),
@@ -261,7 +281,9 @@ def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0,
     ``censored``, ``pending`` (no plateau yet, still >= 2 clusters on a run too young to qualify),
     ``plateaus`` (metastable plateaus) and ``merges`` (from the first plateau's start on: the merges of the
     metastable stage, not those of the fast clustering; 0 without a plateau); with ``energy`` (S, K), also
-    ``energy_plateaus`` (the staircase's steps per system, :func:`energy_plateaus`).
+    ``energy_plateaus`` (the staircase's steps per system, :func:`energy_plateaus`). ``prepared``: starts
+    already made of clusters, timed from the first checkpoint (module docstring; ``truncation`` is then
+    :math:`\max(\text{min\_duration}, r\,(t_a - t_0))`).
 
     Example:
         >>> import numpy as np
@@ -277,7 +299,7 @@ def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0,
     t = np.asarray(t, float)
     counts = np.atleast_2d(np.asarray(counts))
     S, K = counts.shape
-    r = _count_runs(t, counts, min_duration, hold_ratio)
+    r = _count_runs(t, counts, min_duration, hold_ratio, prepared)
     has = r["plateau"].any(axis=1)
     k = np.where(has, r["plateau"].argmax(axis=1), 0)
     rows = np.arange(S)
@@ -286,10 +308,121 @@ def first_plateaus(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0,
     out = {"count": np.where(has, r["settled"][rows, k], -1).astype(int),
            "start": np.where(has, t[k], np.nan),
            "lifetime": np.where(has, np.round(r["end"][rows, k] - t[k], 10), np.nan),  # 50.2 - 7.8 is 42.4
-           "truncation": np.where(has, np.maximum(min_duration, hold_ratio * t[k]), np.nan),
+           "truncation": np.where(has, np.maximum(min_duration, hold_ratio * r["age"][k]), np.nan),
            "censored": has & r["censored"][rows, k], "pending": ~has & (last >= 2),
            "plateaus": r["plateau"].sum(axis=1).astype(int), "merges": np.where(has, later.sum(axis=1), 0).astype(int)}
     if energy is not None:
         e = _energy_runs(t, energy, rel_tol, hold_ratio)
         out["energy_plateaus"] = np.bincount(e["system"][e["plateau"]], minlength=S).astype(int)
+    return out
+
+
+def plateau_table(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, *,
+                  hold_ratio: float = HOLD_RATIO, prepared: bool = False) -> dict:
+    r"""Every metastable plateau of every system (rows of ``counts``, (S, K)), not only the first: arrays of
+    equal length, one entry per plateau in the order (system, start): ``system``, ``index`` (0 for a system's
+    first plateau, 1 for its second, ...), ``count``, ``start``, ``end``, ``lifetime`` (``end - start``, a lower
+    bound when ``censored``), ``censored``, ``start_checkpoint`` (the checkpoint of ``start``, to look up the
+    cloud there, :func:`plateau_geometry`) and ``truncation`` (the least lifetime the rule lets that plateau have).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.observables import plateau_table
+        >>> t = np.arange(0.0, 1000.0, 10.0)
+        >>> counts = np.stack([np.r_[[4] * 5, [3] * 35, [2] * 60], np.r_[[3] * 20, [2] * 80]])
+        >>> p = plateau_table(t, counts, prepared=True)
+        >>> p["system"].tolist(), p["count"].tolist(), p["start"].tolist(), p["censored"].tolist()
+        ([0, 0, 0, 1, 1], [4, 3, 2, 3, 2], [0.0, 50.0, 400.0, 0.0, 200.0], [False, False, True, False, True])
+    """
+    t = np.asarray(t, float)
+    counts = np.atleast_2d(np.asarray(counts))
+    r = _count_runs(t, counts, min_duration, hold_ratio, prepared)
+    system, k = np.nonzero(r["plateau"])  # row-major: by system, then by start
+    first_of_system = np.r_[0, np.flatnonzero(np.diff(system)) + 1] if system.size else np.zeros(0, int)
+    index = np.arange(system.size) - np.repeat(first_of_system, np.diff(np.r_[first_of_system, system.size]))
+    end = r["end"][system, k]
+    return {"system": system.astype(int), "index": index.astype(int), "count": r["settled"][system, k].astype(int),
+            "start": t[k], "end": end, "lifetime": np.round(end - t[k], 10), "censored": r["censored"][system, k],
+            "start_checkpoint": k.astype(int),
+            "truncation": np.maximum(min_duration, hold_ratio * r["age"][k])}
+
+
+def cluster_geometry(x, threshold: float | None = None) -> dict:
+    r"""The clusters of one cloud of tokens on :math:`S^{d-1}` (rows of ``x``, (n, d)) and their geometry, host-side
+    in float64: the clusters are the connected components of :math:`\langle x_i, x_j\rangle \ge \theta`
+    (:func:`clusters_above`'s rule, so the counts agree; threshold :math:`\theta` default 0.999), and per cluster
+
+    * ``positions`` (count, d): its mean direction :math:`\bar u / |\bar u|` (:math:`u_i = x_i / |x_i|`),
+    * ``masses``: the fraction of the tokens in it,
+    * ``smallest_gap``: the smallest angle between two positions (NaN with fewer than two clusters),
+    * ``spread``: the largest angle from a token to its cluster's position;
+
+    with ``count`` and ``labels`` (n,) (0 .. count - 1, clusters in the order of their first token). The graph is
+    n x n (O(n^2) time and memory, a few thousand tokens; :func:`attnflow.meanfield.circle_clusters` is the
+    O(n log n) rule on the circle). Non-finite tokens are refused.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.observables import cluster_geometry
+        >>> x = np.array([[1.0, 0.0], [1.0, 0.001], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+        >>> g = cluster_geometry(x)
+        >>> g["count"], g["masses"].tolist(), round(float(g["smallest_gap"]), 4)
+        (2, [0.4, 0.6], 1.5703)
+    """
+    import jax
+
+    from ..errors import InputError
+    from ._pairs import DEFAULT_THRESHOLD, similar_pairs
+    from ._clusters import connected_components
+
+    threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+    pts = np.asarray(x, np.float64)
+    if pts.ndim != 2 or pts.shape[0] == 0:
+        raise InputError(f"x must be a cloud of tokens (n, d) with n >= 1, got shape {pts.shape}.")
+    if not np.all(np.isfinite(pts)):
+        raise InputError("x must be finite: a non-finite token has no cluster.")
+    with jax.enable_x64(True):
+        raw = np.asarray(connected_components(similar_pairs(pts, threshold)))
+    _, first, labels = np.unique(raw, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # clusters numbered in the order of their first token
+    labels = order[labels.reshape(-1)]
+    count = int(labels.max()) + 1
+    u = pts / np.linalg.norm(pts, axis=1, keepdims=True)
+    sums = np.zeros((count, pts.shape[1]))
+    np.add.at(sums, labels, u)
+    positions = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    masses = np.bincount(labels, minlength=count) / len(labels)
+    cos_to_centre = np.clip(np.sum(u * positions[labels], axis=1), -1.0, 1.0)
+    if count >= 2:
+        cos_pairs = np.clip(positions @ positions.T, -1.0, 1.0)[np.triu_indices(count, 1)]
+        smallest_gap = float(np.arccos(cos_pairs.max()))
+    else:
+        smallest_gap = float("nan")
+    return {"count": count, "labels": labels, "positions": positions, "masses": masses,
+            "smallest_gap": smallest_gap, "spread": float(np.arccos(cos_to_centre.min()))}
+
+
+def plateau_geometry(states, table: dict, threshold: float | None = None) -> list[dict]:
+    r"""The cluster geometry (:func:`cluster_geometry`) at the start of every plateau of ``table``
+    (:func:`plateau_table`): ``states`` holds the clouds at the checkpoints, (S, K, n, d) for S systems or (K, n, d)
+    for one; entry i of the result is the geometry of system ``table["system"][i]`` at checkpoint
+    ``table["start_checkpoint"][i]``, with the plateau's ``count`` and ``start`` beside it (``count`` and the
+    geometry's own count agree when the counts came from the same threshold).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.observables import plateau_geometry, plateau_table
+        >>> e = lambda a: [np.cos(a), np.sin(a)]
+        >>> clouds = np.array([[e(0), e(0), e(2)], [e(0), e(0), e(2)], [e(1), e(1), e(1)]])  # (K, n, d)
+        >>> table = plateau_table(np.array([0.0, 1.0, 5.0]), [[2, 2, 1]], prepared=True)
+        >>> [(g["count"], g["masses"].round(3).tolist(), round(g["smallest_gap"], 3)) for g in plateau_geometry(clouds, table)]
+        [(2, [0.667, 0.333], 2.0)]
+    """
+    s = np.asarray(states, np.float64)
+    if s.ndim == 3:
+        s = s[None]
+    out = []
+    for system, k, count, start in zip(table["system"], table["start_checkpoint"], table["count"], table["start"]):
+        g = cluster_geometry(s[int(system), int(k)], threshold)
+        out.append({**g, "system": int(system), "plateau_count": int(count), "start": float(start)})
     return out
