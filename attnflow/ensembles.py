@@ -41,7 +41,7 @@ from ._x64 import keeps_float64
 from .errors import InputError
 
 __all__ = ["V_ENSEMBLES", "QK_ENSEMBLES", "sample_V", "sample_QK", "draw_systems", "draw_heads", "draw_clouds",
-           "system_seeds", "head_seeds", "token_key"]
+           "draw_clustered_clouds", "cluster_sizes", "system_seeds", "head_seeds", "token_key"]
 
 V_ENSEMBLES = ("ginibre", "goe", "uniform", "positive", "wishart", "sparse_symmetric", "identity")
 QK_ENSEMBLES = ("identity", "spd", "uniform")
@@ -196,6 +196,54 @@ def draw_clouds(seed, n: int, d: int, dtype=None, *, clouds: int | None = None, 
     dtype = _float_dtype(dtype)
     x0 = jax.random.normal(token_key(seed), shape, dtype) / jnp.sqrt(jnp.asarray(d, dtype))
     return normalise(x0) if on_sphere else x0
+
+
+def cluster_sizes(n: int, masses) -> np.ndarray:
+    """Token counts of clusters with the given ``masses`` (fractions summing to 1) among n tokens: largest-remainder
+    rounding, every cluster at least one token.
+
+    Example:
+        >>> from attnflow.ensembles import cluster_sizes
+        >>> cluster_sizes(10, [0.5, 0.25, 0.25]).tolist(), cluster_sizes(32, [0.25] * 4).tolist()
+        ([5, 3, 2], [8, 8, 8, 8])
+    """
+    m = np.asarray(masses, np.float64)
+    raw = m * n
+    sizes = np.maximum(np.floor(raw).astype(int), 1)
+    for i in np.argsort(-(raw - np.floor(raw)), kind="stable")[: max(n - sizes.sum(), 0)]:
+        sizes[i] += 1
+    while sizes.sum() > n:  # the floor of one token per cluster overshot: take from the largest
+        sizes[np.argmax(sizes)] -= 1
+    return sizes
+
+
+@keeps_float64
+def draw_clustered_clouds(seed, n: int, d: int, clusters: int, spread: float, dtype=None, *, centres=None,
+                          masses=None):
+    r"""A prepared start: n unit tokens in ``clusters`` tight clusters on :math:`S^{d-1}`,
+    :math:`x_i = N(c_{a(i)} + \text{spread}\,\xi_i)` with :math:`\xi_i \sim N(0, I_d)` and N the normalisation
+    (an angular spread of about ``spread`` per direction). The centres :math:`c_a` are ``centres`` ((clusters, d),
+    normalised) or drawn uniformly on the sphere from the system's token key; cluster a holds
+    :func:`cluster_sizes` (n, ``masses``) consecutive tokens (equal masses by default). Traceable in ``seed``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.ensembles import draw_clustered_clouds
+        >>> x = draw_clustered_clouds(3, 8, 2, 2, 0.0, jnp.float64, centres=[[1.0, 0.0], [0.0, 2.0]])
+        >>> x[:, 0].round(6).tolist(), bool(jnp.allclose(jnp.linalg.norm(x, axis=-1), 1.0))
+        ([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], True)
+    """
+    from .dynamics import normalise
+
+    dtype = _float_dtype(dtype)
+    sizes = cluster_sizes(n, [1.0 / clusters] * clusters if masses is None else masses)
+    labels = np.repeat(np.arange(clusters), sizes)
+    key_centres, key_jitter = jax.random.split(token_key(seed))
+    if centres is None:
+        c = normalise(jax.random.normal(key_centres, (clusters, d), dtype))
+    else:
+        c = normalise(jnp.asarray(centres, dtype))
+    return normalise(c[labels] + spread * jax.random.normal(key_jitter, (n, d), dtype))
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:

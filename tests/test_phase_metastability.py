@@ -195,3 +195,53 @@ def test_censored_likelihood_derivatives_match_central_differences(seed):
     np.testing.assert_allclose(grad, fd_grad, atol=1e-6 * np.abs(fd_grad).max())
     np.testing.assert_allclose(H, fd_H, atol=1e-6 * np.abs(fd_H).max())
     np.testing.assert_allclose(H, H.T, rtol=0, atol=0)
+
+
+def test_the_phase_job_times_a_prepared_four_cluster_start(tmp_path):
+    """start = "clusters": the job's own clouds (4 clusters of 8 tokens, gaps 0.85, 1.5, 1.0 on the circle), the
+    flow at beta = 20: every state is timed from t = 0 (4, then 3 at the first merge, then 2) in plateaus.csv and
+    metastability.csv, where the rule for random starts would see only the 2-cluster state; the start's geometry
+    (smallest gap 0.85) is recorded beside each plateau."""
+    import csv
+
+    from attnflow.phase import load_phase_config, run_phase
+
+    cfg = load_phase_config(None)
+    cfg.update(beta=20.0, n=32, d=2, systems=2, t1=1000.0, dt=0.1, checkpoints=101, start="clusters",
+               start_centres=[[np.cos(a), np.sin(a)] for a in (0.0, 0.85, 2.35, 3.35)], start_spread=0.001)
+    cfg["run"] = {**cfg["run"], "progress": False}
+    run_phase(cfg, tmp_path / "out")
+    rows = list(csv.DictReader(open(tmp_path / "out" / "plateaus.csv")))
+    for system in ("0", "1"):
+        mine = [r for r in rows if r["system"] == system]
+        assert [int(r["count"]) for r in mine] == [4, 3, 2] and [int(r["index"]) for r in mine] == [0, 1, 2]
+        starts = [float(r["start"]) for r in mine]
+        assert starts[0] == 0.0 and 20 <= starts[1] <= 150 and 200 <= starts[2] <= 1000   # measured: 50 and 390
+        assert mine[-1]["censored"] == "true"
+        assert abs(float(mine[0]["start_smallest_gap"]) - 0.85) < 0.01 and float(mine[0]["start_spread"]) < 0.01
+    meta = list(csv.DictReader(open(tmp_path / "out" / "metastability.csv")))
+    assert meta[0]["plateau_count"] == "4.0" and float(meta[0]["plateau_start"]) == 0.0
+    assert float(meta[0]["mean_plateaus"]) == 3.0
+
+
+def test_prepared_start_keys_are_checked_in_one_sentence():
+    from attnflow import InputError
+    from attnflow.phase import check_phase_config, load_phase_config
+
+    def cfg(**change):
+        c = load_phase_config(None)
+        c.update({"d": 2, "start": "clusters", **change})
+        return c
+
+    for change, words in (({"start": "ring"}, "start must be one of"),
+                          ({"start_clusters": 40}, "exceeds the 32 tokens"),
+                          ({"start_spread": -1.0}, "start_spread"),
+                          ({"start_centres": [[1.0, 0.0], [0.0]]}, "start_centres must be 2"),
+                          ({"start_masses": [0.5, 0.6], "start_clusters": 2}, "start_masses must be 2"),
+                          ({"dynamics": "prenorm"}, "applies to dynamics")):
+        with pytest.raises(InputError, match=words):
+            check_phase_config(cfg(**change))
+    c = load_phase_config(None)
+    c.update(start="clusters", start_centres=[[1.0, 0.0]])   # d = [2, 3] in the default grid
+    with pytest.raises(InputError, match="one d in the grid"):
+        check_phase_config(c)

@@ -86,9 +86,21 @@ class PhaseConfig(JobConfig):
     v_ensemble: str
     qk_ensemble: str
     weights: str
+    #: the start clouds: "uniform" or "clusters" (a prepared start, :func:`attnflow.ensembles.draw_clustered_clouds`)
+    start: str = "uniform"
+    start_clusters: int = 4
+    start_centres: tuple = ()
+    start_masses: tuple = ()
+    start_spread: float = 0.001
     kind = "phase"
-    #: runs without noise are those of the code before the sigma key (their folders resume)
-    later_keys = {"sigma": 0.0}
+    #: runs without noise and from uniform starts are those of the code before these keys (their folders resume)
+    later_keys = {"sigma": 0.0, "start": "uniform", "start_clusters": 4, "start_centres": [], "start_masses": [],
+                  "start_spread": 0.001}
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the systems start as clusters (the metastability rule then times every state from t = 0)."""
+        return self.start == "clusters"
 
     @property
     def jax_dtype(self):
@@ -282,6 +294,7 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     v.check_choice("qk_ensemble", cfg["qk_ensemble"], QK_ENSEMBLES, "the ensemble of Q^T K")
     v.check_choice("weights", cfg["weights"], WEIGHTS, "whether the weights are shared by the grid or drawn per system")
     v.check_choice("dynamics", cfg["dynamics"], SWEEP_DYNAMICS, "the dynamics every system runs")
+    start = _check_start(cfg, grid)
     # the sweep refuses float32 for the raw-picture dynamics because it rescales their last layer; the phase
     # job reads the directions of the raw state and rescales nothing, so either precision is fine here
     spec = sweep_dynamics({**cfg, "heads": grid["heads"][0], "epsilon": grid["epsilon"][0], "dtype": "float64"})
@@ -292,7 +305,50 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
         num_layers=layers, checkpoints=int(cfg["checkpoints"]), spacing=cfg["spacing"],
         threshold=float(cfg["threshold"]), confidence=float(cfg["confidence"]),
         normalisation=cfg["normalisation"], dynamics=spec, v_ensemble=cfg["v_ensemble"],
-        qk_ensemble=cfg["qk_ensemble"], weights=cfg["weights"], source=copy.deepcopy(config))
+        qk_ensemble=cfg["qk_ensemble"], weights=cfg["weights"], **start, source=copy.deepcopy(config))
+
+
+START_KINDS = ("uniform", "clusters")
+
+
+def _check_start(cfg: dict, grid: dict) -> dict:
+    """The start keys checked (one sentence per refusal); returns them as :class:`PhaseConfig` fields."""
+    v.check_choice("start", cfg["start"], START_KINDS, "the start clouds")
+    centres, masses = cfg["start_centres"], cfg["start_masses"]
+    out = {"start": cfg["start"], "start_spread": float(cfg["start_spread"]), "start_centres": (), "start_masses": ()}
+    if not (math.isfinite(out["start_spread"]) and out["start_spread"] >= 0):
+        raise InputError(f"start_spread (the angular spread of each prepared cluster) must be a finite number >= 0, "
+                         f"got {cfg['start_spread']!r}.")
+    k = len(centres) if centres else cfg["start_clusters"]
+    v.check_int("start_clusters", k, 1, "the number of clusters of a prepared start")
+    out["start_clusters"] = int(k)
+    if cfg["start"] == "uniform":
+        return out
+    if cfg["dynamics"] != "sphere":
+        raise InputError(f"start = \"clusters\" prepares clusters on the sphere: it applies to dynamics = \"sphere\", "
+                         f"got dynamics = {cfg['dynamics']!r}.")
+    if k > min(grid["n"]):
+        raise InputError(f"start_clusters = {k} exceeds the {min(grid['n'])} tokens of the smallest n; give at most "
+                         "n clusters.")
+    if centres:
+        if len(grid["d"]) != 1:
+            raise InputError(f"start_centres are directions of one dimension: give one d in the grid, got d = "
+                             f"{list(grid['d'])}.")
+        d = grid["d"][0]
+        ok = all(isinstance(c, list) and len(c) == d and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                              for x in c) for c in centres)
+        arr = np.asarray(centres, dtype=float) if ok else None
+        if arr is None or arr.shape != (k, d) or not np.all(np.isfinite(arr)) or np.any(
+                np.linalg.norm(arr, axis=1) == 0):
+            raise InputError(f"start_centres must be {k} nonzero finite directions of dimension d = {grid['d'][0]} "
+                             f"(a list of lists), got {centres!r:.80}.")
+        out["start_centres"] = tuple(tuple(float(x) for x in c) for c in centres)
+    if masses:
+        m = np.asarray(masses, dtype=float)
+        if m.shape != (k,) or not np.all(m > 0) or abs(m.sum() - 1) > 1e-9:
+            raise InputError(f"start_masses must be {k} fractions > 0 summing to 1 (one per cluster), got {masses!r:.80}.")
+        out["start_masses"] = tuple(float(x) for x in m)
+    return out
 
 
 def load_phase_config(path) -> dict:

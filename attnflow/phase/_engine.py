@@ -46,7 +46,7 @@ import numpy as np
 
 from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
-from ..ensembles import draw_clouds, draw_heads, head_seeds, system_seeds
+from ..ensembles import draw_clouds, draw_clustered_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
 from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
 from ..observables import directions, gram_statistics, span_dimension
@@ -126,16 +126,28 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
         (2, 4, 2)
     """
     seeds = system_seeds(config.seed, group.seed_label, 0, config.systems)[np.asarray(systems)]
-    draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere")
+    draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere", _prepared_start(config))
     with float64_scope():  # a float64 config draws float64 clouds, whatever the caller's mode
         return np.asarray(draw(jnp.asarray(seeds, jnp.uint32)))
 
 
+def _prepared_start(config: PhaseConfig) -> tuple | None:
+    """The prepared start of a config as a hashable (clusters, spread, centres, masses), or None (uniform)."""
+    if not config.prepared:
+        return None
+    return (config.start_clusters, config.start_spread, config.start_centres or None, config.start_masses or None)
+
+
 @functools.lru_cache(maxsize=16)
-def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool):
+def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool, prepared: tuple | None = None):
     """The compiled draw of the start clouds (B, n, d) of B seeds (:func:`attnflow.ensembles.draw_clouds`: n tokens
-    :math:`N(0, I_d/d)` from each system's token key, on the sphere when ``on_sphere``), shared by the job
+    :math:`N(0, I_d/d)` from each system's token key, on the sphere when ``on_sphere``; with ``prepared`` =
+    (clusters, spread, centres, masses), :func:`attnflow.ensembles.draw_clustered_clouds`), shared by the job
     and :func:`start_clouds`."""
+    if prepared is not None:
+        k, spread, centres, masses = prepared
+        return jax.jit(jax.vmap(lambda s: draw_clustered_clouds(s, n, d, k, spread, dtype, centres=centres,
+                                                                masses=masses)))
     return jax.jit(jax.vmap(lambda s: draw_clouds(s, n, d, dtype, on_sphere=on_sphere)))
 
 
@@ -292,7 +304,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     betas = np.asarray(config.beta, np.float64)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
-    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.name == "sphere")
+    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.name == "sphere",
+                         _prepared_start(config))
     compiled: set[int] = set()
 
     def compute(start: int, stop: int, into: dict | None = None) -> dict:

@@ -47,6 +47,10 @@ FIGURE_MODULE = "attnflow.phase._figures"
 META_COLUMNS = ["beta", "n", "d", "heads", "epsilon", "sigma", "systems", "with_plateau", "pending", "events",
                 "censored_fraction", "median", "q25", "q75", "median_censored", "plateau_count", "plateau_start",
                 "mean_merges", "mean_plateaus", "mean_energy_plateaus", "in_fit"]
+#: the columns of plateaus.csv (prepared starts: every metastable plateau of every system; ``start_smallest_gap``
+#: and ``start_spread`` are the cluster geometry of the system's start cloud, the same for every beta)
+PLATEAU_COLUMNS = ["beta", "n", "d", "sigma", "system", "index", "count", "start", "end", "lifetime", "censored",
+                   "truncation", "start_smallest_gap", "start_spread"]
 #: a cell's lifetimes enter the fit of log T against beta when at least this fraction of its systems reached a
 #: metastable plateau (below it most clouds collapse to one cluster with no metastable state to time)
 FIT_MIN_PLATEAU_FRACTION = 0.5
@@ -210,6 +214,9 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
             for done in saved:
                 done.result()
         write_table(sw.out / "metastability.csv", meta, META_COLUMNS)
+        if config.prepared:
+            write_table(sw.out / "plateaus.csv", [_every_plateau(config, g, by_group[g.index], t) for g in groups],
+                        PLATEAU_COLUMNS)
         precision = _dtype_check(config, sw, by_group, cell_cols, t) if dtype_check else None
         summary = _summary(config, groups, cell_cols, fits, sizes)
         for head, g, rows in zip(summary["groups"], groups, meta):
@@ -278,7 +285,8 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     rows = {c: [] for c in META_COLUMNS}
     fit_beta, fit_life, fit_cen, fit_cut, fit_cloud, all_first = [], [], [], [], [], []
     for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
-        first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel])
+        first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel],
+                               prepared=config.prepared)
         first["cloud"] = np.asarray(cols["system"][sel])  # the same cloud at every beta: the fits cluster on it
         s = lifetime_summary(first)
         all_first.append((beta, first))
@@ -316,6 +324,31 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
                censored_fraction=float(lifetimes.mean()) if lifetimes.size else None,
                **dict(zip(("by_count", "by_count_not_identified"), _fits_by_count(config, all_first))))
     return rows, fit
+
+
+def _every_plateau(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray) -> dict:
+    """One group's plateaus.csv rows (prepared starts): every metastable plateau of every finite run
+    (:func:`attnflow.observables.plateau_table`, timed from t = 0), with the geometry of the system's start cloud
+    (:func:`attnflow.observables.cluster_geometry`: smallest gap between the prepared clusters and their spread)."""
+    from ..observables import cluster_geometry, plateau_table
+    from ._engine import start_clouds
+
+    rows = {c: [] for c in PLATEAU_COLUMNS}
+    systems = np.arange(config.systems)
+    start_geometry = [cluster_geometry(x, config.threshold) for x in start_clouds(config, g, systems)]
+    gap = np.array([s["smallest_gap"] for s in start_geometry])
+    spread = np.array([s["spread"] for s in start_geometry])
+    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
+        table = plateau_table(t, np.rint(cols["clusters"][sel]).astype(int), prepared=True)
+        system = np.asarray(cols["system"][sel])[table["system"]]
+        size = len(system)
+        columns = {"beta": np.full(size, beta), "n": np.full(size, g.n), "d": np.full(size, g.d),
+                   "sigma": np.full(size, g.sigma), "system": system, "start_smallest_gap": gap[system],
+                   "start_spread": spread[system],
+                   **{k: table[k] for k in ("index", "count", "start", "end", "lifetime", "censored", "truncation")}}
+        for key in PLATEAU_COLUMNS:
+            rows[key].append(columns[key])
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
 
 
 def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> tuple[list[dict], list[dict]]:
