@@ -131,6 +131,7 @@ FLOAT64_CASES = {
     "interaction_energy_fourier": lambda: meanfield.interaction_energy_fourier(TH, 2.0),
     "circle_cluster_count": lambda: meanfield.circle_cluster_count(TH, 0.3),
     "circle_clusters": lambda: meanfield.circle_clusters(TH, 0.3),
+    "sphere_clusters": lambda: meanfield.sphere_clusters(XS, 0.5),
     "circle_gaps": lambda: meanfield.circle_gaps(TH, 0.3),
     "sphere_cluster_count": lambda: meanfield.sphere_cluster_count(XS, 0.1),
     "kernel_modes": lambda: meanfield.kernel_modes(3.0, 4, dtype="float64"),
