@@ -80,7 +80,8 @@ def test_fori_compiles_the_layer_and_save_fn_once():
         for save_aux in (False, True):
             EulerStepper(0.01, 200, save_at=layers, loop=loop, save_aux=save_aux).solve(
                 AuxFlow(f.weights), x0, save_fn=counting(loop))
-    assert calls["fori"] == 2 and calls["scan"] > 2 * 5
+    # scan: with more than MAX_SCAN_RUNS runs, one interval body too (the first or last save traced apart)
+    assert calls["fori"] == 2 and calls["scan"] == 4
 
 
 @pytest.mark.parametrize("save_aux", [False, True])
@@ -121,3 +122,63 @@ def test_bad_loop_is_one_sentence(loop):
         EulerStepper(0.1, 10, loop=loop)
     with pytest.raises(InputError, match="loop must be one of"):
         RKStepper("heun", 0.1, 10, loop=loop)
+
+
+class Accelerating(AuxFlow):
+    """The attention flow sped up by (1 + 10 t): its steps depend on the time each layer is given."""
+
+    def vector_field(self, t, y, args):
+        return (1 + 10 * t) * super().vector_field(t, y, args)
+
+
+def _scans(jaxpr) -> int:
+    """How many scan loops a jaxpr holds, nested ones included (each compiles a loop body of its own)."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "scan"
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    count += _scans(inner)
+    return count
+
+
+@pytest.mark.parametrize("save_aux", [False, True])
+@pytest.mark.parametrize("layers", [SaveLayers.log_spaced(16, 120), (3, 4, 6, 9, 13, 20, 30, 45, 47, 100)])
+def test_scan_with_many_runs_decomposes_gaps_into_powers_of_two(monkeypatch, layers, save_aux):
+    """loop="scan" with more than MAX_SCAN_RUNS runs of gaps: the same numbers and gradient as one scan block per
+    run, with one block per binary digit of the largest gap instead of one per run."""
+    from attnflow.integrate import _euler
+
+    with float64_scope():
+        f, x0 = AuxFlow(_flow().weights), _tokens()
+        save = (lambda t, y, aux: {"y": y, "aux": aux, "t": t}) if save_aux else (lambda t, y, a: {"y": y, "t": t})
+        stepper = EulerStepper(0.01, 120, save_at=layers, save_aux=save_aux, checkpoint=None)
+        runs = len(stepper.save_at.runs())
+        assert runs > _euler.MAX_SCAN_RUNS
+
+        def loss(x):
+            return jnp.sum(stepper.solve(f, x, save_fn=save).ys["y"][-3:] ** 2)
+
+        blocks = lambda: _scans(jax.make_jaxpr(lambda x: stepper.solve(f, x, save_fn=save).ys)(x0).jaxpr)
+        gradient = (lambda: jax.grad(loss)(x0)) if not save_aux else (lambda: None)  # reverse mode: one case each
+        binary, g_binary, binary_blocks = stepper.solve(f, x0, save_fn=save), gradient(), blocks()
+        monkeypatch.setattr(_euler, "MAX_SCAN_RUNS", 10**9)   # one scan block per run of equal gaps
+        per_run, g_per_run, per_run_blocks = stepper.solve(f, x0, save_fn=save), gradient(), blocks()
+        for key in per_run.ys:
+            np.testing.assert_allclose(binary.ys[key], per_run.ys[key], rtol=0, atol=1e-13)
+        if not save_aux:
+            np.testing.assert_allclose(g_binary, g_per_run, rtol=1e-12, atol=1e-13)
+        # the layers' times: a field that grows with t takes the same steps in both, and a field that blows up
+        # from t = 0.537 on is marked at the same layer
+        finals, marks = [], []
+        for limit in (4, 10**9):
+            monkeypatch.setattr(_euler, "MAX_SCAN_RUNS", limit)
+            finals.append(stepper.solve(Accelerating(_flow().weights), x0).ys[-1])
+            marks.append(float(stepper.solve(BlowsUpAt(0.537), x0, save_fn=save).t_nonfinite))
+        np.testing.assert_allclose(finals[0], finals[1], rtol=0, atol=1e-13)
+        assert marks[0] == marks[1] == pytest.approx(0.55)
+        digits = int(np.diff(stepper.save_at.indices()).max()).bit_length()
+        # binary: the interval scan, one block per digit, the layers before the first / after the last save
+        assert binary_blocks <= digits + 3 and runs <= per_run_blocks and binary_blocks < per_run_blocks

@@ -44,10 +44,18 @@ UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
 #: small n slower; only checkpointed segments unroll: benchmarks/NOTES.md section 10).
 UNROLL_BACKENDS = ("cpu",)
 #: how a layer stepper runs the layers between two saves: ``"scan"`` (a ``lax.scan`` block per run of
-#: equal gaps, reverse-differentiable) or ``"fori"`` (one ``lax.scan`` over the save intervals, each a
+#: equal gaps, or past :data:`MAX_SCAN_RUNS` runs one block per binary digit of the largest gap;
+#: reverse-differentiable) or ``"fori"`` (one ``lax.scan`` over the save intervals, each a
 #: ``fori_loop`` with traced bounds: the layer and ``save_fn`` are compiled once, however irregular the
 #: gaps; forward-mode only)
 LOOPS = ("scan", "fori")
+
+
+#: with more runs of equal save gaps than this, ``loop="scan"`` runs every save interval through one body that
+#: splits its gap into powers of two, one ``lax.cond`` per bit around a block of 2^b layers: log2(largest gap)
+#: compiled blocks instead of one per run (a log-spaced set has about as many runs as saves), and still
+#: reverse-differentiable (benchmarks/NOTES.md)
+MAX_SCAN_RUNS = 4
 
 
 def plain_shift(y: Float[Array, "n d"], dy: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -238,9 +246,13 @@ class _GridStepper(AbstractIntegrator):
         if first_layer > 0 and self.loop == "scan":
             carry = run_layers(carry, 0, first_layer)
         pieces = []
+        binary = self.loop == "scan" and len(self.save_at.runs()) > MAX_SCAN_RUNS
         if self.loop == "fori":
             carry, saved = self._fori_saves(carry, layer, aux_layer, save_fn, args, t0, dt)
             pieces.append(saved)
+        elif binary:
+            carry, saved = self._binary_saves(carry, field, run_layers, aux_layer, save_fn, args, t0, dt)
+            pieces.extend(saved)
         elif not self.save_aux:
             first = save_fn(time_of(first_layer), carry[0], args)
             pieces.append(jax.tree_util.tree_map(lambda a: a[None], first))
@@ -287,6 +299,58 @@ class _GridStepper(AbstractIntegrator):
             result=jnp.where(jnp.isfinite(t_bad), RESULTS.nonfinite, RESULTS.successful),
             t_nonfinite=t_bad,
         )
+
+    def _binary_saves(self, carry, field, run_layers, aux_layer, save_fn, args, t0, dt) -> tuple:
+        r"""``loop="scan"`` with more than :data:`MAX_SCAN_RUNS` runs of gaps: one ``lax.scan`` over the save
+        intervals; interval i advances its :math:`g_i` layers as the binary digits of :math:`g_i`, low bits
+        first, digit b running a block of :math:`2^b` layers under ``lax.cond`` (the same layers in the same
+        order as the blocks per run; one compiled block per digit). Returns the carry and the saved pieces;
+        layers past the last save run as in :meth:`solve`."""
+        layers = self.save_at.indices()
+        gaps = np.diff(layers)
+        digits = max(int(gaps.max(initial=1)).bit_length(), 1)
+        dtype = carry[0].dtype
+
+        def advance(carry, first, count):  # layers first .. first + count - 1, count < 2^digits (traced)
+            for b in range(digits):
+                done = count & ((1 << b) - 1)  # layers the lower digits ran
+                carry = jax.lax.cond((count >> b) & 1 == 1,
+                                     lambda c, o=first + done, size=1 << b: run_layers(c, o, size),
+                                     lambda c: c, carry)
+            return carry
+
+        starts = jnp.asarray(layers[:-1], jnp.int32)
+        if not self.save_aux:
+            first = save_fn(t0 + jnp.asarray(layers[0], dtype) * dt, carry[0], args)
+
+            def interval(carry, x):
+                start, gap = x
+                carry = advance(carry, start, gap)
+                return carry, save_fn(t0 + (start + gap).astype(dtype) * dt, carry[0], args)
+
+            carry, saved = jax.lax.scan(interval, carry, (starts, jnp.asarray(gaps, jnp.int32)))
+            pieces = [jax.tree_util.tree_map(lambda a: a[None], first), saved]
+            if self.save_at.last < self.num_layers:
+                carry = run_layers(carry, self.save_at.last, self.num_layers - self.save_at.last)
+            return carry, pieces
+
+        def aux_interval(carry, x):  # saved layer k: its layer with the by-product, then the rest of the gap
+            k, rest = x
+            y = carry[0]
+            carry, aux = aux_layer(carry, k)
+            carry = advance(carry, k + 1, rest)
+            return carry, save_fn(t0 + k.astype(dtype) * dt, y, aux)
+
+        carry, saved = jax.lax.scan(aux_interval, carry, (starts, jnp.asarray(gaps - 1, jnp.int32)))
+        last, y = self.save_at.last, carry[0]
+        if last < self.num_layers:
+            carry, aux = aux_layer(carry, last)
+            if self.num_layers - last > 1:
+                carry = run_layers(carry, last + 1, self.num_layers - last - 1)
+        else:
+            aux = field.vector_field_with_aux(t0 + last * dt, y, args)[1]  # past the last layer
+        final = save_fn(t0 + last * dt, y, aux)
+        return carry, [saved, jax.tree_util.tree_map(lambda a: a[None], final)]
 
     def _fori_saves(self, carry, layer, aux_layer, save_fn, args, t0, dt):
         """``loop="fori"``: the saves in one ``lax.scan`` over the save intervals, whose layers run in a
@@ -359,7 +423,10 @@ class EulerStepper(_GridStepper):
             ~10% off the forward there; :data:`UNROLL_BACKENDS`). ``None``: store every layer. An
             int: that segment length. Not used with ``loop="fori"``.
         loop: how the layers between two saves run (:data:`LOOPS`). ``"scan"`` (default): one
-            ``lax.scan`` block per run of equal gaps of ``save_at``, reverse-differentiable.
+            ``lax.scan`` block per run of equal gaps of ``save_at``; with more than :data:`MAX_SCAN_RUNS`
+            runs (log-spaced saves), one scan over the save intervals whose gaps run as their binary
+            digits, a block of 2^b layers per digit b under ``lax.cond`` (log2 of the largest gap
+            compiled blocks); the same layers either way, reverse-differentiable.
             ``"fori"``: one ``lax.scan`` over the save intervals, each a ``fori_loop`` with traced
             bounds, so the layer and ``save_fn`` are compiled once however irregular the saved layers
             are (a log-spaced or rounded-uniform set has as many runs as saves); the same layers
