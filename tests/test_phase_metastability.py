@@ -222,6 +222,9 @@ def test_the_phase_job_times_a_prepared_four_cluster_start(tmp_path):
     meta = list(csv.DictReader(open(tmp_path / "out" / "metastability.csv")))
     assert meta[0]["plateau_count"] == "4.0" and float(meta[0]["plateau_start"]) == 0.0
     assert float(meta[0]["mean_plateaus"]) == 3.0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "**Prepared start:** every system starts as 4 tight clusters at the given centres" in report
+    assert "plateaus.csv (every plateau of every system)" in report
 
 
 def test_prepared_start_keys_are_checked_in_one_sentence():

@@ -654,6 +654,15 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
                   "every time here is that of the rescaled flow dx/dtau = f(x) / s(beta), the 1/n flow at time "
                   f"tau / s(beta); its effective step dt / s(beta) is {eff[0]:.3g} at beta = {config.beta[0]:g} and "
                   f"{eff[-1]:.3g} at beta = {config.beta[-1]:g} (summary.json: step_scale, effective_dt).", ""]
+    if config.prepared:
+        where = (f"at the given centres {list(config.start_centres)}" if config.start_centres
+                 else "around centres drawn uniformly on the sphere per system")
+        masses = f"masses {list(config.start_masses)}" if config.start_masses else "equal masses"
+        lines += [f"**Prepared start:** every system starts as {config.start_clusters} tight clusters {where} "
+                  f"({masses}, angular spread {config.start_spread:g}). The metastability rule times every state "
+                  "from t = 0 (prepared=True: the first state is the prepared one, the hold test measures the time "
+                  "since the start), and plateaus.csv lists every plateau of every system with the start cloud's "
+                  "smallest gap and spread.", ""]
     if summary["nonfinite_runs"]:
         lines += [f"**{summary['nonfinite_runs']} run(s) became non-finite** and are excluded from every mean "
                   "(counted in the `nonfinite` column of cells.csv).", ""]
@@ -701,6 +710,7 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
               "diamond on each beta's curve) is the time an equiangular cloud with the cells' initial mean inner "
               "product needs to reach the threshold: exact for n <= d, where such a cloud exists, a heuristic for "
               "n > d, where a random cloud is read as if it were equiangular (the figure's legend says which).", "",
-              "Files: cells.csv (per cell and checkpoint: means and intervals), metastability.csv, systems/*.npz "
-              "(per-system arrays), summary.json, config.json, provenance.json."]
+              "Files: cells.csv (per cell and checkpoint: means and intervals), metastability.csv, "
+              + ("plateaus.csv (every plateau of every system), " if config.prepared else "")
+              + "systems/*.npz (per-system arrays), summary.json, config.json, provenance.json."]
     runs.atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
