@@ -45,3 +45,20 @@ def ref_euler(x0, Q, K, V, dt, num_steps, beta=1.0):
         x = x + dt * ref_raw_field(x, Q, K, V, beta)
         xs.append(x)
     return np.stack(xs)
+
+
+def ref_components(adjacent):
+    """Connected components of a boolean graph (n, n) by flood fill, labelled 0, 1, ... in the order of each
+    component's first node."""
+    adjacent = np.asarray(adjacent, bool)
+    labels, k = -np.ones(len(adjacent), int), 0
+    for i in range(len(adjacent)):
+        if labels[i] < 0:
+            stack = [i]
+            while stack:
+                j = stack.pop()
+                if labels[j] < 0:
+                    labels[j] = k
+                    stack.extend(np.flatnonzero(adjacent[j] & (labels < 0)))
+            k += 1
+    return labels

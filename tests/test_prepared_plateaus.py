@@ -14,6 +14,7 @@ from attnflow.integrate import EulerStepper, sphere_shift
 from attnflow.meanfield import circle_clusters
 from attnflow.observables import (clusters_above, cluster_geometry, first_plateaus, metastable_states,
                                   plateau_geometry, plateau_table, plateaus)
+from reference import ref_components
 
 
 def _four_clusters(m=8, jitter=1e-3, seed=0):
@@ -108,17 +109,8 @@ def test_cluster_geometry_against_its_definition(d):
     theta = 0.99
     g = cluster_geometry(x, theta)
     # the definition: connected components of <x_i, x_j> >= theta by brute-force flood fill
-    adj = x @ x.T >= theta
-    labels, k = -np.ones(60, int), 0
-    for i in range(60):
-        if labels[i] < 0:
-            stack = [i]
-            while stack:
-                j = stack.pop()
-                if labels[j] < 0:
-                    labels[j] = k
-                    stack.extend(np.flatnonzero(adj[j] & (labels < 0)))
-            k += 1
+    labels = ref_components(x @ x.T >= theta)
+    k = labels.max() + 1
     assert g["count"] == k == int(clusters_above(jnp.asarray(x), theta))
     assert (g["labels"] == labels).all()   # both number clusters in the order of their first token
     for c in range(k):

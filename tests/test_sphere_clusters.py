@@ -10,22 +10,12 @@ import pytest
 from attnflow import InputError
 from attnflow.meanfield import sphere_clusters
 from attnflow.observables import cluster_geometry
+from reference import ref_components
 
 
 def _definition(u, delta):
     """Labels of the components of <u_i, u_j> >= cos(delta), numbered in the order of their first token."""
-    adj = u @ u.T >= math.cos(delta)
-    labels, k = -np.ones(len(u), int), 0
-    for i in range(len(u)):
-        if labels[i] < 0:
-            stack = [i]
-            while stack:
-                j = stack.pop()
-                if labels[j] < 0:
-                    labels[j] = k
-                    stack.extend(np.flatnonzero(adj[j] & (labels < 0)))
-            k += 1
-    return labels
+    return ref_components(u @ u.T >= math.cos(delta))
 
 
 def _cloud(rng, n, d, k, width, scale=1.0):
