@@ -131,3 +131,21 @@ def test_cluster_geometry_refuses_bad_clouds():
         cluster_geometry(np.zeros((0, 2)))
     one = cluster_geometry(np.array([[1.0, 0.0], [1.0, 0.0]]))
     assert one["count"] == 1 and np.isnan(one["smallest_gap"])
+
+
+def test_cluster_geometry_of_many_unit_tokens_takes_the_graph_free_rule(monkeypatch):
+    from attnflow.observables import _metastability
+
+    rng = np.random.default_rng(4)
+    centres = np.linalg.qr(rng.standard_normal((3, 3)))[0]          # 3 orthogonal directions
+    x = centres[np.arange(900) % 3] + 1e-3 * rng.standard_normal((900, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    dense = cluster_geometry(x)
+    monkeypatch.setattr(_metastability, "DENSE_GEOMETRY_TOKENS", 100)
+    fast = cluster_geometry(x)
+    assert fast["count"] == dense["count"] == 3 and (fast["labels"] == dense["labels"]).all()
+    for key in ("positions", "masses"):
+        np.testing.assert_allclose(fast[key], dense[key], atol=1e-12)
+    assert fast["smallest_gap"] == pytest.approx(np.pi / 2, abs=1e-2) == dense["smallest_gap"]
+    with pytest.raises(InputError, match="unit norm"):
+        cluster_geometry(2 * x)

@@ -347,6 +347,10 @@ def plateau_table(t: np.ndarray, counts: np.ndarray, min_duration: float = 0.0, 
             "truncation": np.maximum(min_duration, hold_ratio * r["age"][k])}
 
 
+#: :func:`cluster_geometry` builds the n x n graph up to this many tokens (8 bytes x n^2 = 128 MiB)
+DENSE_GEOMETRY_TOKENS = 4096
+
+
 def cluster_geometry(x, threshold: float | None = None) -> dict:
     r"""The clusters of one cloud of tokens on :math:`S^{d-1}` (rows of ``x``, (n, d)) and their geometry, host-side
     in float64: the clusters are the connected components of :math:`\langle x_i, x_j\rangle \ge \theta`
@@ -357,9 +361,10 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
     * ``smallest_gap``: the smallest angle between two positions (NaN with fewer than two clusters),
     * ``spread``: the largest angle from a token to its cluster's position;
 
-    with ``count`` and ``labels`` (n,) (0 .. count - 1, clusters in the order of their first token). The graph is
-    n x n (O(n^2) time and memory, a few thousand tokens; :func:`attnflow.meanfield.circle_clusters` is the
-    O(n log n) rule on the circle). Non-finite tokens are refused.
+    with ``count`` and ``labels`` (n,) (0 .. count - 1, clusters in the order of their first token). Up to
+    :data:`DENSE_GEOMETRY_TOKENS` tokens the graph is built n x n; beyond, tokens of unit norm (to 1e-9, where the
+    inner products are the directions' own) go through :func:`attnflow.meanfield.sphere_clusters`, the same
+    components without an n x n graph, and others are refused with that advice. Non-finite tokens are refused.
 
     Example:
         >>> import numpy as np
@@ -381,6 +386,14 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
         raise InputError(f"x must be a cloud of tokens (n, d) with n >= 1, got shape {pts.shape}.")
     if not np.all(np.isfinite(pts)):
         raise InputError("x must be finite: a non-finite token has no cluster.")
+    if pts.shape[0] > DENSE_GEOMETRY_TOKENS:
+        if not (np.allclose(np.linalg.norm(pts, axis=1), 1.0, rtol=0, atol=1e-9) and -1 < threshold < 1):
+            raise InputError(f"{pts.shape[0]} tokens need an n x n graph unless they have unit norm: normalise "
+                             "them (and give a threshold in (-1, 1)), or use attnflow.meanfield.sphere_clusters.")
+        from ..meanfield import sphere_clusters
+
+        found = sphere_clusters(pts, float(np.arccos(threshold)))
+        return {k: found[k] for k in ("count", "labels", "positions", "masses", "smallest_gap", "spread")}
     with jax.enable_x64(True):
         raw = np.asarray(connected_components(similar_pairs(pts, threshold)))
     _, first, labels = np.unique(raw, return_index=True, return_inverse=True)
