@@ -58,6 +58,7 @@ FLOAT64_CASES = {
     "num_clusters": lambda: observables.num_clusters(X, 0.5),
     "similar_pairs": lambda: observables.similar_pairs(XS, 0.5),
     "cluster_geometry": lambda: observables.cluster_geometry(XS, 0.5),
+    "sphere_clusters": lambda: observables.sphere_clusters(XS, 0.5),
     "plateau_geometry": lambda: observables.plateau_geometry(
         np.stack([XS, XS]), observables.plateau_table(np.array([0.0, 1.0]), [[2, 2]], prepared=True), 0.5),
     "close_pairs": lambda: observables.close_pairs(X, 1.5),
@@ -131,7 +132,6 @@ FLOAT64_CASES = {
     "interaction_energy_fourier": lambda: meanfield.interaction_energy_fourier(TH, 2.0),
     "circle_cluster_count": lambda: meanfield.circle_cluster_count(TH, 0.3),
     "circle_clusters": lambda: meanfield.circle_clusters(TH, 0.3),
-    "sphere_clusters": lambda: meanfield.sphere_clusters(XS, 0.5),
     "circle_gaps": lambda: meanfield.circle_gaps(TH, 0.3),
     "sphere_cluster_count": lambda: meanfield.sphere_cluster_count(XS, 0.1),
     "kernel_modes": lambda: meanfield.kernel_modes(3.0, 4, dtype="float64"),

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from attnflow import InputError
-from attnflow.meanfield import sphere_clusters
-from attnflow.observables import cluster_geometry
+from attnflow.observables import cluster_geometry, sphere_clusters
 from reference import ref_components
 
 

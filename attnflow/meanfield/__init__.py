@@ -29,7 +29,7 @@ Example:
     True
 """
 
-from ._clusters import circle_cluster_count, circle_clusters, circle_gaps, sphere_cluster_count, sphere_clusters
+from ._clusters import circle_cluster_count, circle_clusters, circle_gaps, sphere_cluster_count
 from ._distances import circle_w1, circle_w1_densities, circle_w1_to_density, sliced_w1, sphere_mmd
 from ._kernel import kernel_modes
 from ._linear import (critical_noise, fit_growth_rates, growth_rates, most_unstable_mode, noisy_growth_rates,
@@ -59,7 +59,7 @@ __all__ = [
     # measures at any n
     "circle_angles", "fourier_coefficients", "density_fourier_coefficients", "sphere_moments", "harmonic_energies",
     "circle_histogram", "sphere_histogram", "interaction_energy_tiled", "interaction_energy_fourier",
-    "circle_cluster_count", "circle_clusters", "circle_gaps", "sphere_cluster_count", "sphere_clusters", "kernel_modes",
+    "circle_cluster_count", "circle_clusters", "circle_gaps", "sphere_cluster_count", "kernel_modes",
     # distances
     "circle_w1", "circle_w1_to_density", "circle_w1_densities", "sphere_mmd", "sliced_w1",
     # the continuity equation on the circle (its field: attnflow.fields.build_field("continuity", ...))

@@ -75,6 +75,7 @@ from ._polytope import (
     hull_violation,
     polytope_set_residual,
 )
+from ._sphere_clusters import sphere_clusters
 from ._subspaces import codim_projections, split_coordinates, unstable_left_basis
 from ._metastability import (
     ENERGY_REL_TOL,
@@ -106,6 +107,6 @@ __all__ = [
     "GEOMETRY_LABELS", "GeometryObservation", "BatchObservation", "classify_geometry", "classify_configuration",
     "clustered", "levels_clustered",
     "metastable_states", "gathered", "plateaus", "first_plateaus", "plateau_table", "plateau_geometry",
-    "cluster_geometry", "merges", "energy_plateaus", "Plateau",
+    "cluster_geometry", "sphere_clusters", "merges", "energy_plateaus", "Plateau",
     "EnergyPlateau", "HOLD_RATIO", "ENERGY_REL_TOL",
 ]

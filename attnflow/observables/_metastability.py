@@ -363,7 +363,7 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
 
     with ``count`` and ``labels`` (n,) (0 .. count - 1, clusters in the order of their first token). Up to
     :data:`DENSE_GEOMETRY_TOKENS` tokens the graph is built n x n; beyond, tokens of unit norm (to 1e-9, where the
-    inner products are the directions' own) go through :func:`attnflow.meanfield.sphere_clusters`, the same
+    inner products are the directions' own) go through :func:`sphere_clusters`, the same
     components without an n x n graph, and others are refused with that advice. Non-finite tokens are refused.
 
     Example:
@@ -389,8 +389,8 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
     if pts.shape[0] > DENSE_GEOMETRY_TOKENS:
         if not (np.allclose(np.linalg.norm(pts, axis=1), 1.0, rtol=0, atol=1e-9) and -1 < threshold < 1):
             raise InputError(f"{pts.shape[0]} tokens need an n x n graph unless they have unit norm: normalise "
-                             "them (and give a threshold in (-1, 1)), or use attnflow.meanfield.sphere_clusters.")
-        from ..meanfield import sphere_clusters
+                             "them (and give a threshold in (-1, 1)), or use attnflow.observables.sphere_clusters.")
+        from ._sphere_clusters import sphere_clusters
 
         found = sphere_clusters(pts, float(np.arccos(threshold)))
         return {k: found[k] for k in ("count", "labels", "positions", "masses", "smallest_gap", "spread")}
