@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
 
 #: a save counts as gathered when every cluster's half-width is at most this (rad)
 MAX_SPREAD = 0.1
@@ -167,9 +167,7 @@ def main(argv=None) -> dict:
     p.add_argument("--max-gap", type=float, default=0.05, help="gap (rad) that separates clusters (default 0.05)")
     p.add_argument("--seeds", type=int, default=1, help="clouds per beta (default 1)")
     p.add_argument("--quick", action="store_true", help="n = 10^4, beta = 4 and 8, t1 = 200 (seconds)")
-    p.add_argument("--out", type=Path, default=Path("circle_long_times.json"), help="JSON record")
-    p.add_argument("--figure", type=Path, default=Path("circle_long_times.png"), help="figure")
-    p.add_argument("--redraw", type=Path, default=None, help="draw the figure from this JSON record and stop")
+    add_record_arguments(p, "circle_long_times")
     args = p.parse_args(argv)
     if args.redraw is not None:
         out = json.loads(args.redraw.read_text())

@@ -191,3 +191,21 @@ def make_run_dir(out: str | os.PathLike | None, prefix: str = "bench") -> Path:
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def add_record_arguments(parser, stem: str, *, redraw: bool = True) -> None:
+    """The study scripts' outputs: ``--out`` (the JSON record, default ``<stem>.json``), ``--figure`` (default
+    ``<stem>.png``) and, with ``redraw``, ``--redraw RECORD`` (draw the figure from a saved record and stop).
+
+    Example:
+        >>> import argparse
+        >>> p = argparse.ArgumentParser()
+        >>> add_record_arguments(p, "study")
+        >>> a = p.parse_args([])
+        >>> str(a.out), str(a.figure), a.redraw
+        ('study.json', 'study.png', None)
+    """
+    parser.add_argument("--out", type=Path, default=Path(f"{stem}.json"), help="JSON record (default %(default)s)")
+    parser.add_argument("--figure", type=Path, default=Path(f"{stem}.png"), help="figure (default %(default)s)")
+    if redraw:
+        parser.add_argument("--redraw", type=Path, default=None, help="draw the figure from this JSON record and stop")

@@ -28,7 +28,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
 
 BETA = 1.5
 RATIOS = (0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2.0)
@@ -40,8 +40,7 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000], help="particle counts (default 100 1000 10000)")
     p.add_argument("--systems", type=int, default=8, help="independent clouds per (n, sigma) (default 8)")
     p.add_argument("--quick", action="store_true", help="n = 100 and 1000, 4 systems, t = 60 (seconds)")
-    p.add_argument("--out", type=Path, default=Path("noise_finite_n.json"), help="JSON record")
-    p.add_argument("--figure", type=Path, default=Path("noise_finite_n.png"), help="figure")
+    add_record_arguments(p, "noise_finite_n", redraw=False)
     args = p.parse_args(argv)
     from attnflow.meanfield import disordered_fluctuations, noisy_transition, particle_transition
 

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
 
 STEP = 0.02  # layer step in units of 1 / lambda_max
 SAVE_EVERY = 5
@@ -138,9 +138,7 @@ def main(argv=None) -> dict:
     p.add_argument("--window", type=float, default=0.1, help="amplitude sqrt(E_l) that ends the linear window (0.1)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="the tokens' dtype")
     p.add_argument("--quick", action="store_true", help="n = 4000, beta = 1 and 4, tau = 6 (seconds)")
-    p.add_argument("--out", type=Path, default=Path("sphere_degree_selection.json"), help="JSON record")
-    p.add_argument("--figure", type=Path, default=Path("sphere_degree_selection.png"), help="figure")
-    p.add_argument("--redraw", type=Path, default=None, help="draw the figure from this JSON record and stop")
+    add_record_arguments(p, "sphere_degree_selection")
     args = p.parse_args(argv)
     if args.redraw is not None:
         out = json.loads(args.redraw.read_text())
