@@ -31,6 +31,7 @@ table.md) unless ``--out``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
             if row_impl == "flash":
                 from attnflow.kernels import _flash
 
-                rec["flash_config"] = dataclasses_asdict(_flash.FLASH_DEFAULT)
+                rec["flash_config"] = dataclasses.asdict(_flash.FLASH_DEFAULT)
                 rec["flash_products"] = ("ieee" if dtype == "float64" else
                                          _flash.resolved_precision(_flash.FLASH_DEFAULT.precision))
             rows.append(rec)
@@ -372,16 +373,10 @@ def _flash_tuning(args, device, mm) -> dict:
         print(f"  flash tuning float32 {name}: {said}")
     if best_cfg is not None:
         _flash.FLASH_DEFAULT = best_cfg
-        out["chosen_float32"] = dataclasses_asdict(best_cfg)
+        out["chosen_float32"] = dataclasses.asdict(best_cfg)
     out["torch_sdpa"] = _torch_sdpa_call(args, np.array(q), np.array(k), np.array(v), flops, mm)
     print(f"  flash tuning torch SDPA: {out['torch_sdpa']}")
     return out
-
-
-def dataclasses_asdict(obj) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(obj)
 
 
 def _torch_sdpa_call(args, q, k, v, flops, mm) -> dict:

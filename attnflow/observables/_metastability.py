@@ -377,8 +377,9 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
     import jax
 
     from ..errors import InputError
-    from ._pairs import DEFAULT_THRESHOLD, similar_pairs
     from ._clusters import connected_components
+    from ._pairs import DEFAULT_THRESHOLD, similar_pairs
+    from ._sphere_clusters import cluster_summary, numbered_by_first_token, sphere_clusters
 
     threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
     pts = np.asarray(x, np.float64)
@@ -390,29 +391,12 @@ def cluster_geometry(x, threshold: float | None = None) -> dict:
         if not (np.allclose(np.linalg.norm(pts, axis=1), 1.0, rtol=0, atol=1e-9) and -1 < threshold < 1):
             raise InputError(f"{pts.shape[0]} tokens need an n x n graph unless they have unit norm: normalise "
                              "them (and give a threshold in (-1, 1)), or use attnflow.observables.sphere_clusters.")
-        from ._sphere_clusters import sphere_clusters
-
         found = sphere_clusters(pts, float(np.arccos(threshold)))
         return {k: found[k] for k in ("count", "labels", "positions", "masses", "smallest_gap", "spread")}
     with jax.enable_x64(True):
         raw = np.asarray(connected_components(similar_pairs(pts, threshold)))
-    _, first, labels = np.unique(raw, return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first))  # clusters numbered in the order of their first token
-    labels = order[labels.reshape(-1)]
-    count = int(labels.max()) + 1
-    u = pts / np.linalg.norm(pts, axis=1, keepdims=True)
-    sums = np.zeros((count, pts.shape[1]))
-    np.add.at(sums, labels, u)
-    positions = sums / np.linalg.norm(sums, axis=1, keepdims=True)
-    masses = np.bincount(labels, minlength=count) / len(labels)
-    cos_to_centre = np.clip(np.sum(u * positions[labels], axis=1), -1.0, 1.0)
-    if count >= 2:
-        cos_pairs = np.clip(positions @ positions.T, -1.0, 1.0)[np.triu_indices(count, 1)]
-        smallest_gap = float(np.arccos(cos_pairs.max()))
-    else:
-        smallest_gap = float("nan")
-    return {"count": count, "labels": labels, "positions": positions, "masses": masses,
-            "smallest_gap": smallest_gap, "spread": float(np.arccos(cos_to_centre.min()))}
+    labels = numbered_by_first_token(raw)
+    return cluster_summary(pts / np.linalg.norm(pts, axis=1, keepdims=True), labels, int(labels.max()) + 1)
 
 
 def plateau_geometry(states, table: dict, threshold: float | None = None) -> list[dict]:

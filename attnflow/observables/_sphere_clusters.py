@@ -127,20 +127,34 @@ def sphere_clusters(points: Float[Array, "n d"], max_gap: float, min_mass: float
     _, comp = connected_components(graph, directed=False)
     raw_labels = comp[cell]
     # clusters numbered in the order of their first token
-    _, first, inverse = np.unique(raw_labels, return_index=True, return_inverse=True)
-    rank = np.argsort(np.argsort(first))
-    labels = rank[inverse.reshape(-1)]
+    labels = numbered_by_first_token(raw_labels)
     total = int(labels.max()) + 1
     counts = np.bincount(labels, minlength=total)
     keep = counts >= min_mass * n
     new_index = np.cumsum(keep) - 1
     labels = np.where(keep[labels], new_index[labels], -1)
-    count = int(keep.sum())
+    return {**cluster_summary(u, labels, int(keep.sum())), "stray": float(1 - counts[keep].sum() / n)}
+
+
+def numbered_by_first_token(raw: np.ndarray) -> np.ndarray:
+    """Component labels renumbered 0, 1, ... in the order of each component's first token."""
+    _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse.reshape(-1)]
+
+
+def cluster_summary(u: np.ndarray, labels: np.ndarray, count: int) -> dict:
+    """The geometry of labelled clusters of unit directions u (n, d): ``positions`` (mean directions), ``masses``
+    (fractions of all n tokens), ``smallest_gap`` (the smallest angle between two positions, from a k-d tree; NaN
+    below two clusters) and ``spread`` (the largest angle from a token to its cluster's position); tokens labelled
+    -1 belong to no cluster. Shared by :func:`sphere_clusters` and :func:`attnflow.observables.cluster_geometry`."""
+    from scipy.spatial import cKDTree
+
+    n, d = u.shape
     kept = labels >= 0
     sums = np.zeros((count, d))
     np.add.at(sums, labels[kept], u[kept])
     positions = sums / np.linalg.norm(sums, axis=1, keepdims=True)
-    masses = counts[keep] / n
+    masses = np.bincount(labels[kept], minlength=count) / n
     if count >= 2:
         chord = cKDTree(positions).query(positions, k=2)[0][:, 1].min()
         smallest_gap = float(2 * np.arcsin(min(chord / 2, 1.0)))
@@ -148,5 +162,4 @@ def sphere_clusters(points: Float[Array, "n d"], max_gap: float, min_mass: float
         smallest_gap = math.nan
     cos_to_centre = np.clip(np.sum(u[kept] * positions[labels[kept]], axis=1), -1.0, 1.0)
     return {"count": count, "labels": labels, "positions": positions, "masses": masses,
-            "smallest_gap": smallest_gap, "spread": float(np.arccos(cos_to_centre.min())) if count else math.nan,
-            "stray": float(1 - masses.sum())}
+            "smallest_gap": smallest_gap, "spread": float(np.arccos(cos_to_centre.min())) if count else math.nan}
