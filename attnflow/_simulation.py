@@ -55,6 +55,7 @@ from .integrate import AbstractIntegrator, EulerStepper, ODESolver, RKStepper, S
 from .integrate import make_integrator, sphere_shift
 from .integrate._make import IntegratorPlan, integrator_plan
 from .integrate._solution import checked
+from .temperature import BetaOfN
 
 __all__ = ["simulate", "Simulation", "load", "make_integrator", "BATCHABLE", "FIELD_BATCHABLE"]
 
@@ -200,6 +201,8 @@ def simulate(
         beta: inverse temperature, finite and > 0 (default 1, the paper's model; for a negative one
             pass -Q); with an AttentionWeights it is part of the weights. With a field, ``beta`` is given
             only as a batch (B,) with ``batch`` naming ``"beta"``: it replaces every ``beta`` leaf of the field.
+            A law of the context length, :class:`~attnflow.temperature.BetaOfN` (e.g. :math:`\gamma\log n`),
+            is evaluated at the tokens' n (a batch of laws, gamma (B,), is a batch of beta).
         dtype: ``"float32"`` (default) or ``"float64"`` (computed in a scoped float64 mode;
             JAX's global configuration is never changed): the precision of the run and of every
             output, whatever the inputs' dtype. Under jit/vmap/grad a float64 run needs
@@ -287,6 +290,8 @@ def simulate(
             "simulate(dtype='float64') was called inside a JAX transformation (jit/vmap/grad) while float64 is "
             "disabled; enter `with jax.enable_x64(True):` around the transformation, or call simulate outside it."
         )
+    if isinstance(beta, BetaOfN) and np.ndim(x0) >= 2:  # beta_n = gamma g(n): n from the tokens (..., n, d)
+        beta = beta(int(np.shape(x0)[-2]))
     scope = float64_scope() if dtype == "float64" else contextlib.nullcontext()
     with scope:
         return _simulate(x0, weights_or_field, K, V, integrator, integrator_options, picture=picture, beta=beta,

@@ -92,6 +92,7 @@ def check_array(name: str, a: Any, meaning: str, min_rank: int = 0, ranks: tuple
     concrete; return its shape."""
     if isinstance(a, (str, bytes)) or a is None:
         raise InputError(f"{name} must be an array ({meaning}), got {type(a).__name__}.")
+    refuse_law(name, a)
     shape = shape_of(name, a) if ranks is None else check_rank(name, a, ranks, meaning)
     if len(shape) < min_rank or (nonempty and 0 in shape):
         raise InputError(f"{name} must be a{' non-empty' if nonempty else 'n'} array ({meaning}), got shape {shape}.")
@@ -302,6 +303,13 @@ def jit_entry(fn: Callable) -> Callable:
 MIN_TOKENS = 2
 
 
+def refuse_law(name: str, value: Any) -> None:
+    """Refuse a law of the number of tokens (:class:`attnflow.temperature.BetaOfN`) where n is not known."""
+    if type(value).__name__ == "BetaOfN":
+        raise InputError(f"{name} is a law of the number of tokens (BetaOfN): give its value for your n, "
+                         f"{name}=law(n), or pass the law to simulate, which reads n from the tokens.")
+
+
 def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature; for beta < 0 pass -Q instead", *,
                scalar: bool = False) -> None:
     r"""The one rule for an inverse temperature :math:`\beta` (a scalar, or one per head, layer or
@@ -322,6 +330,7 @@ def check_beta(name: str, beta: Any, meaning: str = "the inverse temperature; fo
         ...     print(err)
         beta must be finite and > 0 (the inverse temperature; for beta < 0 pass -Q instead), got -1.0.
     """
+    refuse_law(name, beta)
     if isinstance(beta, (str, bytes, bool, np.bool_)) or beta is None or dtype_of(beta).kind not in "iuf":
         raise InputError(f"{name} must be a real number > 0 ({meaning}), got {beta!r:.60}.")
     if scalar and shape_of(name, beta) != ():
