@@ -166,6 +166,7 @@ def simulate(
     mask: Any = None,
     throw: bool = True,
     dynamics: AbstractDynamics | None = None,
+    positions: Any = None,
     **integrator_options: Any,
 ) -> Simulation:
     r"""Simulate :math:`\dot x_i = \sum_j \mathrm{softmax}_j(\beta\langle Qx_i, Kx_j\rangle) V x_j` (or any field).
@@ -234,6 +235,8 @@ def simulate(
             needed only when simulate itself runs inside jit / vmap / grad. Any other attention_impl
             refuses it (the field simulate builds takes the Fourier path only when asked).
         mask: None, ``"causal"`` or a boolean (n, n) attention mask.
+        positions: where the tokens sit: an ALiBi slope and/or rotary positions
+            (:class:`~attnflow.kernels.Positions`, a kind name or a mapping; see :func:`attnflow.attend`).
         throw: raise when a solve fails (:class:`~attnflow.NonFiniteError` /
             :class:`~attnflow.SolverError` on the host; an ``equinox`` runtime error inside
             jit). With ``throw=False`` see ``Simulation.result``.
@@ -297,11 +300,11 @@ def simulate(
         return _simulate(x0, weights_or_field, K, V, integrator, integrator_options, picture=picture, beta=beta,
                          dtype=dtype, batch=batch, batch_mode=batch_mode, return_attention=return_attention,
                          save_fn=save_fn, attention_impl=attention_impl, fourier_max_score=fourier_max_score,
-                         mask=mask, throw=throw, dynamics=dynamics)
+                         mask=mask, throw=throw, dynamics=dynamics, positions=positions)
 
 
 def _simulate(x0, first, K, V, integrator, options, *, picture, beta, dtype, batch, batch_mode, return_attention,
-              save_fn, attention_impl, fourier_max_score, mask, throw, dynamics):
+              save_fn, attention_impl, fourier_max_score, mask, throw, dynamics, positions=None):
     """validate -> the integrator -> the field (or the batch of a ready field) -> run -> :class:`Simulation`."""
     field = _ready_field(first, dynamics)
     _check_choices(picture, batch_mode, attention_impl)
@@ -309,6 +312,9 @@ def _simulate(x0, first, K, V, integrator, options, *, picture, beta, dtype, bat
     if field is not None:
         names, B = _check_prebuilt(x0, K, V, beta, field, batch, picture, mask, attention_impl, return_attention,
                                    fourier_max_score)
+        if positions is not None:
+            raise InputError("with dynamics= set positions on the field itself (AttentionFlow, sphere_flow), not in "
+                             "simulate.")
         weights, Q = None, None
     else:
         weights, Q, beta, names, B = _check_weights(x0, first, K, V, beta, batch, picture)
@@ -341,7 +347,8 @@ def _simulate(x0, first, K, V, integrator, options, *, picture, beta, dtype, bat
         bound = _fourier_bound(x0, weights, Q, K, beta, integrator, picture=picture, mask=mask,
                                attention_impl=attention_impl, max_score=fourier_max_score, dtype=jdtype)
         batched, shared = _make_field(weights, Q, K, V, beta, names, picture=picture, integrator=integrator,
-                                      attention_impl=attention_impl, mask=mask, fourier_max_score=bound)
+                                      attention_impl=attention_impl, mask=mask, fourier_max_score=bound,
+                                      positions=positions)
         loop = batched is not None and (picture != "raw" or save_fn is not None) and lapack_needs_loop()
     else:
         leaves = tuple(n for n in names if n != "x0")
@@ -535,13 +542,14 @@ def _transports(field) -> bool:
     return any(isinstance(m, kinds) for m in jax.tree_util.tree_leaves(field, is_leaf=lambda m: isinstance(m, kinds)))
 
 
-def _make_field(weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fourier_max_score=None):
+def _make_field(weights, Q, K, V, beta, names, *, picture, integrator, attention_impl, mask, fourier_max_score=None,
+                positions=None):
     """The field of the weights, built once: ``(batched, shared)`` as :func:`attnflow._batching.vmap_build` splits
     it (batched None unless weights are batched)."""
     stepper = isinstance(integrator, EulerStepper)
     t0, t1 = _span(integrator)
     kw = dict(picture=picture, method="euler" if stepper else "ode", attention_impl=attention_impl, mask=mask,
-              t0=t0, fourier_max_score=fourier_max_score)
+              t0=t0, fourier_max_score=fourier_max_score, positions=positions)
     if weights is None:
         build = lambda Q, K, V, beta: make_dynamics(Q, K, V, beta=beta, **kw)
         args, axes = (Q, K, V, beta), tuple(0 if n in names else None for n in ("Q", "K", "V", "beta"))

@@ -30,6 +30,12 @@ layer exactly as for the plain flow.
 * ``prenorm``: ``PreNorm(AttentionFlow(Q, K, V))``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`
   with :math:`N(x_j) = x_j/|x_j|` (pre-LN: the residual stream is not normalised); raw x read in
   :math:`z = R^{-L} x`; predicted: none (no theorem).
+* ``periln``: ``PeriNorm(AttentionFlow(Q, K, V))``, :math:`\dot x_i = N(\sum_j P_{ij}(N(x)) V N(x_j))` (Peri-LN:
+  the attention output normalised too, every token moves at unit speed); raw x read in :math:`z = R^{-L} x`;
+  predicted: none.
+* ``ngpt``: ``NormalisedGPT(AttentionFlow(Q, K, V), alpha=1)``, tokens on the sphere moved along
+  :math:`\mathrm{Proj}_{x_i^\perp} N(\sum_j P_{ij} V x_j)` with the projected step, from normalised starts (as
+  ``sphere``); predicted: none.
 * ``mean``: ``AttentionFlow(Q, K, V, normalisation="mean")``, unnormalised attention,
   :math:`\dot x_i = \frac1n\sum_j e^{\langle Qx_i, Kx_j\rangle} V x_j`; raw x read in
   :math:`z = R^{-L} x` (a run whose scores overflow is recorded as not finite); predicted: none.
@@ -50,7 +56,7 @@ and nothing is predicted; the spectral columns of such a system are those of
 Rescaling a raw run amplifies its rounding errors by up to :math:`\|R^{-L}\|` (e.g.
 :math:`0.9^{-120} \approx 3\cdot 10^5` for an eigenvalue -1 of V with dt = 0.1, 120 layers),
 on top of tokens of size :math:`e^{t_1}`; float32 would leave no correct digit, so the
-raw-picture dynamics (layered, multihead with H >= 2, feedforward in the x reading, prenorm,
+raw-picture dynamics (layered, multihead with H >= 2, feedforward in the x reading, prenorm, periln,
 mean, block) require
 ``dtype = "float64"``.
 """
@@ -67,15 +73,16 @@ from .dynamics import ACTIVATIONS, FoldedBatch
 from .ensembles import draw_clouds, head_seeds
 from .errors import InputError
 from .fields import build_field, field_entry, layer_matrix, rescaled_from_raw
-from .integrate import EulerStepper
+from .integrate import EulerStepper, sphere_shift
 
 __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
            "ff_key", "ff_matrix", "block_mlp", "initial_clouds", "run_final_layer"]
 
 #: values of the sweep's ``dynamics`` key
-SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "mean", "block")
+SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "periln", "ngpt",
+                  "mean", "block")
 #: the dynamics with no theorem (predicted "none")
-_NO_THEOREM = ("sphere", "prenorm", "mean", "block")
+_NO_THEOREM = ("sphere", "prenorm", "periln", "ngpt", "mean", "block")
 #: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
 FF_WEIGHTS = ("identity", "random")
 #: the two readings of Section 12.2: sigma inside the rescaled drift (SPEC 3), or on the raw attention output
@@ -116,6 +123,12 @@ class SweepDynamics:
         if self.name == "feedforward":
             return _FF_PICTURES[self.ff_reading]
         return "rescaled" if "rescaled" in field_entry(self.field).pictures else "raw"
+
+    @property
+    def on_sphere(self) -> bool:
+        """Whether the tokens live on the unit sphere (the field's layers renormalise them: ``sphere``, ``ngpt``),
+        so that the starts are drawn on it."""
+        return field_entry(self.field).shift is sphere_shift
 
     @property
     def raw_picture(self) -> bool:
@@ -270,4 +283,4 @@ def initial_clouds(spec: SweepDynamics, seed, clouds: int, n: int, d: int, dtype
         >>> initial_clouds(SweepDynamics("attention", 1, "relu", "identity", 0.0), 3, 2, 5, 4, jnp.float32).shape
         (2, 5, 4)
     """
-    return draw_clouds(seed, n, d, dtype, clouds=clouds, on_sphere=spec.name == "sphere")
+    return draw_clouds(seed, n, d, dtype, clouds=clouds, on_sphere=spec.on_sphere)

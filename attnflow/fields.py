@@ -34,6 +34,11 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
   up to degree ``degree`` (options ``normalisation``, ``diffusion`` :math:`D = \sigma^2/2`, adding :math:`D\Delta\rho`;
   :func:`attnflow.meanfield.solve_sphere_continuity` integrates it).
 * ``prenorm`` (raw): ``PreNorm(AttentionFlow)``, :math:`\dot x_i = \sum_j P_{ij}(N(x)) V N(x_j)`.
+* ``periln`` (raw): ``PeriNorm(AttentionFlow)``, :math:`\dot x_i = N(\sum_j P_{ij}(N(x)) V N(x_j))` (Peri-LN: the
+  output normalised too).
+* ``mixln`` (raw): ``MixNorm(AttentionFlow, switch)``, post-LN (tangent) before the time ``switch``, pre-LN after.
+* ``ngpt`` (raw, ``sphere_shift``): ``NormalisedGPT(AttentionFlow, alpha)``,
+  :math:`\dot x_i = \alpha\,\mathrm{Proj}_{x_i^\perp} N(\sum_j P_{ij} V x_j)` (option ``alpha``, default 1).
 * ``mean`` (raw): ``AttentionFlow(normalisation="mean")``, :math:`\frac1n` instead of the softmax
   denominator.
 * ``block`` (raw): ``TransformerBlock(AttentionFlow, FeedForward(W1, W2, b1, b2, activation))``.
@@ -67,7 +72,7 @@ from jaxtyping import Array, Float
 from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, IdentitySphereFlow, PreNorm,
                        RescaledFlow, TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow,
                        sphere_flow)
-from .dynamics import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from .dynamics import LayeredFlow, LayerInterpolation, MixNorm, NormalisedGPT, PeriNorm, TimeVaryingFlow
 from .errors import InputError
 from .integrate import plain_shift, sphere_shift
 from . import _validate as v
@@ -94,10 +99,14 @@ class FieldContext:
     mask: Any = None
     #: the Fourier path's bound on the score scale (``AttentionFlow(fourier_max_score=...)``), when set
     fourier_max_score: float | None = None
+    #: where the tokens sit (ALiBi, rotary: ``AttentionFlow(positions=...)``), when set
+    positions: Any = None
 
     @property
     def attention(self) -> dict:
         extra = {} if self.fourier_max_score is None else {"fourier_max_score": self.fourier_max_score}
+        if self.positions is not None:
+            extra["positions"] = self.positions
         return {"attention_impl": self.attention_impl, "mask": self.mask, **extra}
 
 
@@ -175,7 +184,7 @@ def _as_weights(weights, K, V, beta, axes) -> AttentionWeights:
 
 def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | None = None,
                 stepper: str = "euler", attention_impl: str = "auto", mask=None, fourier_max_score=None,
-                **options) -> AbstractDynamics:
+                positions=None, **options) -> AbstractDynamics:
     r"""The field ``name`` (:data:`FIELDS`) for the weights and options.
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given (with a leading
@@ -184,7 +193,8 @@ def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | 
     which binds the layer grid; ``"ode"``: a solver). Unknown names, pictures and options are refused
     with one :class:`InputError` sentence. Traceable (build it inside ``jit`` / ``vmap``).
     ``fourier_max_score`` bounds the score scale for ``attention_impl="fourier"`` (see
-    :class:`~attnflow.AttentionFlow`).
+    :class:`~attnflow.AttentionFlow`); ``positions`` (ALiBi, rotary) is passed to the attention flows
+    (:class:`~attnflow.kernels.Positions`), and fields without an attention matrix of tokens refuse it.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -209,11 +219,11 @@ def build_field(name: str, weights, K=None, V=None, *, beta=1.0, picture: str | 
     if missing:
         raise InputError(f"field {name!r} needs the option {missing[0]!r} (its options are {tuple(entry.options)}).")
     w = _as_weights(weights, K, V, beta, entry.weight_axes)
-    return entry.build(w, FieldContext(picture, stepper, attention_impl, mask, fourier_max_score), **options)
+    return entry.build(w, FieldContext(picture, stepper, attention_impl, mask, fourier_max_score, positions), **options)
 
 
 def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="tsit5", t0=0.0,
-                  attention_impl="auto", mask=None, layer_dt=1.0, fourier_max_score=None):
+                  attention_impl="auto", mask=None, layer_dt=1.0, fourier_max_score=None, positions=None):
     """The dynamics object :func:`simulate` integrates for a picture and method (``build_field("attention", ...)``).
 
     ``weights`` is an :class:`~attnflow.AttentionWeights`, or Q with K and V given. For
@@ -233,7 +243,7 @@ def make_dynamics(weights, K=None, V=None, *, beta=1.0, picture="raw", method="t
         raise InputError(f"picture must be one of {PICTURES}, got {picture!r}.")
     return build_field("attention", weights, K, V, beta=beta, picture=picture,
                        stepper="euler" if method == "euler" else "ode", attention_impl=attention_impl, mask=mask,
-                       fourier_max_score=fourier_max_score, t0=t0, layer_dt=layer_dt)
+                       fourier_max_score=fourier_max_score, positions=positions, t0=t0, layer_dt=layer_dt)
 
 
 def layer_matrix(V: Float[Array, "*H d d"], dt) -> Float[Array, "d d"]:
@@ -290,8 +300,8 @@ def _attention(w, how, *, t0=0.0, layer_dt=1.0):
 def _causal(w, how, *, t0=0.0, layer_dt=1.0):
     if how.mask is not None:
         raise InputError(f"field 'causal' sets its own mask (token i attends to j <= i), got mask={how.mask!r}.")
-    return _attention(w, FieldContext(how.picture, how.stepper, how.attention_impl, "causal"), t0=t0,
-                      layer_dt=layer_dt)
+    causal = FieldContext(how.picture, how.stepper, how.attention_impl, "causal", positions=how.positions)
+    return _attention(w, causal, t0=t0, layer_dt=layer_dt)
 
 
 @register_field("multihead", weight_axes=("head",))
@@ -339,6 +349,8 @@ def _identity_sphere(w, how, normalisation, log_scale):
     if how.mask is not None:
         raise InputError(f"field 'sphere' with identity_weights=True attends to every token: drop the mask, or "
                          f"drop identity_weights (got mask={how.mask!r}).")
+    if how.positions is not None:
+        raise InputError("field 'sphere' with identity_weights=True takes no positions (ALiBi, rotary): drop them.")
     return IdentitySphereFlow(w.beta, normalisation=normalisation, log_scale=log_scale,
                               attention_impl=how.attention_impl)
 
@@ -355,6 +367,8 @@ def _continuity(w, how, *, num_points=REQUIRED, normalisation="softmax", dealias
     if how.mask is not None:
         raise InputError(f"field 'continuity' moves a density, where every point attends to every other: drop the "
                          f"mask (got mask={how.mask!r}).")
+    if how.positions is not None:
+        raise InputError("field 'continuity' takes no positions (ALiBi, rotary): drop them.")
     return CircleContinuity(w.beta, num_points, normalisation=normalisation, dealias=dealias, diffusion=diffusion,
                             dtype=w.beta.dtype)
 
@@ -370,12 +384,29 @@ def _sphere_continuity(w, how, *, degree=REQUIRED, normalisation="softmax", diff
     if how.mask is not None:
         raise InputError(f"field 'sphere_continuity' moves a density, where every point attends to every other: "
                          f"drop the mask (got mask={how.mask!r}).")
+    if how.positions is not None:
+        raise InputError("field 'sphere_continuity' takes no positions (ALiBi, rotary): drop them.")
     return SphereContinuity(w.beta, degree, normalisation=normalisation, diffusion=diffusion, dtype=w.beta.dtype)
 
 
 @register_field("prenorm")
 def _prenorm(w, how):
     return PreNorm(AttentionFlow(w, **how.attention))
+
+
+@register_field("periln")
+def _periln(w, how):
+    return PeriNorm(AttentionFlow(w, **how.attention))
+
+
+@register_field("mixln")
+def _mixln(w, how, *, switch=REQUIRED):
+    return MixNorm(AttentionFlow(w, **how.attention), switch)
+
+
+@register_field("ngpt", shift=sphere_shift, rescaled_reading=False)
+def _ngpt(w, how, *, alpha=1.0):
+    return NormalisedGPT(AttentionFlow(w, **how.attention), alpha)
 
 
 @register_field("mean")
@@ -386,3 +417,14 @@ def _mean(w, how):
 @register_field("block")
 def _block(w, how, *, W1=REQUIRED, W2=REQUIRED, b1=None, b2=None, activation="gelu"):
     return TransformerBlock(AttentionFlow(w, **how.attention), FeedForward(W1, W2, b1, b2, activation=activation))
+
+
+@register_field("hardmax", rescaled_reading=False)
+def _hardmax(w, how, *, sphere=False, centred=False, tie_tol=None):
+    # the beta = infinity limit: each token attends uniformly to its maximisers (attnflow.dynamics._hardmax); the
+    # Euler shift is plain, so step sphere=True with shift=sphere_shift; the state is read as it is
+    from .dynamics import HardmaxFlow
+
+    if how.positions is not None:
+        raise InputError("field 'hardmax' takes no positions (ALiBi, rotary): drop them.")
+    return HardmaxFlow(w, sphere=sphere, centred=centred, tie_tol=tie_tol, mask=how.mask)

@@ -9,6 +9,7 @@ from attnflow import AttentionWeights, InputError
 from attnflow.dynamics import (AttentionFlow, DiscreteRescaledFlow, FeedForward, PreNorm, RescaledFlow,
                                TransformerBlock, Wrapped, perturbed_layers, section12_2_flow, sphere_flow)
 from attnflow.dynamics import LayeredFlow, LayerInterpolation, TimeVaryingFlow
+from attnflow.dynamics import HardmaxFlow, MixNorm, NormalisedGPT, PeriNorm
 from attnflow.fields import FIELDS, build_field, field_entry, layer_matrix, make_dynamics, rescaled_from_raw
 from attnflow.integrate import EulerStepper, plain_shift, sphere_shift
 
@@ -62,6 +63,10 @@ CASES = {
     "mean": ("mean", {}, AttentionFlow(Q, K, V, normalisation="mean"), False),
     "block": ("block", dict(W1=W1, W2=W2, activation="relu"),
               TransformerBlock(AttentionFlow(Q, K, V), FeedForward(W1, W2, activation="relu")), True),
+    "hardmax": ("hardmax", dict(centred=True), HardmaxFlow(Q, K, V, centred=True), False),
+    "periln": ("periln", {}, PeriNorm(AttentionFlow(Q, K, V)), False),
+    "mixln": ("mixln", dict(switch=0.5), MixNorm(AttentionFlow(Q, K, V), 0.5), False),
+    "ngpt": ("ngpt", dict(alpha=0.3), NormalisedGPT(AttentionFlow(Q, K, V), 0.3), False),
 }
 
 
@@ -103,10 +108,11 @@ def test_every_name_is_tested():
 
 def test_entries_say_shift_and_reading():
     assert field_entry("sphere").shift is sphere_shift and not field_entry("sphere").steps_raw()
-    assert all(FIELDS[n].shift is plain_shift for n in FIELDS if n != "sphere")
+    assert field_entry("ngpt").shift is sphere_shift and not field_entry("ngpt").steps_raw()
+    assert all(FIELDS[n].shift is plain_shift for n in FIELDS if n not in ("sphere", "ngpt"))
     assert not field_entry("attention").steps_raw("rescaled") and field_entry("attention").steps_raw("raw")
     assert not field_entry("feedforward").steps_raw() and field_entry("feedforward").steps_raw("raw")
-    assert all(FIELDS[n].steps_raw() for n in ("multihead", "layered", "prenorm", "mean", "block"))
+    assert all(FIELDS[n].steps_raw() for n in ("multihead", "layered", "prenorm", "periln", "mixln", "mean", "block"))
 
 
 def test_make_dynamics_is_the_attention_entry():

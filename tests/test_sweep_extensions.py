@@ -21,7 +21,7 @@ import scipy.linalg
 from attnflow import AttentionFlow, AttentionWeights
 from attnflow.dynamics import LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow, sphere_flow
 from attnflow.dynamics import FeedForward, TransformerBlock
-from attnflow.dynamics import PreNorm
+from attnflow.dynamics import NormalisedGPT, PeriNorm, PreNorm
 from attnflow.ensembles import draw_systems, system_seeds, token_key
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
@@ -40,6 +40,8 @@ CASES = {  # test id: (dynamics, extra config keys)
     "layered": ("layered", {"epsilon": 0.3}),
     "sphere": ("sphere", {}),
     "prenorm": ("prenorm", {}),
+    "periln": ("periln", {}),
+    "ngpt": ("ngpt", {}),
     "mean": ("mean", {}),
     "block": ("block", {"activation": "gelu", "ff_hidden": 5}),
 }
@@ -68,7 +70,7 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
     rho = np.max(np.abs(np.linalg.eigvals(S)))
     V, S = V / rho, S / rho
     x0 = np.asarray(jax.random.normal(token_key(seed), (CLOUDS, N, D))) / np.sqrt(D)
-    if name == "sphere":
+    if name in ("sphere", "ngpt"):
         x0 = np.asarray(normalise(jnp.asarray(x0)))
     R_L = np.linalg.matrix_power(np.eye(D) + DT * S, LAYERS)
     stepper = EulerStepper(DT, LAYERS)
@@ -88,6 +90,10 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
         field = section12_2_flow(Q[0], K[0], V[0], W=W, activation=cfg["activation"])
     elif name == "prenorm":
         field = PreNorm(AttentionFlow(Q[0], K[0], V[0]))
+    elif name == "periln":
+        field = PeriNorm(AttentionFlow(Q[0], K[0], V[0]))
+    elif name == "ngpt":
+        field, stepper = NormalisedGPT(AttentionFlow(Q[0], K[0], V[0]), 1.0), EulerStepper(DT, LAYERS, shift=sphere_shift)
     elif name == "mean":
         field = AttentionFlow(Q[0], K[0], V[0], normalisation="mean")
     elif name == "block":  # W1 (h, d) ~ N(0, 1/d), W2 (d, h) ~ N(0, 1/h), from the system's feed-forward key
@@ -101,7 +107,7 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
     last = np.asarray(jax.jit(jax.vmap(lambda x: stepper.solve(field, x).ys[-1]))(x0))  # every cloud
     if name == "feedforward" and cfg["ff_reading"] == "z":
         zs, xs = last, last @ scipy.linalg.expm(DT * LAYERS * V[0]).T
-    elif name == "sphere":
+    elif name in ("sphere", "ngpt"):
         zs = xs = last
     else:
         zs, xs = z_of_raw(last), last
@@ -137,7 +143,7 @@ def test_sweep_row_equals_direct_run_of_the_module(case, tmp_path):
             assert int(r[key]) == ref[key], key
         for key in ("max_norm_z", "max_norm_x"):
             np.testing.assert_allclose(float(r[key]), ref[key], rtol=1e-9, err_msg=key)
-        if name in ("multihead", "sphere", "prenorm", "mean", "block"):
+        if name in ("multihead", "sphere", "prenorm", "periln", "ngpt", "mean", "block"):
             assert r["predicted"] == "none"  # no theorem
 
 

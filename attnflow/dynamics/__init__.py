@@ -7,6 +7,8 @@ from ._multihead import rescaling_generator
 from ._layered import LayerInterpolation, LayeredFlow, TimeVaryingFlow, perturbed_layers
 from ._normalised import IdentitySphereFlow, PreNorm, TangentProjected, normalise, sphere_flow
 from ._wrapping import AbstractWrapper
+from ._hardmax import HardmaxFlow, HardmaxLeaders
+from ._ln_schemes import MixNorm, NormalisedGPT, PeriNorm
 
 __all__ = [
     "rescaling_generator",
@@ -34,4 +36,8 @@ __all__ = [
     "sphere_flow",
     "IdentitySphereFlow",
     "normalise",
+    "HardmaxFlow", "HardmaxLeaders",
+    "PeriNorm",
+    "MixNorm",
+    "NormalisedGPT",
 ]

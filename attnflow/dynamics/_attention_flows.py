@@ -29,7 +29,8 @@ from jaxtyping import Array, Bool, Float
 from .. import _validate as v
 from ..kernels import fourier as _fourier
 from ..kernels import sphere as _sphere
-from ..kernels import IMPLS, NORMALISATIONS, attend, check_mask, mask_array, project_qk, softmax
+from ..kernels import (IMPLS, NORMALISATIONS, Positions, alibi_bias, as_positions, attend, check_mask, mask_array,
+                       project_qk, rotate, softmax)
 from ..errors import InputError
 from .._linalg import euler_transfer_matrix, expm_tV, matrix_power
 from .._weights import AttentionWeights
@@ -70,9 +71,11 @@ class _AttentionField(AbstractAttentionDynamics):
     fourier: _fourier.FourierPlan | None = eqx.field(static=True)
     #: how the field takes the O(n L^2) path on the sphere S^2 (None: it does not; attnflow.kernels.sphere)
     harmonic: _sphere.HarmonicPlan | None = eqx.field(static=True)
+    #: where the tokens sit (ALiBi slope, rotary base; :class:`attnflow.kernels.Positions`), or None
+    positions: Positions | None
 
     def _setup(self, Q, K, V, beta, attention_impl, mask, normalisation="softmax", fourier_max_score=None,
-               unit_tokens=False):
+               unit_tokens=False, positions=None):
         w = as_weights(Q, K, V, beta)
         v.check_beta("beta", w.beta)
         if "layer" in w.axes:
@@ -88,11 +91,22 @@ class _AttentionField(AbstractAttentionDynamics):
             raise InputError(f"{type(self).__name__} writes the drift as sum_j P_ij (z_j - z_i), which needs "
                              "row-stochastic P; use AttentionFlow (raw picture) for normalisation='mean'.")
         mask = _check_mask(mask)
+        positions = as_positions(positions)
+        if positions is not None and attention_impl in ("fourier", "harmonic"):
+            raise InputError(f"attention_impl={attention_impl!r} needs scores that depend on the tokens only; "
+                             "positions (ALiBi, rotary) break that structure, so use 'auto', 'dense' or 'chunked'.")
+        if positions is not None and positions.rotary is not None and w.Q.shape[-2] % 2:
+            raise InputError(f"rotary positions rotate pairs of coordinates of Q x and K x, so Q and K need an even "
+                             f"number of rows, got {w.Q.shape[-2]}.")
+        self.positions = positions
         self.normalisation = normalisation
         self.weights = w
         self.causal = isinstance(mask, str)
         self.mask = None if isinstance(mask, str) else mask
         self.attention_impl = attention_impl
+        if positions is not None:  # neither the Fourier nor the sphere path sees positions
+            self.fourier = self.harmonic = None
+            return
         self.fourier = _fourier.plan(w, attention_impl, mask=mask, normalisation=normalisation,
                                      max_score=fourier_max_score, unit_tokens=unit_tokens,
                                      owner=type(self).__name__, relative=self.relative)
@@ -118,6 +132,12 @@ class _AttentionField(AbstractAttentionDynamics):
     # -- shared computation ---------------------------------------------------------
     def _mask(self):
         return "causal" if self.causal else self.mask
+
+    def _project(self, x, w):
+        """Queries and keys of one head; with rotary positions always the projections beta Q x_i and K x_j
+        (rotated by :func:`~attnflow.kernels.attend`)."""
+        rotary = self.positions is not None and self.positions.rotary is not None
+        return project_qk(x, w.Q, w.K, w.beta, w.q_bias, w.k_bias, project=rotary)
 
     @property
     def state_dim(self) -> int:
@@ -151,8 +171,14 @@ class _AttentionField(AbstractAttentionDynamics):
         mask = mask_array(self._mask(), x.shape[0], x.shape[0])
 
         def one(w):
-            q, k = project_qk(x, w.Q, w.K, w.beta, w.q_bias, w.k_bias)
-            return softmax(q @ k.T, axis=-1, where=mask, normalisation=self.normalisation)
+            q, k = self._project(x, w)
+            pos = self.positions
+            if pos is not None and pos.rotary is not None:
+                q, k = rotate(q, pos.rotary, pos.offset), rotate(k, pos.rotary, pos.offset)
+            s = q @ k.T
+            if pos is not None and pos.alibi is not None:
+                s = s + alibi_bias(s.shape[0], s.shape[1], pos.alibi, s.dtype)
+            return softmax(s, axis=-1, where=mask, normalisation=self.normalisation)
 
         return self._per_head(one)
 
@@ -170,9 +196,10 @@ class _AttentionField(AbstractAttentionDynamics):
         mask = self._mask()
 
         def one(w):
-            q, k = project_qk(x, w.Q, w.K, w.beta, w.q_bias, w.k_bias)
+            q, k = self._project(x, w)
             v = y @ self.drift_matrix(w.V).T
-            out = attend(q, k, v, impl=self.attention_impl, mask=mask, normalisation=self.normalisation)
+            out = attend(q, k, v, impl=self.attention_impl, mask=mask, normalisation=self.normalisation,
+                         positions=self.positions)
             out = out - v if self.relative else out
             if w.v_bias is not None:
                 out = out + self.state_bias(t, w.v_bias)
@@ -247,6 +274,11 @@ class AttentionFlow(_AttentionField):
             O(n L^2) path of :mod:`attnflow.kernels.sphere` (exact to rounding for unit tokens, likewise with
             the directions; :func:`attnflow.kernels.sphere.harmonic_plan` holds its rules).
             mask: None, ``"causal"`` or (n, n) bool.
+        positions: where the tokens sit (:class:`~attnflow.kernels.Positions`, a kind name or a mapping,
+            :func:`~attnflow.kernels.as_positions`): the ALiBi bias :math:`-\lambda|i - j|/n` on every score
+            (with ``mask="causal"`` the causal form :math:`-\lambda(i - j)/n`) and/or rotary positions (:math:`Q x_i`
+            and :math:`K x_j` rotated by :math:`p\,\theta_k`; m even); shared by every head. Not with the Fourier or
+            sphere paths.
         normalisation: ``"softmax"`` (the paper's model) or ``"mean"`` (unnormalised attention,
             :math:`P_{ij} = e^{s_{ij}}/n`).
         fourier_max_score: an upper bound of the score scale :math:`a = |\beta c|` that fixes the
@@ -268,8 +300,10 @@ class AttentionFlow(_AttentionField):
     """
 
     def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None,
-                 normalisation: str = "softmax", fourier_max_score: float | None = None, unit_tokens: bool = False):
-        self._setup(Q, K, V, beta, attention_impl, mask, normalisation, fourier_max_score, bool(unit_tokens))
+                 normalisation: str = "softmax", fourier_max_score: float | None = None, unit_tokens: bool = False,
+                 positions=None):
+        self._setup(Q, K, V, beta, attention_impl, mask, normalisation, fourier_max_score, bool(unit_tokens),
+                    positions)
 
 
 @final
@@ -279,7 +313,7 @@ class RescaledFlow(_AttentionField):
     :math:`x = e^{(t - t_0)V} z` (one ``expm`` per evaluation; P identical to the raw picture).
     ``t0`` is the start of the run: z(t0) = x(t0). Several heads rescale by
     :math:`S = \sum_h V_h` when every V_h commutes with S (e.g. a common V; see
-    :mod:`attnflow.dynamics._multihead`), else an InputError.
+    :mod:`attnflow.dynamics._multihead`), else an InputError. ``positions`` as for :class:`AttentionFlow`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -292,8 +326,9 @@ class RescaledFlow(_AttentionField):
     t0: Float[Array, ""]
     relative: ClassVar[bool] = True
 
-    def __init__(self, Q, K=None, V=None, beta=1.0, *, t0=0.0, attention_impl: str = "auto", mask=None):
-        self._setup(Q, K, V, beta, attention_impl, mask)
+    def __init__(self, Q, K=None, V=None, beta=1.0, *, t0=0.0, attention_impl: str = "auto", mask=None,
+                 positions=None):
+        self._setup(Q, K, V, beta, attention_impl, mask, positions=positions)
         rescaling_generator(self.weights, type(self).__name__)
         v.check_real("t0", t0, "the start time of the run, a finite real scalar")
         self.t0 = jnp.asarray(t0, self.weights.dtype)
@@ -337,8 +372,9 @@ class DiscreteRescaledFlow(_AttentionField):
     grid: _LayerGrid | None
     relative: ClassVar[bool] = True
 
-    def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None):
-        self._setup(Q, K, V, beta, attention_impl, mask)
+    def __init__(self, Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None,
+                 positions=None):
+        self._setup(Q, K, V, beta, attention_impl, mask, positions=positions)
         rescaling_generator(self.weights, type(self).__name__)
         self.grid = None
 

@@ -132,10 +132,11 @@ class Wrapped(AbstractWrapper):
 
 
 def section12_2_flow(Q, K=None, V=None, *, W=None, activation: str = "relu", bias=None, beta=1.0,
-                     attention_impl: str = "auto", mask=None) -> Wrapped:
+                     attention_impl: str = "auto", mask=None, positions=None) -> Wrapped:
     r"""The paper's Section 12.2 field :math:`\dot z_i = W\sigma(V\sum_j P_{ij}(z_j - z_i) + b)`, P from :math:`e^{tV}z`.
 
-    ``Q`` may be an :class:`~attnflow.AttentionWeights` (then omit K, V).
+    ``Q`` may be an :class:`~attnflow.AttentionWeights` (then omit K, V). ``positions``: as for
+    :class:`~attnflow.AttentionFlow`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -146,7 +147,8 @@ def section12_2_flow(Q, K=None, V=None, *, W=None, activation: str = "relu", bia
     """
     from ._attention_flows import RescaledFlow
 
-    return Wrapped(RescaledFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask), W, activation, bias)
+    return Wrapped(RescaledFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask, positions=positions), W,
+                   activation, bias)
 
 
 @final

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate as v
-from ..kernels import IMPLS, NORMALISATIONS
+from ..kernels import IMPLS, NORMALISATIONS, Positions, as_positions
 from ..errors import InputError
 from .._weights import AttentionWeights
 from ._attention_flows import AttentionFlow, _check_mask
@@ -86,8 +86,9 @@ class _PerTimeAttention(AbstractAttentionDynamics):
     mask: object
     attention_impl: str = eqx.field(static=True)
     normalisation: str = eqx.field(static=True)
+    positions: Positions | None
 
-    def _options(self, attention_impl, mask, normalisation):
+    def _options(self, attention_impl, mask, normalisation, positions=None):
         if attention_impl not in IMPLS:
             raise InputError(f"attention_impl must be one of {IMPLS}, got {attention_impl!r}.")
         if attention_impl == "harmonic":
@@ -97,6 +98,7 @@ class _PerTimeAttention(AbstractAttentionDynamics):
             raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
         self.mask = _check_mask(mask)
         self.attention_impl, self.normalisation = attention_impl, normalisation
+        self.positions = as_positions(positions)
 
     def weights_at(self, t) -> AttentionWeights:
         raise NotImplementedError
@@ -104,7 +106,7 @@ class _PerTimeAttention(AbstractAttentionDynamics):
     def field_at(self, t) -> AttentionFlow:
         """The (shared-weight) attention field of the weights in force at time t."""
         return AttentionFlow(self.weights_at(t), attention_impl=self.attention_impl, mask=self.mask,
-                             normalisation=self.normalisation)
+                             normalisation=self.normalisation, positions=self.positions)
 
     def vector_field(self, t, y, args=None):
         return self.field_at(t).vector_field(t, y, args)
@@ -120,7 +122,7 @@ class LayeredFlow(_PerTimeAttention):
     Args:
         weights: :class:`~attnflow.AttentionWeights` with a ``"layer"`` axis (L layers; the
             stepper may run at most L layers).
-        attention_impl, mask, normalisation: as for :class:`~attnflow.AttentionFlow`.
+        attention_impl, mask, normalisation, positions: as for :class:`~attnflow.AttentionFlow`.
 
     Defined on the layer grid only (dt and t0 come from :class:`~attnflow.integrate.EulerStepper`);
     for an ODE solver use :class:`TimeVaryingFlow` with :class:`LayerInterpolation`.
@@ -141,12 +143,12 @@ class LayeredFlow(_PerTimeAttention):
     t0: Float[Array, ""] | None
 
     def __init__(self, weights: AttentionWeights, *, attention_impl: str = "auto", mask=None,
-                 normalisation: str = "softmax"):
+                 normalisation: str = "softmax", positions=None):
         if not isinstance(weights, AttentionWeights) or "layer" not in weights.axes:
             raise InputError("LayeredFlow needs AttentionWeights with a 'layer' axis (one weight set per layer); "
                              "stack them with AttentionWeights.stack(..., axis='layer').")
         v.check_beta("beta", weights.beta)
-        self._options(attention_impl, mask, normalisation)
+        self._options(attention_impl, mask, normalisation, positions)
         self.weights, self.dt, self.t0 = weights, None, None
 
     @property
@@ -215,7 +217,7 @@ class TimeVaryingFlow(_PerTimeAttention):
     Args:
         weights_of_time: ``t -> AttentionWeights`` (no ``"layer"`` axis), e.g. a
             :class:`LayerInterpolation`, or any JAX-traceable function.
-        attention_impl, mask, normalisation: as for :class:`~attnflow.AttentionFlow`.
+        attention_impl, mask, normalisation, positions: as for :class:`~attnflow.AttentionFlow`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -230,10 +232,10 @@ class TimeVaryingFlow(_PerTimeAttention):
     weights_of_time: Callable[[Array], AttentionWeights]
 
     def __init__(self, weights_of_time: Callable[[Array], AttentionWeights], *, attention_impl: str = "auto",
-                 mask=None, normalisation: str = "softmax"):
+                 mask=None, normalisation: str = "softmax", positions=None):
         if not callable(weights_of_time):
             raise InputError("weights_of_time must be a function t -> AttentionWeights.")
-        self._options(attention_impl, mask, normalisation)
+        self._options(attention_impl, mask, normalisation, positions)
         self.weights_of_time = weights_of_time
 
     def weights_at(self, t):

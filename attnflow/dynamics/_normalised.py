@@ -136,7 +136,8 @@ class PreNorm(AbstractWrapper):
 
 
 def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", mask=None,
-                normalisation: str = "softmax", fourier_max_score: float | None = None) -> TangentProjected:
+                normalisation: str = "softmax", fourier_max_score: float | None = None,
+                positions=None) -> TangentProjected:
     r"""Post-LN attention on the sphere, :math:`\dot x_i = \mathrm{Proj}_{x_i^\perp}(\sum_j P_{ij} V x_j)`.
 
     ``Q`` may be an :class:`~attnflow.AttentionWeights` (then omit K, V, beta). Step it with
@@ -161,6 +162,9 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
     to degree L, exact to rounding, concrete weights), and ``"auto"`` takes it where it is faster
     (:math:`n \ge 4 (L+1)^2`), with the same reading of tokens off the sphere.
 
+    ``positions`` (ALiBi, rotary; :class:`~attnflow.kernels.Positions`) as for :class:`~attnflow.AttentionFlow`
+    (then neither of those paths).
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from attnflow.dynamics import normalise, sphere_flow
@@ -183,7 +187,7 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
     """
     return TangentProjected(AttentionFlow(Q, K, V, beta, attention_impl=attention_impl, mask=mask,
                                           normalisation=normalisation, fourier_max_score=fourier_max_score,
-                                          unit_tokens=True))
+                                          unit_tokens=True, positions=positions))
 
 
 @final

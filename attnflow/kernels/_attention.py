@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Float
 
 from .. import _validate as v
 from ..errors import InputError
-from . import _flash, _tiled
+from . import _flash, _positions, _tiled
 
 __all__ = ["softmax", "scores", "project_qk", "attention_matrix", "attend", "select_impl", "CHUNK_THRESHOLD",
            "NORMALISATIONS", "flash_preferred", "GPU_FLASH_THRESHOLD"]
@@ -141,17 +141,28 @@ def project_qk(
     beta: float | Float[Array, ""] = 1.0,
     q_bias: Float[Array, " m"] | None = None,
     k_bias: Float[Array, " m"] | None = None,
+    project: bool = False,
 ) -> tuple[Float[Array, "n r"], Float[Array, "n r"]]:
     r"""Queries and keys with :math:`q_i \cdot k_j = \beta \langle Q x_i + b_q, K x_j + b_k\rangle`.
 
     Without biases the scores depend on (Q, K) only through :math:`A = Q^T K` (d x d), and
     whichever route costs fewer flops for these static shapes is taken: through A
     (:math:`q_i = \beta A^T x_i`, :math:`k_j = x_j`; m d^2 + n d^2 + n^2 d) or through
-    the projections (:math:`q_i = \beta Q x_i`, :math:`k_j = K x_j`; 2 n m d + n^2 m).
+    the projections (:math:`q_i = \beta Q x_i`, :math:`k_j = K x_j`; 2 n m d + n^2 m). ``project=True``
+    always takes the projections (rotary positions rotate :math:`Q x_i` and :math:`K x_j`, not
+    :math:`A^T x_i` and :math:`x_j`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels import project_qk
+        >>> x, Q, K = jnp.eye(2), jnp.eye(2), 2 * jnp.eye(2)
+        >>> q, k = project_qk(x, Q, K, 0.5, project=True)
+        >>> (q @ k.T).tolist(), k.tolist()
+        ([[1.0, 0.0], [0.0, 1.0]], [[2.0, 0.0], [0.0, 2.0]])
     """
     m, d = Q.shape
     n = x.shape[0]
-    if q_bias is None and k_bias is None and m * d * d + n * d * d + n * n * d < 2 * n * m * d + n * n * m:
+    if not project and q_bias is None and k_bias is None and m * d * d + n * d * d + n * n * d < 2 * n * m * d + n * n * m:
         A = Q.T @ K
         return beta * (x @ A), x
     q, k = x @ Q.T, x @ K.T
@@ -237,11 +248,22 @@ def mask_array(mask, n_q: int, n_k: int) -> Bool[Array, "n_q n_k"] | None:
     return jnp.broadcast_to(jnp.asarray(mask, bool), (n_q, n_k))
 
 
-def _dense_attend(q, k, v, mask=None, normalisation="softmax"):
+def _dense_attend(q, k, v, mask=None, normalisation="softmax", slope=None):
     where = mask_array(mask, q.shape[0], k.shape[0])
+    if slope is not None:
+        return _dense_biased_attend(q, k, v, where, slope, normalisation)
     if where is None:
         return _dense_softmax_attend(q, k, v, normalisation)
     return _dense_softmax_attend_masked(q, k, v, where, normalisation)
+
+
+def _dense_biased_attend(q, k, v, where, slope, normalisation):
+    r""":math:`\mathrm{softmax}(q k^T + b)\, v` with the ALiBi bias :math:`b_{ij} = -\lambda|i - j|/n_2`
+    (:func:`attnflow.kernels.alibi_bias`); derivatives (also in :math:`\lambda`) by autodiff."""
+    n_q, n_k = q.shape[0], k.shape[0]
+    s = q @ k.T + _positions.alibi_tile(slope, jnp.arange(n_q), jnp.arange(n_k), n_k, q.dtype)
+    e, total, s_max = _exponentials(s, -1, where)
+    return _normalise(e @ v, total, s_max, n_k, normalisation)
 
 
 def _dense_tangent(P, q, k, v, dq, dk, dv, normalisation):
@@ -419,6 +441,7 @@ def attend(
     chunk_size: int | tuple[int, int] | None = None,
     mask: str | Bool[Array, "n n2"] | None = None,
     normalisation: str = "softmax",
+    positions: _positions.Positions | str | dict | None = None,
 ) -> Float[Array, "n e"]:
     r"""Attention output :math:`\sum_j \mathrm{softmax}_j(q_i \cdot k_j)\, v_j` (scale 1).
 
@@ -446,6 +469,13 @@ def attend(
     * ``"harmonic"``: likewise the attention flows' O(n L^2) path for tokens on the sphere S^2
       (:math:`\beta Q^T K = c I`, :mod:`attnflow.kernels.sphere`); here an :class:`~attnflow.InputError`.
 
+    ``positions``: where the tokens sit (:class:`~attnflow.kernels.Positions`, or its kind name / mapping,
+    :func:`~attnflow.kernels.as_positions`): the ALiBi bias :math:`s_{ij} = q_i\cdot k_j - \lambda|i - j|/n_2`
+    (with ``mask="causal"`` its causal form :math:`-\lambda(i - j)/n_2`; the tiled path builds it per tile from
+    indices) and/or rotary positions (q_i and k_j rotated by :math:`p\,\theta_k`, :math:`\theta_k = b^{-2k/r}`,
+    r even). The flash path takes rotary positions but no ALiBi bias (``"auto"`` then picks chunked or dense),
+    the fused path likewise.
+
     ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
     ``normalisation``: ``"softmax"`` (default) or ``"mean"``, unnormalised attention
@@ -465,6 +495,9 @@ def attend(
         >>> attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), mask="causal",
         ...        normalisation="mean").tolist()
         [[0.0], [1.0]]
+        >>> out = attend(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.array([[0.0], [2.0]]), positions={"alibi": 2.0})
+        >>> [round(float(o), 4) for o in out[:, 0]]  # weights e^{-|i - j|} over both keys
+        [0.5379, 1.4621]
     """
     if impl not in IMPLS:
         from ..errors import InputError
@@ -486,12 +519,23 @@ def attend(
     _check_normalisation(normalisation)
     _check_qkv(q, k, v)
     check_mask(mask, q.shape[0], k.shape[0])
+    positions = _positions.as_positions(positions)
+    slope = None if positions is None else positions.alibi
+    if positions is not None and positions.rotary is not None:
+        q, k = (_positions.rotate(a, positions.rotary, positions.offset) for a in (q, k))
     if impl == "auto":
         impl = select_impl(q.shape[0], k.shape[0], *((q, k, v) if normalisation == "softmax" else ()))
         if impl == "flash" and mask is not None and not isinstance(mask, str):
             impl = "chunked"  # the fused kernel takes no mask array
+        if impl in ("flash", "fused") and slope is not None:
+            impl = select_impl(q.shape[0], k.shape[0])  # nor a bias: chunked or dense by size
     if impl == "dense":
-        return _dense_attend(q, k, v, mask, normalisation)
+        return _dense_attend(q, k, v, mask, normalisation, slope)
+    if impl in ("fused", "flash") and slope is not None:
+        from ..errors import InputError
+
+        raise InputError(f"impl={impl!r} takes no ALiBi bias; use impl='chunked' (or 'dense') for positions with "
+                         "alibi.")
     if impl == "fused":
         if normalisation != "softmax":
             from ..errors import InputError
@@ -508,4 +552,5 @@ def attend(
         return _flash.flash_attend(q, k, v, mask=mask, normalisation=normalisation)
     if chunk_size is None:
         chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _tiled.DEFAULT_CHUNK
-    return _tiled.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation)
+    return _tiled.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation,
+                                 positions=None if slope is None else _positions.Positions(alibi=slope))

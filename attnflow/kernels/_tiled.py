@@ -19,6 +19,11 @@ memory): with :math:`P_{ij} = e^{s_{ij} - L_i}`, :math:`D_i = g_i\cdot o_i`,
            \bar s_{ij} = P_{ij}(g_i\cdot v_j - D_i),\quad
            \bar q_i = \sum_j \bar s_{ij} k_j,\quad \bar k_j = \sum_i \bar s_{ij} q_i.
 
+Positions: an ALiBi slope :math:`\lambda` adds :math:`b_{ij} = -\lambda|i - j|/n'` to every score, built per
+tile from the tile's query and key indices (never an n x n' bias); its gradient
+:math:`\bar\lambda = -\sum_{ij}\bar s_{ij}|i - j|/n'` is summed tile by tile in the backward pass. Rotary
+positions rotate q and k before the tiles (:func:`attnflow.kernels.rotate`).
+
 Masks: ``mask=None`` (every key), ``"causal"`` (query i sees keys j <= i; the tile's mask
 is computed from indices, so memory stays O(n d) at any n), or a boolean array
 (n, n') (True = may attend). A row with no admissible key returns 0.
@@ -41,6 +46,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _cache
+from . import _positions
 
 __all__ = ["chunked_attend", "tiled_logsumexp", "blocks_at_once", "DEFAULT_CHUNK"]
 
@@ -116,7 +122,13 @@ def _safe_lse(m, l):
     return jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1)), jnp.inf)
 
 
-def _forward(q, k, v, qc, kc, kind, mask):
+def _scores(qi, kj, qi_idx, kj_idx, slope, n_keys):
+    """One tile's scores q_i . k_j, plus the ALiBi bias -slope |i - j| / n_keys from the indices when a slope is given."""
+    s = qi @ kj.T
+    return s if slope is None else s + _positions.alibi_tile(slope, qi_idx, kj_idx, n_keys, s.dtype)
+
+
+def _forward(q, k, v, qc, kc, kind, mask, slope=None):
     """Blocked online-softmax forward: returns (out (n, e), lse (n,))."""
     nq, nk = q.shape[0], k.shape[0]
     dtype = q.dtype
@@ -133,7 +145,7 @@ def _forward(q, k, v, qc, kc, kind, mask):
             m, l, acc = carry
             kj, vj, valid, kj_idx, mtile = tile
             ok = _tile_valid(kind, valid, qi_idx, kj_idx, mtile)
-            s = jnp.where(ok, qi @ kj.T, neg_inf)
+            s = jnp.where(ok, _scores(qi, kj, qi_idx, kj_idx, slope, nk), neg_inf)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             if kind == "array":
                 # a row may have no admissible key yet (m = -inf): keep every exponent finite
@@ -164,18 +176,19 @@ def _forward(q, k, v, qc, kc, kind, mask):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attend(q, k, v, qc, kc, kind, mask):
-    """(softmax attention output, log-sum-exp of the admissible scores per query)."""
-    return _forward(q, k, v, qc, kc, kind, mask)
+def _attend(q, k, v, qc, kc, kind, mask, slope):
+    """(softmax attention output, log-sum-exp of the admissible scores per query); ``slope``: the ALiBi slope or None."""
+    return _forward(q, k, v, qc, kc, kind, mask, slope)
 
 
-def _attend_fwd(q, k, v, qc, kc, kind, mask):
-    out, lse = _forward(q, k, v, qc, kc, kind, mask)
-    return (out, lse), (q, k, v, out, lse, mask)
+def _attend_fwd(q, k, v, qc, kc, kind, mask, slope):
+    out, lse = _forward(q, k, v, qc, kc, kind, mask, slope)
+    return (out, lse), (q, k, v, out, lse, mask, slope)
 
 
 def _attend_bwd(qc, kc, kind, res, cotangents):
-    q, k, v, out, lse, mask = res
+    q, k, v, out, lse, mask, *rest = res
+    slope = rest[0] if rest else None
     g, g_lse = cotangents
     nq, nk = q.shape[0], k.shape[0]
     dtype = q.dtype
@@ -192,23 +205,26 @@ def _attend_bwd(qc, kc, kind, res, cotangents):
 
     def probs(qi, qi_idx, lse_i, kj, valid, kj_idx, mtile):
         ok = _tile_valid(kind, valid, qi_idx, kj_idx, mtile)
-        return jnp.where(ok, jnp.exp(qi @ kj.T - lse_i[:, None]), jnp.zeros((), dtype))
+        return jnp.where(ok, jnp.exp(_scores(qi, kj, qi_idx, kj_idx, slope, nk) - lse_i[:, None]), jnp.zeros((), dtype))
 
-    def per_key_block(args):  # dk, dv of one key block: scan over query blocks
+    def per_key_block(args):  # dk, dv (and the slope's share) of one key block: scan over query blocks
         kj, vj, valid, kj_idx, mcol = args
 
         def body(carry, tile):
-            dk, dv = carry
+            dk, dv = carry[:2]
             qi, gi, lse_i, D_i, qi_idx, mtile = tile
             p = probs(qi, qi_idx, lse_i, kj, valid, kj_idx, mtile)
             dv = dv + p.T @ gi
             ds = p * (gi @ vj.T - D_i[:, None])
             dk = dk + ds.T @ qi
-            return (dk, dv), None
+            if slope is None:
+                return (dk, dv), None
+            # d b_ij / d slope = -|i - j| / nk: the bias tile at slope 1
+            return (dk, dv, carry[2] + jnp.sum(ds * _positions.alibi_tile(1.0, qi_idx, kj_idx, nk, dtype))), None
 
-        init = (jnp.zeros_like(kj), jnp.zeros_like(vj))
-        (dk, dv), _ = jax.lax.scan(body, init, (qb, gb, lseb, Db, qidx, mcol))
-        return dk, dv
+        init = (jnp.zeros_like(kj), jnp.zeros_like(vj)) + (() if slope is None else (jnp.zeros((), dtype),))
+        out, _ = jax.lax.scan(body, init, (qb, gb, lseb, Db, qidx, mcol))
+        return out
 
     def per_query_block(args):  # dq of one query block: scan over key blocks
         qi, gi, lse_i, D_i, qi_idx, mrow = args
@@ -223,12 +239,16 @@ def _attend_bwd(qc, kc, kind, res, cotangents):
         return dq
 
     at_once = lambda num_blocks: blocks_at_once(num_blocks, qc, kc, dtype.itemsize)
-    dk, dv = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)), batch_size=at_once(kb.shape[0]))
+    dk, dv, *dslope = jax.lax.map(per_key_block, (kb, vb, valid_keys, kidx, jnp.swapaxes(mb, 0, 1)),
+                                  batch_size=at_once(kb.shape[0]))
     dq = jax.lax.map(per_query_block, (qb, gb, lseb, Db, qidx, mb), batch_size=at_once(qb.shape[0]))
     dq = dq.reshape(-1, q.shape[1])[:nq]
     dk = dk.reshape(-1, k.shape[1])[:nk]
     dv = dv.reshape(-1, v.shape[1])[:nk]
-    return dq, dk, dv, None
+    if slope is None:
+        return dq, dk, dv, None, None
+    dslope = jnp.sum(dslope[0]).astype(jnp.result_type(slope))
+    return dq, dk, dv, None, jnp.reshape(dslope, jnp.shape(slope))
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -242,13 +262,15 @@ def chunked_attend(
     chunk_size: int | tuple[int, int] = DEFAULT_CHUNK,
     mask: str | Array | None = None,
     normalisation: str = "softmax",
+    positions=None,
 ) -> Float[Array, "n e"]:
     r"""Exact :math:`\mathrm{softmax}(q k^T)\, v` in O(n (r + e) + c^2) memory (online softmax).
 
     ``chunk_size`` is the tile edge c (or a pair: query tile, key tile). Rows need
     not be a multiple of it (the last tile is padded and masked). jit-, vmap- and
     reverse-mode-differentiable (custom VJP, also O(n d) memory). ``normalisation="mean"``:
-    :math:`\frac1{n_2}\sum_j e^{q_i\cdot k_j} v_j` instead (unnormalised attention).
+    :math:`\frac1{n_2}\sum_j e^{q_i\cdot k_j} v_j` instead (unnormalised attention). ``positions``: as for
+    :func:`~attnflow.attend` (the ALiBi bias built per tile from indices, rotary positions applied to q and k first).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -264,11 +286,15 @@ def chunked_attend(
 
         raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     qc, kc = _tile(q.shape[0], qc), _tile(k.shape[0], kc)
+    positions = _positions.as_positions(positions)
+    slope = None if positions is None else positions.alibi
+    if positions is not None and positions.rotary is not None:
+        q, k = (_positions.rotate(a, positions.rotary, positions.offset) for a in (q, k))
     if mask is None or isinstance(mask, str):
-        out, lse = _attend(q, k, v, int(qc), int(kc), "causal" if mask == "causal" else "none", None)
+        out, lse = _attend(q, k, v, int(qc), int(kc), "causal" if mask == "causal" else "none", None, slope)
     else:
         mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], k.shape[0]))
-        out, lse = _attend(q, k, v, int(qc), int(kc), "array", mask)
+        out, lse = _attend(q, k, v, int(qc), int(kc), "array", mask, slope)
     if normalisation == "softmax":
         return out
     if normalisation != "mean":
@@ -309,5 +335,5 @@ def tiled_logsumexp(
 
         raise InputError(f"chunk_size must be a positive int or a pair of them (query, key tiles), got {chunk_size!r}.")
     ones = jnp.ones((k.shape[0], 1), jnp.result_type(q, k))
-    _, lse = _attend(q, k, ones, int(_tile(q.shape[0], qc)), int(_tile(k.shape[0], kc)), "none", None)
+    _, lse = _attend(q, k, ones, int(_tile(q.shape[0], qc)), int(_tile(k.shape[0], kc)), "none", None, None)
     return lse

@@ -126,7 +126,7 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
         (2, 4, 2)
     """
     seeds = system_seeds(config.seed, group.seed_label, 0, config.systems)[np.asarray(systems)]
-    draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.name == "sphere", _prepared_start(config))
+    draw = _cloud_drawer(group.n, group.d, config.jax_dtype, group.dynamics.on_sphere, _prepared_start(config))
     with float64_scope():  # a float64 config draws float64 clouds, whatever the caller's mode
         return np.asarray(draw(jnp.asarray(seeds, jnp.uint32)))
 
@@ -304,7 +304,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     betas = np.asarray(config.beta, np.float64)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
-    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.name == "sphere",
+    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.on_sphere,
                          _prepared_start(config))
     compiled: set[int] = set()
 
