@@ -33,6 +33,8 @@ layer exactly as for the plain flow.
 * ``periln``: ``PeriNorm(AttentionFlow(Q, K, V))``, :math:`\dot x_i = N(\sum_j P_{ij}(N(x)) V N(x_j))` (Peri-LN:
   the attention output normalised too, every token moves at unit speed); raw x read in :math:`z = R^{-L} x`;
   predicted: none.
+* ``mixln``: ``MixNorm(AttentionFlow(Q, K, V), switch=ln_switch)``: post-LN (tangent) before the time ``ln_switch``,
+  pre-LN after it, from normalised starts; raw x read in :math:`z = R^{-L} x`; predicted: none.
 * ``ngpt``: ``NormalisedGPT(AttentionFlow(Q, K, V), alpha=1)``, tokens on the sphere moved along
   :math:`\mathrm{Proj}_{x_i^\perp} N(\sum_j P_{ij} V x_j)` with the projected step, from normalised starts (as
   ``sphere``); predicted: none.
@@ -79,10 +81,10 @@ __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "swee
            "ff_key", "ff_matrix", "block_mlp", "initial_clouds", "run_final_layer"]
 
 #: values of the sweep's ``dynamics`` key
-SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "periln", "ngpt",
-                  "mean", "block")
+SWEEP_DYNAMICS = ("attention", "causal", "multihead", "feedforward", "layered", "sphere", "prenorm", "periln", "mixln",
+                  "ngpt", "mean", "block")
 #: the dynamics with no theorem (predicted "none")
-_NO_THEOREM = ("sphere", "prenorm", "periln", "ngpt", "mean", "block")
+_NO_THEOREM = ("sphere", "prenorm", "periln", "mixln", "ngpt", "mean", "block")
 #: the feed-forward output matrix W: the identity, or Gaussian entries / sqrt(d) drawn per system
 FF_WEIGHTS = ("identity", "random")
 #: the two readings of Section 12.2: sigma inside the rescaled drift (SPEC 3), or on the raw attention output
@@ -105,6 +107,8 @@ class SweepDynamics:
     epsilon: float
     ff_reading: str = "z"
     ff_hidden: int = 0
+    #: mixln: the time at which post-LN gives way to pre-LN
+    ln_switch: float = 0.0
 
     @property
     def num_heads(self) -> int:
@@ -128,7 +132,7 @@ class SweepDynamics:
     def on_sphere(self) -> bool:
         """Whether the tokens live on the unit sphere (the field's layers renormalise them: ``sphere``, ``ngpt``),
         so that the starts are drawn on it."""
-        return field_entry(self.field).shift is sphere_shift
+        return field_entry(self.field).shift is sphere_shift or self.name == "mixln"  # Mix-LN: post-LN first
 
     @property
     def raw_picture(self) -> bool:
@@ -145,6 +149,8 @@ class SweepDynamics:
         if self.name == "block":
             W1, W2 = block_mlp(seed, d, self.hidden_width(d), dtype)
             return {"W1": W1, "W2": W2, "activation": self.activation}
+        if self.name == "mixln":
+            return {"switch": self.ln_switch}
         return {}
 
     @property
@@ -163,6 +169,8 @@ class SweepDynamics:
             out["epsilon"] = self.epsilon
         if self.name == "block":
             out.update(activation=self.activation, ff_hidden=self.ff_hidden)
+        if self.name == "mixln":
+            out["ln_switch"] = self.ln_switch
         return out
 
     def hidden_width(self, d: int) -> int:
@@ -204,8 +212,12 @@ def sweep_dynamics(config: dict) -> SweepDynamics:
     if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0:
         raise InputError(f"ff_hidden (hidden width of the block's MLP, dynamics = 'block'; 0 = 4 d) must be an "
                          f"integer >= 0, got {hidden!r}.")
+    switch = config.get("ln_switch", 0.0)
+    if isinstance(switch, bool) or not isinstance(switch, (int, float)) or not np.isfinite(switch) or switch < 0:
+        raise InputError(f"ln_switch (the time at which post-LN gives way to pre-LN, dynamics = 'mixln') must be a "
+                         f"finite number >= 0, got {switch!r}.")
     spec = SweepDynamics(name, int(heads), config["activation"], config["ff_weight"], float(eps), config["ff_reading"],
-                         int(hidden))
+                         int(hidden), float(switch))
     if spec.raw_picture and config["dtype"] != "float64":
         which = {"multihead": " with heads >= 2", "feedforward": " with ff_reading = 'x'"}.get(name, "")
         raise InputError(f"dynamics = {name!r}{which} runs raw tokens "

@@ -120,9 +120,9 @@ def _start_clouds(row: dict, path: Path) -> None:
         np.save(path, start_clouds(config, config.groups[0], np.arange(config.systems)))
 
 
-def _timed(cmd: list[str]) -> float:
+def _timed(cmd: list[str], env: dict | None = None) -> float:
     t = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - t
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -199,13 +199,16 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
         torch_cmd, torch_betas = _torch_cmd(row, work, torch_threads, stride)
         scale = row["beta"][2] / torch_betas
     load_before = os.getloadavg()
+    # the command keeps its compiled programs (attnflow.runs.enable_compile_cache): a folder of the row's own, so
+    # that round 0 is a machine's first run (XLA compiles) and the later rounds read the kept programs
+    cache_env = {**os.environ, "ATTNFLOW_COMPILE_CACHE": str(work / "xla")}
     times = {"attnflow": [], "torch": []}
     for j in range(rounds):
         order = ["attnflow", "torch"] if j % 2 == 0 else ["torch", "attnflow"]
         for who in order:
             if who == "attnflow":
                 out = work / f"attnflow-{j}"
-                times["attnflow"].append(_timed([out.as_posix() if c == "OUT" else c for c in attnflow_cmd]))
+                times["attnflow"].append(_timed([out.as_posix() if c == "OUT" else c for c in attnflow_cmd], cache_env))
             elif use_torch:
                 times["torch"].append(_timed(torch_cmd) * scale)
         print(f"  {name} round {j}: attnflow {times['attnflow'][-1]:.1f} s"
@@ -223,6 +226,7 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
         tmed = statistics.median(times["torch"])
         result.update(torch_s=times["torch"], torch_threads=torch_threads, torch_command=" ".join(torch_cmd),
                       torch_betas_run=torch_betas, torch_time_scaled_by=scale, ratio=_spread(ratios),
+                      ratio_first_run=ratios[0], ratio_kept_programs=_spread(ratios[1:]) if len(ratios) > 1 else None,
                       torch_s_per_system_step=tmed / (pairs * layers), torch_fraction_of_matmul=flops / tmed / rate,
                       torch_fraction_of_matmul_without_projections=flops_computed / tmed / rate,
                       largest_difference_of_means=_largest_difference(work / "attnflow-0" / "cells.csv",
@@ -260,6 +264,13 @@ def format_result(result: dict) -> str:
                 f"{r.get('torch_fraction_of_matmul_without_projections', float('nan')):.2%}")
         lines.append(f"{r['row']:>8} {r['systems']:>8} x {r['betas']:<5} {r['d']:>4} {a:>11.1f} {t:>9.1f} {spread:>20} "
                      f"{per:>20} {r['flops'] / 1e9:>8.1f} {frac:>18} {bare:>18}")
+    for r in result["rows"]:
+        if r.get("ratio_first_run") is not None:
+            kept = r.get("ratio_kept_programs")
+            lines.append(f"  {r['row']}: the first run (XLA compiles) {r['attnflow_s'][0]:.2f} s, ratio "
+                         f"{r['ratio_first_run']:.2f}; later runs (kept programs) "
+                         + (f"{statistics.median(r['attnflow_s'][1:]):.2f} s, ratio {kept['min']:.2f}/{kept['median']:.2f}/"
+                            f"{kept['max']:.2f}" if kept else "-"))
     return "\n".join(lines)
 
 

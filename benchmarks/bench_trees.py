@@ -46,7 +46,7 @@ def _commands(part: str, out: Path, args) -> list[str]:
     if part == "phase":
         return [py, "benchmarks/bench_phase.py", "--rows", "small", "--no-torch", "--rounds", "1",
                 "--out", str(out / "phase.json")]
-    return [py, "benchmarks/bench_meanfield.py", "--out", str(out / "meanfield.json")]
+    return [py, "benchmarks/bench_meanfield.py", "--out", str(out)]  # a folder: it writes meanfield.json there
 
 
 def _rows(part: str, out: Path) -> dict[str, float]:
@@ -61,7 +61,7 @@ def _rows(part: str, out: Path) -> dict[str, float]:
         return {f"phase {r['row']} (whole command)": float(r["attnflow_s"][0] if isinstance(r["attnflow_s"], list)
                                                            else r["attnflow_s"]) for r in rows}
     s = json.loads((out / "meanfield.json").read_text())
-    return {f"meanfield {r['name']} {r['dtype']} n={r['n']} d={r['d']}": r["step_median_s"] for r in s["rows"]}
+    return {f"meanfield {r['name']} {r['dtype']} n={r['n']} d={r.get('d', 2)}": r["step_median_s"] for r in s["rows"]}
 
 
 def main(argv=None) -> dict:
@@ -102,6 +102,8 @@ def main(argv=None) -> dict:
                         raise SystemExit(f"{name} tree, {part}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
                     for key, s in _rows(part, out).items():
                         times[name].setdefault(key, []).append(s)
+                    # every finished part is kept: an interrupted comparison leaves what it measured
+                    args.out.write_text(json.dumps({"partial": True, "times": times}, indent=1) + "\n")
                     print(f"round {j + 1}, {name}, {part}: {time.perf_counter() - t:.0f} s", file=sys.stderr,
                           flush=True)
     import numpy as np

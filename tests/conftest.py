@@ -2,6 +2,9 @@ import os
 
 # Tests run on CPU; keep XLA from grabbing all cores' worth of threads per process.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The `attnflow` command keeps its compiled programs in ~/.cache/attnflow/xla; the suite's commands compile
+# afresh, so that no test depends on what another left there (tests/test_compile_cache.py turns it on).
+os.environ.setdefault("ATTNFLOW_COMPILE_CACHE", "off")
 # The tests' small sizes spend most of their time compiling, much of it in XLA:CPU's LLVM backend:
 # its optimisation level 0 ran a sample of five test files in 195 s instead of 231 s (2-core Intel Xeon).
 # The programs compute the same operations (results within rounding; tests that compare two runs

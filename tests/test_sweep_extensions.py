@@ -21,7 +21,7 @@ import scipy.linalg
 from attnflow import AttentionFlow, AttentionWeights
 from attnflow.dynamics import LayeredFlow, Wrapped, normalise, perturbed_layers, section12_2_flow, sphere_flow
 from attnflow.dynamics import FeedForward, TransformerBlock
-from attnflow.dynamics import NormalisedGPT, PeriNorm, PreNorm
+from attnflow.dynamics import MixNorm, NormalisedGPT, PeriNorm, PreNorm
 from attnflow.ensembles import draw_systems, system_seeds, token_key
 from attnflow.errors import InputError
 from attnflow.integrate import EulerStepper, sphere_shift
@@ -41,6 +41,7 @@ CASES = {  # test id: (dynamics, extra config keys)
     "sphere": ("sphere", {}),
     "prenorm": ("prenorm", {}),
     "periln": ("periln", {}),
+    "mixln": ("mixln", {"ln_switch": 0.5}),
     "ngpt": ("ngpt", {}),
     "mean": ("mean", {}),
     "block": ("block", {"activation": "gelu", "ff_hidden": 5}),
@@ -70,7 +71,7 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
     rho = np.max(np.abs(np.linalg.eigvals(S)))
     V, S = V / rho, S / rho
     x0 = np.asarray(jax.random.normal(token_key(seed), (CLOUDS, N, D))) / np.sqrt(D)
-    if name in ("sphere", "ngpt"):
+    if name in ("sphere", "ngpt", "mixln"):
         x0 = np.asarray(normalise(jnp.asarray(x0)))
     R_L = np.linalg.matrix_power(np.eye(D) + DT * S, LAYERS)
     stepper = EulerStepper(DT, LAYERS)
@@ -92,6 +93,8 @@ def _direct(cfg: dict, system: int, seed: int) -> dict:
         field = PreNorm(AttentionFlow(Q[0], K[0], V[0]))
     elif name == "periln":
         field = PeriNorm(AttentionFlow(Q[0], K[0], V[0]))
+    elif name == "mixln":
+        field = MixNorm(AttentionFlow(Q[0], K[0], V[0]), cfg["ln_switch"])
     elif name == "ngpt":
         field, stepper = NormalisedGPT(AttentionFlow(Q[0], K[0], V[0]), 1.0), EulerStepper(DT, LAYERS, shift=sphere_shift)
     elif name == "mean":
@@ -143,7 +146,7 @@ def test_sweep_row_equals_direct_run_of_the_module(case, tmp_path):
             assert int(r[key]) == ref[key], key
         for key in ("max_norm_z", "max_norm_x"):
             np.testing.assert_allclose(float(r[key]), ref[key], rtol=1e-9, err_msg=key)
-        if name in ("multihead", "sphere", "prenorm", "periln", "ngpt", "mean", "block"):
+        if name in ("multihead", "sphere", "prenorm", "periln", "mixln", "ngpt", "mean", "block"):
             assert r["predicted"] == "none"  # no theorem
 
 

@@ -47,7 +47,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     Without ``argv`` every sub-command is built (this imports all their modules).
     """
-    parser = argparse.ArgumentParser(prog="attnflow", description=_DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="attnflow", description=_DESCRIPTION,
+        epilog="Compiled XLA programs are kept between runs in ~/.cache/attnflow/xla ($XDG_CACHE_HOME/attnflow/xla): "
+        "a command that compiles the same programs again skips XLA's compile. Set ATTNFLOW_COMPILE_CACHE to a "
+        "folder to move it, or to off to compile every time.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     wanted = list(COMMANDS) if argv is None else [c for c in [_chosen_command(argv)] if c]
@@ -111,7 +115,14 @@ def run() -> None:
     (JAX's, logging's, tqdm's, ...) and ends with ``os._exit``: the interpreter's own teardown (module
     globals, then XLA's C++ destructors) took 0.35-0.5 s after every job and writes nothing. An exception
     leaves through Python's normal exit (traceback, full teardown).
+
+    The command keeps its compiled XLA programs between runs (:func:`attnflow.runs.enable_compile_cache`:
+    ``~/.cache/attnflow/xla``; ``ATTNFLOW_COMPILE_CACHE=off`` disables it, a folder moves it); :func:`main`
+    called from Python does not.
     """
+    from ..runs import enable_compile_cache
+
+    enable_compile_cache()
     code = main()
     import atexit
     import os

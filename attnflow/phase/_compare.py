@@ -41,7 +41,9 @@ from ._engine import OBSERVABLES
 COMPARED = ("pairs_clustered", "clusters", "energy")
 #: config keys that must be equal for two runs to be paired (same clouds, same observables)
 PAIRED_KEYS = ("seed", "dynamics", "normalisation", "v_ensemble", "qk_ensemble", "weights", "density", "threshold",
-               "activation", "ff_weight", "ff_reading", "ff_hidden")
+               "activation", "ff_weight", "ff_reading", "ff_hidden", "ln_switch", "beta_law", "beta_power")
+#: the value a paired key has in a config written before the key existed
+_LATER_DEFAULTS = {"ln_switch": 0.0, "beta_law": "constant", "beta_power": 1.0}
 #: the default resolution of the real-valued observables, relative to the reference's mean
 ROUNDING = 1e-9
 #: decimals to which checkpoint times and betas are matched between two runs
@@ -99,7 +101,7 @@ def crossing_times(t: np.ndarray, values: np.ndarray, level: float) -> np.ndarra
 def _check_paired(config: PhaseConfig, reference: PhaseConfig, where: str) -> None:
     a, b = config.source, reference.source
     for key in PAIRED_KEYS:
-        if a.get(key) != b.get(key):
+        if a.get(key, _LATER_DEFAULTS.get(key)) != b.get(key, _LATER_DEFAULTS.get(key)):
             raise InputError(f"{where}: the two runs differ in {key!r} ({a.get(key)!r} and {b.get(key)!r}); a "
                              "comparison needs the same seed, dynamics, weights and threshold (change only dt, t1, "
                              "checkpoints, spacing or dtype).")

@@ -92,10 +92,32 @@ class PhaseConfig(JobConfig):
     start_centres: tuple = ()
     start_masses: tuple = ()
     start_spread: float = 0.001
+    #: beta as a function of n (:data:`attnflow.temperature.LAWS`): with a law other than "constant" the grid's
+    #: ``beta`` values are the scales gamma and a group of n tokens runs at ``BetaOfN(gamma, law, power)(n)``
+    beta_law: str = "constant"
+    beta_power: float = 1.0
     kind = "phase"
     #: runs without noise and from uniform starts are those of the code before these keys (their folders resume)
     later_keys = {"sigma": 0.0, "start": "uniform", "start_clusters": 4, "start_centres": [], "start_masses": [],
-                  "start_spread": 0.001}
+                  "start_spread": 0.001, "beta_law": "constant", "beta_power": 1.0, "ln_switch": 0.0}
+
+    def betas_at(self, n: int) -> tuple[float, ...]:
+        r"""The inverse temperatures of the cells of n tokens: the grid's ``beta``, or with a ``beta_law`` the
+        grid's scales gamma mapped to :math:`\beta_n = \gamma\,g(n)` (:class:`attnflow.temperature.BetaOfN`).
+
+        Example:
+            >>> from attnflow.phase import check_phase_config, load_phase_config
+            >>> cfg = load_phase_config(None)
+            >>> cfg.update(beta=[0.5, 1.0], n=[100], d=[2], beta_law="log")
+            >>> [round(b, 4) for b in check_phase_config(cfg).betas_at(100)]   # gamma log 100
+            [2.3026, 4.6052]
+        """
+        if self.beta_law == "constant":
+            return self.beta
+        from ..temperature import law_factor
+
+        factor = law_factor(int(n), self.beta_law, self.beta_power)  # pure Python: no JAX array
+        return tuple(float(g) * factor for g in self.beta)
 
     @property
     def prepared(self) -> bool:
@@ -126,7 +148,7 @@ class PhaseConfig(JobConfig):
     def step_scales(self) -> tuple[float, ...]:
         """The factor :func:`step_scale` of every beta: the field is divided by it, the layer's step on the
         unscaled flow is ``dt / step_scale`` (1 for the softmax)."""
-        return tuple(step_scale(b, self.normalisation) for b in self.beta)
+        return tuple(step_scale(b, self.normalisation) for b in self.beta)  # (beta_law: softmax only, all 1)
 
     @property
     def checkpoint_layers(self) -> tuple[int, ...]:
@@ -295,6 +317,7 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
     v.check_choice("weights", cfg["weights"], WEIGHTS, "whether the weights are shared by the grid or drawn per system")
     v.check_choice("dynamics", cfg["dynamics"], SWEEP_DYNAMICS, "the dynamics every system runs")
     start = _check_start(cfg, grid)
+    law = _check_beta_law(cfg, grid)
     # the sweep refuses float32 for the raw-picture dynamics because it rescales their last layer; the phase
     # job reads the directions of the raw state and rescales nothing, so either precision is fine here
     spec = sweep_dynamics({**cfg, "heads": grid["heads"][0], "epsilon": grid["epsilon"][0], "dtype": "float64"})
@@ -305,10 +328,26 @@ def check_phase_config(config: dict | PhaseConfig, where: str = "the phase confi
         num_layers=layers, checkpoints=int(cfg["checkpoints"]), spacing=cfg["spacing"],
         threshold=float(cfg["threshold"]), confidence=float(cfg["confidence"]),
         normalisation=cfg["normalisation"], dynamics=spec, v_ensemble=cfg["v_ensemble"],
-        qk_ensemble=cfg["qk_ensemble"], weights=cfg["weights"], **start, source=copy.deepcopy(config))
+        qk_ensemble=cfg["qk_ensemble"], weights=cfg["weights"], **start, **law, source=copy.deepcopy(config))
 
 
 START_KINDS = ("uniform", "clusters")
+
+
+def _check_beta_law(cfg: dict, grid: dict) -> dict:
+    """``beta_law`` and ``beta_power`` checked (one sentence per refusal); returns them as :class:`PhaseConfig`
+    fields."""
+    from ..temperature import LAWS, check_law
+
+    law, power = cfg["beta_law"], cfg["beta_power"]
+    v.check_choice("beta_law", law, LAWS, "beta as a function of the number of tokens")
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or not math.isfinite(power):
+        raise InputError(f"beta_power must be a finite number (the exponent p of beta_law), got {power!r}.")
+    if law != "constant" and cfg["normalisation"] != "softmax":
+        raise InputError(f"beta_law = {law!r} applies with normalisation = \"softmax\" (the 1/n normalisation's step "
+                         f"scale is one per beta of the grid), got normalisation = {cfg['normalisation']!r}.")
+    check_law(law, float(power))  # (log_power needs p > 0); pure Python, so JAX has not started after the check
+    return {"beta_law": law, "beta_power": float(power)}
 
 
 def _check_start(cfg: dict, grid: dict) -> dict:

@@ -301,7 +301,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     # fields' solves and exponentials are batched LAPACK calls, which can deadlock several CPU devices' shared
     # pool, so there each device loops over its pairs (attnflow.runs.needs_per_system_loop)
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
-    betas = np.asarray(config.beta, np.float64)
+    betas = np.asarray(config.betas_at(group.n), np.float64)  # (a beta_law: gamma g(n) of the group's n)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
     draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.on_sphere,
@@ -345,7 +345,8 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
     :attr:`PhaseConfig.groups`). The systems, clouds, weights and steps are the job's own, so the arrays
     are the numbers ``attnflow phase`` stores for that group (its chunk files), arranged by beta and system.
 
-    Returns a dict: ``beta`` (B,), ``t`` (K,) the checkpoint times (the rescaled time :math:`\tau` of the
+    Returns a dict: ``beta`` (B,) (with a ``beta_law``: the group's :math:`\beta_n = \gamma\,g(n)`, and ``gamma`` (B,)
+    the grid's scales), ``t`` (K,) the checkpoint times (the rescaled time :math:`\tau` of the
     1/n normalisation), every observable of :data:`OBSERVABLES` as (B, S, K), ``finite`` (B, S) and
     ``t_nonfinite`` (B, S) (``inf`` where the run stayed finite), and ``order`` (B, S, K), the order parameter
     :math:`|\frac1n\sum_i u_i|` (:func:`~attnflow.phase.order_parameter`).
@@ -373,6 +374,7 @@ def ensemble(config, group: int = 0, *, num_devices: int = 1) -> dict[str, np.nd
     out = {name: np.asarray(cols[name]).reshape(betas, systems, *np.shape(cols[name])[1:])
            for name in (*OBSERVABLES, "finite", "t_nonfinite")}
     out["order"] = order_parameter(out["ip_mean"], groups[group].n)
-    return {"beta": np.asarray(config.beta, np.float64),
+    law = {} if config.beta_law == "constant" else {"gamma": np.asarray(config.beta, np.float64)}
+    return {"beta": np.asarray(config.betas_at(groups[group].n), np.float64), **law,
             "t": np.round(np.asarray(config.checkpoint_layers) * config.dt, 12), **out}
 

@@ -197,7 +197,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
                        for g in groups}
             noise = _noise_families(config, groups, cell_cols)
             noise_figures = [drawing.submit(
-                f"{FIGURE_MODULE}:noise_curves", sw.out / f"noise_{k:03d}.png", fam["sigma"], list(config.beta),
+                f"{FIGURE_MODULE}:noise_curves", sw.out / f"noise_{k:03d}.png", fam["sigma"], list(config.betas_at(fam["n"])),
                 fam["order"], fam["order_lo"], fam["order_hi"], 1 / np.sqrt(fam["n"]), fam["title"])
                 for k, fam in enumerate(noise)]
             write_tables(sw.out, cells, CELL_COLUMNS, sw.formats, name="cells")
@@ -266,7 +266,7 @@ def _noise_lines(config: PhaseConfig, summary: dict, names: list[str]) -> list[s
         lines += [f"n = {fam['n']}, d = {fam['d']} (floor 1/sqrt(n) = {1 / np.sqrt(fam['n']):.3f}):", "",
                   "| beta | " + " | ".join(f"sigma = {x:g}" for x in fam["sigma"]) + " |",
                   "| --- |" + " --- |" * len(fam["sigma"])]
-        for b, r, lo, hi in zip(config.beta, fam["order"], fam["order_lo"], fam["order_hi"]):
+        for b, r, lo, hi in zip(config.betas_at(fam["n"]), fam["order"], fam["order_lo"], fam["order_hi"]):
             lines.append(f"| {b:g} | " + " | ".join(f"{x:.3f} [{a:.3f}, {z:.3f}]" for x, a, z in zip(r, lo, hi)) + " |")
         lines.append("")
         if name:
@@ -284,7 +284,7 @@ def _metastability(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     censored fit of log T against beta over the cells with a metastable plateau in most systems."""
     rows = {c: [] for c in META_COLUMNS}
     fit_beta, fit_life, fit_cen, fit_cut, fit_cloud, all_first = [], [], [], [], [], []
-    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
+    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.betas_at(g.n)):
         first = first_plateaus(t, np.rint(cols["clusters"][sel]).astype(int), energy=cols["energy"][sel],
                                prepared=config.prepared)
         first["cloud"] = np.asarray(cols["system"][sel])  # the same cloud at every beta: the fits cluster on it
@@ -338,7 +338,7 @@ def _every_plateau(config: PhaseConfig, g: PhaseGroup, cols: dict, t: np.ndarray
     start_geometry = [cluster_geometry(x, config.threshold) for x in start_clouds(config, g, systems)]
     gap = np.array([s["smallest_gap"] for s in start_geometry])
     spread = np.array([s["spread"] for s in start_geometry])
-    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
+    for (sel, m, _), beta in zip(finite_rows(cols, len(config.beta)), config.betas_at(g.n)):
         table = plateau_table(t, np.rint(cols["clusters"][sel]).astype(int), prepared=True)
         system = np.asarray(cols["system"][sel])[table["system"]]
         size = len(system)
@@ -368,7 +368,7 @@ def _fits_by_count(config: PhaseConfig, firsts: list[tuple[float, dict]]) -> tup
         if fit["slope"] is None or fit["events"] < BY_COUNT_MIN_EVENTS:  # (fewer than MIN_FIT_CELLS betas: None)
             continue
         medians, censored = [], []
-        for b in config.beta:
+        for b, _ in firsts:  # every beta of the group (a beta_law: gamma g(n)), in the grid's order
             s = lifetime_summary({k: first[k][sel & (beta == b)] for k in ("lifetime", "censored")})
             medians.append(np.nan if s["median"] is None else s["median"])
             censored.append(bool(s["median_censored"]))
@@ -391,7 +391,7 @@ def _per_beta(config: PhaseConfig, g: PhaseGroup, cells: dict, meta: dict) -> li
     out = []
     clouds = grid_of(cells, g, config, "systems")[:, 0]
     for b in _spread(len(config.beta), REPORT_BETAS):
-        row = {"beta": float(config.beta[b]), "systems": int(clouds[b]),
+        row = {"beta": float(config.betas_at(g.n)[b]), "systems": int(clouds[b]),
                "with_plateau": None if not np.isfinite(meta["with_plateau"][b]) else int(meta["with_plateau"][b]),
                "median": None if not np.isfinite(meta["median"][b]) else float(meta["median"][b]),
                "median_censored": bool(meta["median_censored"][b])}
@@ -475,11 +475,11 @@ def _theory_line(config: PhaseConfig, g: PhaseGroup, cells: dict) -> dict | None
         return None
     rho0 = grid_of(cells, g, config, "ip_mean")[:, 0]
     times = [equiangular_time(float(r), config.threshold, b, g.n, config.normalisation)
-             for r, b in zip(rho0, config.beta)]
+             for r, b in zip(rho0, config.betas_at(g.n))]
     if config.normalisation == "mean":  # in the job's rescaled time tau = s(beta) t (phase.step_scale)
         times = [float(np.exp(np.log(t) + log_step_scale(b))) if t > 0 else t
                  for t, b in zip(times, config.beta)]
-    return {"beta": list(config.beta), "t": times, "rho0": rho0.tolist()}
+    return {"beta": list(config.betas_at(g.n)), "t": times, "rho0": rho0.tolist()}
 
 
 def _summary(config, groups, cells, fits, sizes) -> dict:
@@ -493,11 +493,14 @@ def _summary(config, groups, cells, fits, sizes) -> dict:
             half.append(round(float(np.asarray(config.checkpoint_layers)[above[0]] * config.dt), 12) if above.size else None)
         heads.append({"group": g.label, "n": g.n, "d": g.d, "heads": g.heads, "epsilon": g.epsilon, "sigma": g.sigma,
                       "pairs_clustered_at_t1": {"beta_min": float(frac[0, -1]), "beta_max": float(frac[-1, -1])},
-                      "time_half_pairs_clustered": dict(zip(map(str, config.beta), half))})
+                      "time_half_pairs_clustered": dict(zip(map(str, config.betas_at(g.n)), half)),
+                      **({} if config.beta_law == "constant" else {"beta": list(config.betas_at(g.n))})})
     nonfinite = int(np.sum(cells["nonfinite"][cells["layer"] == 0]))
     return {"kind": "phase", "dynamics": config.dynamics.record(), "normalisation": config.normalisation,
             "v_ensemble": config.v_ensemble, "qk_ensemble": config.qk_ensemble, "weights": config.weights,
             "beta": list(config.beta), "n": list(config.n), "d": list(config.d), "sigma": list(config.sigma),
+            **({} if config.beta_law == "constant" else {"beta_law": {"law": config.beta_law, "power": config.beta_power,
+                                                                     "grid_is": "gamma"}}),
             "systems": config.systems,
             "t1": config.t1, "dt": config.dt, "step_scale": list(config.step_scales),
             "effective_dt": [config.dt / sc for sc in config.step_scales], "t_last": float(last),
@@ -523,12 +526,12 @@ def _cell_figures(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup, t:
                    f"equiangular model reaches {config.threshold:g}")
     tag = f"g{g.index:03d}"
     grids = {name: grid_of(cells, g, config, name) for name, _, _ in MAPS}
-    maps = drawing.submit(f"{FIGURE_MODULE}:heat_maps", out / f"phase_{tag}.png", grids, list(config.beta), tt,
+    maps = drawing.submit(f"{FIGURE_MODULE}:heat_maps", out / f"phase_{tag}.png", grids, list(config.betas_at(g.n)), tt,
                           log_t=log_t, overlay=overlay, n=g.n, d=g.d,
                           title=f"{config.dynamics.name}, {_group_title(g)}: {config.systems} systems per cell")
     lo, hi = (grid_of(cells, g, config, f"pairs_clustered_{end}") for end in ("lo", "hi"))
     curves = drawing.submit(f"{FIGURE_MODULE}:curves", out / f"curves_{tag}.png", grids["pairs_clustered"], lo, hi,
-                            list(config.beta), t, [t[len(t) // 8], t[len(t) // 2], t[-1]],
+                            list(config.betas_at(g.n)), t, [t[len(t) // 8], t[len(t) // 2], t[-1]],
                             f"{_group_title(g)}: mean and {config.confidence:.0%} interval")
     return [maps, curves]
 
@@ -540,7 +543,7 @@ def _staircase_figure(drawing: FigureWorkers, config: PhaseConfig, g: PhaseGroup
     sel = np.flatnonzero((cols["beta_index"] == b) & cols["finite"])[:4]
     return drawing.submit(f"{FIGURE_MODULE}:staircase", out / f"staircase_g{g.index:03d}.png", t,
                           np.asarray(cols["energy"][sel]), np.asarray(cols["clusters"][sel]),
-                          rf"$\beta$ = {config.beta[b]:g}, n = {g.n}, d = {g.d}")
+                          rf"$\beta$ = {config.betas_at(g.n)[b]:g}, n = {g.n}, d = {g.d}")
 
 
 def _lifetime_sentence(fit: dict, confidence: float) -> str:
@@ -672,8 +675,9 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
                   + (f", epsilon = {g.epsilon:g}" if config.dynamics.name == "layered" else "")
                   + (f", noise sigma = {g.sigma:g}" if len(config.sigma) > 1 or g.sigma else ""), ""]
         p = head["pairs_clustered_at_t1"]
+        betas = config.betas_at(g.n)
         lines.append(f"At t = {summary['t_last']:g} the fraction of clustered pairs is {p['beta_min']:.3f} at "
-                     f"beta = {config.beta[0]:g} and {p['beta_max']:.3f} at beta = {config.beta[-1]:g}.")
+                     f"beta = {betas[0]:g} and {p['beta_max']:.3f} at beta = {betas[-1]:g}.")
         lines.append(_lifetime_sentence(fit, config.confidence))
         lines.append("")
         lines += _per_beta_table(head["per_beta"], summary["t_last"], config.confidence) + [""]

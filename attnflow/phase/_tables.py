@@ -56,7 +56,7 @@ def cell_rows(config: PhaseConfig, group: PhaseGroup, cols: dict) -> dict:
     t = np.round(layers * config.dt, 12)  # 68 * 0.1 is written 6.8
     K = len(layers)
     out = {c: [] for c in CELL_COLUMNS}
-    for (rows, good, bad), beta in zip(finite_rows(cols, len(config.beta)), config.beta):
+    for (rows, good, bad), beta in zip(finite_rows(cols, len(config.beta)), config.betas_at(group.n)):
         out["beta"].append(np.full(K, beta))
         out["n"].append(np.full(K, group.n))
         out["d"].append(np.full(K, group.d))

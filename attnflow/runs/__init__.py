@@ -19,6 +19,8 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
 * :func:`write_table` / :func:`write_tables` write tidy CSV / Parquet tables (:func:`write_rows` a list of
   rows), :func:`read_csv` reads
   them back, :func:`fmt` formats a number for a report;
+* :func:`enable_compile_cache` keeps the ``attnflow`` command's compiled programs between runs (JAX's
+  persistent compilation cache in ``~/.cache/attnflow/xla``; ``ATTNFLOW_COMPILE_CACHE`` moves or disables it);
 * :func:`load_config` reads a TOML config over its shipped default (the schema), :func:`count_kept`
   counts the work a job kept for the line an interrupted command prints.
 """
@@ -32,6 +34,8 @@ _LAZY = {
                      "remove_stale_temporaries", "temp_target"), "._atomic"),
     **dict.fromkeys(("Chunk", "plan_chunks", "run_chunks"), "._chunks"),
     "JobConfig": "._config",
+    **dict.fromkeys(("COMPILE_CACHE_ENV", "MAX_CACHE_BYTES", "compile_cache_dir", "enable_compile_cache"),
+                    "._compile_cache"),
     "init_distributed": "._distributed",
     **dict.fromkeys(("EXECUTION_KEYS", "config_fingerprint", "execution_free", "fingerprint"), "._fingerprint"),
     **dict.fromkeys(("MARKER", "MIN_FREE_BYTES", "claim_output_dir", "discard_output_dir", "read_marker",
@@ -53,6 +57,7 @@ _LAZY = {
 __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
+    "COMPILE_CACHE_ENV", "MAX_CACHE_BYTES", "compile_cache_dir", "enable_compile_cache",
     "open_run", "Run", "table_of", "JobConfig", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
     "claim_output_dir", "releases_output_dirs", "discard_output_dir", "write_marker", "read_marker", "MARKER",
     "MIN_FREE_BYTES", "provenance", "git_commit",

@@ -78,6 +78,8 @@ class DynamicsSweepConfig(_SweepConfig):
     max_clusters: int
     dynamics: SweepDynamics
     kind = "dynamics"
+    #: a config that does not run Mix-LN keeps the fingerprint of the code before the key
+    later_keys = {"ln_switch": 0.0}
 
     @property
     def groups(self) -> list[dict]:

@@ -1,0 +1,84 @@
+"""The `attnflow` command's compilation cache: where it is, that it is used, that a kept program gives the same
+bytes, that JAX's own settings and `attnflow --help` are left alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnflow.runs import compile_cache_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """kind = "phase"
+seed = 3
+beta = {start = 0.5, stop = 4.0, num = 2}
+n = 8
+d = 2
+systems = 4
+t1 = 1.0
+dt = 0.1
+checkpoints = 5
+dtype = "float64"
+[run]
+progress = false
+"""
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTNFLOW_COMPILE_CACHE", "JAX_COMPILATION_CACHE_DIR")}
+    env.update(extra)
+    return env
+
+
+def _phase(config: Path, out: Path, env: dict) -> None:
+    subprocess.run([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(out)], cwd=ROOT, env=env,
+                   check=True, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"ATTNFLOW_COMPILE_CACHE": "/x/y"}, "/x/y"),
+    ({"ATTNFLOW_COMPILE_CACHE": "OFF"}, None),
+    ({"ATTNFLOW_COMPILE_CACHE": "0"}, None),
+    ({"XDG_CACHE_HOME": "/c"}, "/c/attnflow/xla"),
+    ({"HOME": "/home/u"}, "/home/u/.cache/attnflow/xla"),
+    ({"JAX_COMPILATION_CACHE_DIR": "/j", "ATTNFLOW_COMPILE_CACHE": "/x"}, None),  # JAX's own setting wins
+])
+def test_where_the_cache_is(environ, expected):
+    got = compile_cache_dir(environ)
+    assert (None if got is None else str(got)) == expected
+
+
+def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
+    config = tmp_path / "phase.toml"
+    config.write_text(CONFIG)
+    cache = tmp_path / "xla"
+    _phase(config, tmp_path / "first", _env(ATTNFLOW_COMPILE_CACHE=str(cache)))
+    kept = sorted(p.name for p in cache.iterdir())
+    assert any(name.endswith("-cache") for name in kept), kept  # the chunk program and the cloud draw
+    _phase(config, tmp_path / "again", _env(ATTNFLOW_COMPILE_CACHE=str(cache)))  # from the kept programs
+    _phase(config, tmp_path / "fresh", _env(ATTNFLOW_COMPILE_CACHE="off"))
+    assert not (tmp_path / "off").exists()
+    for name in ("cells.csv", "metastability.csv"):
+        again, fresh = (tmp_path / "again" / name).read_bytes(), (tmp_path / "fresh" / name).read_bytes()
+        assert again == fresh == (tmp_path / "first" / name).read_bytes()
+    # a second run reads the programs instead of writing new ones
+    assert sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache")) == \
+        [k for k in kept if k.endswith("-cache")]
+
+
+def test_help_does_not_import_jax_and_jax_settings_are_left_alone(tmp_path):
+    code = ("import sys; from attnflow.runs._compile_cache import enable_compile_cache; "
+            "p = enable_compile_cache(); print(p, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(ATTNFLOW_COMPILE_CACHE=str(tmp_path / "c")),
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert out == [str(tmp_path / "c"), "False"]
+    code = ("import jax; jax.config.update('jax_compilation_cache_dir', '/mine'); "
+            "from attnflow.runs import enable_compile_cache; print(enable_compile_cache(), "
+            "jax.config.jax_compilation_cache_dir)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(ATTNFLOW_COMPILE_CACHE=str(tmp_path / "c")),
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["None", "/mine"]
