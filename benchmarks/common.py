@@ -8,6 +8,7 @@ Ratios measured side by side in one run are the numbers to quote.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import statistics
@@ -209,3 +210,19 @@ def add_record_arguments(parser, stem: str, *, redraw: bool = True) -> None:
     parser.add_argument("--figure", type=Path, default=Path(f"{stem}.png"), help="figure (default %(default)s)")
     if redraw:
         parser.add_argument("--redraw", type=Path, default=None, help="draw the figure from this JSON record and stop")
+
+
+def redrawn(args, draw) -> dict | None:
+    """With ``--redraw RECORD`` (:func:`add_record_arguments`): ``draw(record, args.figure)`` from the saved JSON
+    record and return the record (the script then stops); None without it.
+
+    Example:
+        >>> import argparse
+        >>> redrawn(argparse.Namespace(redraw=None), print) is None
+        True
+    """
+    if args.redraw is None:
+        return None
+    record = json.loads(Path(args.redraw).read_text())
+    draw(record, args.figure)
+    return record

@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info, redrawn  # noqa: E402
 
 RHO = 0.5
 EXACT_N = (10**2, 10**3, 10**4, 10**6, 10**8, 10**12)
@@ -54,9 +54,9 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="smaller n everywhere (seconds)")
     add_record_arguments(p, "long_context_scaling")
     args = p.parse_args(argv)
-    if args.redraw is not None:
-        _figure(json.loads(Path(args.redraw).read_text()), args.figure)
-        return {}
+    saved = redrawn(args, _figure)
+    if saved is not None:
+        return saved
     import jax
 
     start = time.perf_counter()

@@ -65,7 +65,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info, redrawn  # noqa: E402
 
 #: consecutive gaps of the five tokens, in units of u(beta) = sqrt(2 log beta / beta)
 GAPS = (1.055, 0.616, 0.777, 0.81)
@@ -199,10 +199,9 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="beta = 500 only, 120 saves (seconds)")
     add_record_arguments(p, "low_temperature_staircase")
     args = p.parse_args(argv)
-    if args.redraw is not None:
-        record = json.loads(args.redraw.read_text())
-        _figure(record, args.figure)
-        return record
+    saved = redrawn(args, _figure)
+    if saved is not None:
+        return saved
     betas, saves = ([500.0], 120) if args.quick else (args.beta, args.saves)
     machine = machine_info()
     start = time.perf_counter()

@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info, redrawn  # noqa: E402
 
 SCHEMES = {"post": ("sphere", {}), "pre": ("prenorm", {}), "peri": ("periln", {}), "mix": ("mixln", {"switch": 2.0}),
            "ngpt": ("ngpt", {"alpha": 0.5})}
@@ -126,9 +126,9 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="2 clouds, 8 systems, 3 betas (seconds)")
     add_record_arguments(p, "normalisation_speeds")
     args = p.parse_args(argv)
-    if args.redraw is not None:
-        _figure(json.loads(Path(args.redraw).read_text()), args.figure)
-        return {}
+    saved = redrawn(args, _figure)
+    if saved is not None:
+        return saved
     import jax
 
     start = time.perf_counter()
