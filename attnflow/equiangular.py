@@ -11,7 +11,9 @@ with one norm r and :math:`\langle\theta_i, \theta_j\rangle = \rho` for :math:`i
     m = \langle A_i, \theta_i\rangle = a + (n-1)b\rho, \qquad
     \|A_i\|^2 = a^2 + 2(n-1)ab\rho + (n-1)b^2(1 + (n-2)\rho),
 
-    \langle A_i - m\theta_i, \theta_j\rangle = b(1-\rho)(1 + (n-1)\rho) =: q .
+and the tangent part of :math:`A_i` meets every other direction at
+
+.. math:: \langle A_i - m\theta_i, \theta_j\rangle = b(1-\rho)(1 + (n-1)\rho) =: q .
 
 By symmetry the cloud stays equiangular, and with :math:`\dot\theta_i = s\,(A_i - m\theta_i)` (the scheme's
 speed s, :mod:`attnflow.dynamics._ln_schemes`)

@@ -4,21 +4,22 @@ Long-context transformers rescale their attention scores with the number of toke
 :math:`\log n` scaling). :class:`BetaOfN` is such a law, given wherever a number of tokens is known:
 
 * ``"log"``: :math:`\beta_n = \gamma \log n`, the critical scaling of Chen, Lin, Polyanskiy and Rigollet
-  (arXiv 2510.05554): for tokens whose directions form a simplex with inner product :math:`\rho`, one
-  attention row gives its own token the weight
-
-  .. math:: a_n = \frac{e^{\beta_n}}{e^{\beta_n} + (n-1)e^{\beta_n\rho}}
-            = \frac{1}{1 + (n-1)\,n^{-\gamma(1-\rho)}},
-
-  which tends to 0 (the tokens are averaged: collapse) for :math:`\gamma < 1/(1-\rho)` and to 1 (attention
-  is the identity) for :math:`\gamma > 1/(1-\rho)`; the window of :math:`\gamma` where :math:`a_n` is between
-  0.1 and 0.9 has the width :math:`2\log 9/((1-\rho)\log n)` (:func:`simplex_self_weight`).
+  (arXiv 2510.05554), below;
 * ``"power"``: :math:`\beta_n = \gamma\, n^p`, e.g. :math:`p = 2/(d-1)`: the scale at which one query among
   n i.i.d. uniform keys on :math:`S^{d-1}` passes from a local average to its nearest key (the
   :math:`\delta`-ball around the query holds :math:`n\delta^{d-1}` keys, and the scores there differ by
   :math:`\beta\delta^2`).
 * ``"log_power"``: :math:`\beta_n = \gamma (\log n)^p`.
 * ``"constant"``: :math:`\beta_n = \gamma` (the paper's model; n plays no part).
+
+For tokens whose directions form a simplex with inner product :math:`\rho`, one attention row at
+:math:`\beta_n = \gamma\log n` gives its own token the weight
+
+.. math:: a_n = \frac{e^{\beta_n}}{e^{\beta_n} + (n-1)e^{\beta_n\rho}} = \frac{1}{1 + (n-1)\,n^{-\gamma(1-\rho)}},
+
+which tends to 0 (the tokens are averaged: collapse) for :math:`\gamma < 1/(1-\rho)` and to 1 (attention is the
+identity) for :math:`\gamma > 1/(1-\rho)`; the window of :math:`\gamma` where :math:`a_n` is between 0.1 and 0.9
+has the width :math:`2\log 9/((1-\rho)\log n)` (:func:`simplex_self_weight`).
 
 ``simulate(x0, Q, K, V, beta=BetaOfN(...))`` takes n from the tokens; everything that builds a field from a
 number (``build_field``, :class:`~attnflow.AttentionWeights`) is given ``beta=law(n)``, the law's value.

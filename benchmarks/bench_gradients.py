@@ -62,8 +62,11 @@ from attnflow.integrate import solve_euler, solve_ode  # noqa: E402
 from benchmarks.common import machine_info, make_problem  # noqa: E402
 
 
-def _autodiff_dense(q, k, v, mask=None, normalisation="softmax"):
-    """The dense attention as it was before its custom JVP: autodiff through the softmax."""
+def _autodiff_dense(q, k, v, mask=None, normalisation="softmax", slope=None):
+    """The dense attention as it was before its custom JVP: autodiff through the softmax (no positional bias:
+    the benchmark's problem has none)."""
+    if slope is not None:
+        raise ValueError("the autodiff baseline of the gradient benchmark takes no ALiBi slope")
     where = attention.mask_array(mask, q.shape[0], k.shape[0])
     return attention.softmax(q @ k.T, axis=-1, where=where, normalisation=normalisation) @ v
 
