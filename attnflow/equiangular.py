@@ -39,21 +39,38 @@ import numpy as np
 from . import _validate as v
 from .errors import InputError
 
-__all__ = ["SCHEMES", "equiangular_velocity", "equiangular_path"]
+__all__ = ["SCHEMES", "simplex_weights", "equiangular_velocity", "equiangular_path"]
 
 #: the normalisation schemes of :func:`equiangular_velocity`
 SCHEMES = ("post", "pre", "peri", "mix", "ngpt")
 
 
-def _row(rho: float, beta: float, n: int) -> tuple[float, float, float, float]:
-    """(m, |A|, q, b) of the module docstring, without overflow (weights from exp(beta (rho - 1)))."""
-    f = math.exp(beta * (rho - 1.0))  # e^{beta rho} / e^beta
-    z = 1.0 + (n - 1) * f
-    a, b = 1.0 / z, f / z
+def simplex_weights(beta, n, rho):
+    r"""The softmax row of a simplex (n unit directions at inner product :math:`
+ho`, scores
+    :math:`eta\langle	heta_i, 	heta_j
+angle`): the weight :math:`a = 1/(1 + (n-1)e^{-eta(1-
+ho)})` of a token's
+    own key and :math:`b = (1 - a)/(n - 1)` of each other key, without overflow at any beta. NumPy, broadcasting.
+
+    Example:
+        >>> from attnflow.equiangular import simplex_weights
+        >>> a, b = simplex_weights(2.0, 5, 0.5)
+        >>> round(float(a + 4 * b), 12), round(float(a / b), 6)   # a row sums to 1; a / b = e^{beta (1 - rho)}
+        (1.0, 2.718282)
+    """
+    f = np.exp(np.multiply(beta, np.subtract(rho, 1.0)))  # e^{beta rho} / e^beta
+    z = 1.0 + np.subtract(n, 1) * f
+    return 1.0 / z, f / z
+
+
+def _row(rho: float, beta: float, n: int) -> tuple[float, float, float]:
+    """(m, |A|, q) of the module docstring (Python floats)."""
+    a, b = (float(w) for w in simplex_weights(beta, n, rho))
     m = a + (n - 1) * b * rho
     norm2 = a * a + 2 * (n - 1) * a * b * rho + (n - 1) * b * b * (1 + (n - 2) * rho)
     q = b * (1.0 - rho) * (1.0 + (n - 1) * rho)
-    return m, math.sqrt(max(norm2, 0.0)), q, b
+    return m, math.sqrt(max(norm2, 0.0)), q
 
 
 def equiangular_velocity(scheme: str, rho: float, radius: float, beta: float, n: int, *, t: float = 0.0,
@@ -70,7 +87,7 @@ def equiangular_velocity(scheme: str, rho: float, radius: float, beta: float, n:
     """
     if scheme not in SCHEMES:
         raise InputError(f"scheme must be one of {SCHEMES}, got {scheme!r}.")
-    m, norm, q, _ = _row(rho, beta, n)
+    m, norm, q = _row(rho, beta, n)
     if scheme == "mix":
         scheme = "post" if t < switch else "pre"
     if scheme == "post":

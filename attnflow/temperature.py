@@ -37,6 +37,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import _validate as v
+from .equiangular import simplex_weights
 from .errors import InputError
 
 __all__ = ["LAWS", "BetaOfN", "check_law", "law_factor", "simplex_self_weight", "simplex_transition", "simplex_tokens", "prenorm_simplex_layers"]
@@ -151,8 +152,7 @@ def simplex_self_weight(gamma, n, rho):
         ['0.0000', '0.5000', '1.0000']
     """
     g, n, r = (np.asarray(a, np.float64) for a in (gamma, n, rho))
-    # log of (n - 1) n^{-gamma (1 - rho)}, so that no power overflows
-    return 1.0 / (1.0 + np.exp(np.log(n - 1.0) - g * (1.0 - r) * np.log(n)))
+    return simplex_weights(g * np.log(n), n, r)[0]
 
 
 def simplex_transition(n, rho, low: float = 0.1, high: float = 0.9) -> dict:
@@ -236,11 +236,10 @@ def prenorm_simplex_layers(beta: float, n: int, rho: float, layers: int, *, dt: 
     beta, rho, r = float(beta), float(rho), float(radius)
     out = {"rho": [rho], "radius": [r], "self_weight": []}
     for _ in range(layers + 1):
-        a = 1.0 / (1.0 + (n - 1) * math.exp(-beta * (1.0 - rho)))
+        a, b = (float(w) for w in simplex_weights(beta, n, rho))
         out["self_weight"].append(a)
         if len(out["rho"]) == layers + 1:
             break
-        b = (1.0 - a) / (n - 1)
         c, e, s = r + dt * (a - b), dt * b, 1.0 + (n - 1) * rho
         common = 2.0 * c * e * s + e * e * n * s
         r2 = c * c + common
