@@ -150,3 +150,27 @@ def test_no_job_imports_another_jobs_modules():
                     if other in jobs and other != job and (job, other) not in allowed:
                         found.append(f"{path.relative_to(root)}: from {node.module}")
     assert not found, found
+
+
+def test_write_table_formats_whole_columns_as_csv_cell_formats_each_value(tmp_path):
+    """Columns of every NumPy dtype a job writes (formatted as a whole) and of Python values (cell by cell)
+    give the cells :func:`csv_cell` gives value by value: every digit of a float, its non-finite values,
+    -0.0, float32 widened exactly, booleans and integers."""
+    import csv
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=40) * 10.0 ** rng.integers(-30, 30, size=40)
+    x[:5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    parts = [{"f64": x, "f32": x.astype(np.float32), "i64": rng.integers(-10**12, 10**12, size=40),
+              "u8": rng.integers(0, 255, size=40).astype(np.uint8), "b": rng.random(40) < 0.5,
+              "s": np.array([f"g{k}" for k in range(40)]), "py": [float(v) for v in x]},
+             {"f64": x[:3], "f32": x[:3].astype(np.float32), "i64": np.arange(3), "u8": np.arange(3, dtype=np.uint8),
+              "b": np.array([True, False, True]), "s": np.array(["a,b", "c", "d"]), "py": [1, True, "x"]}]
+    columns = ["f64", "f32", "i64", "u8", "b", "s", "py"]
+    assert runs.write_table(tmp_path / "t.csv", parts, columns) == 43
+    with open(tmp_path / "t.csv") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == columns
+    expected = [[runs.csv_cell(p[c][i]) for c in columns] for p in parts for i in range(len(p["f64"]))]
+    assert rows[1:] == expected
+    assert rows[1][:2] == ["nan", "nan"] and rows[4][0] == "-0.0" and rows[2][1] == "inf"

@@ -53,6 +53,23 @@ def csv_cell(v) -> str:
     return str(v)
 
 
+_BOOL_CELLS = {True: "true", False: "false"}
+
+
+def _column_cells(column) -> list[str]:
+    """:func:`csv_cell` of every value of a column, a NumPy column of booleans, integers or floats formatted as a
+    whole (``repr`` of a Python float is already ``nan``/``inf``/``-inf`` where the value is not finite)."""
+    if isinstance(column, np.ndarray) and column.ndim == 1:
+        kind = column.dtype.kind
+        if kind == "b":
+            return [_BOOL_CELLS[b] for b in column.tolist()]
+        if kind == "f" and column.dtype.itemsize <= 8:
+            return list(map(repr, column.tolist()))
+        if kind in "iu":
+            return list(map(str, column.tolist()))
+    return [csv_cell(v) for v in column]
+
+
 def write_table(path: Path, parts: list[dict], columns: list[str]) -> int:
     """Write the tidy CSV of ``parts`` (``columns`` in this order, cells by :func:`csv_cell`) atomically;
     returns the number of rows.
@@ -74,8 +91,7 @@ def write_table(path: Path, parts: list[dict], columns: list[str]) -> int:
     rows = 0
     for part in parts:
         n = len(part[columns[0]])
-        for i in range(n):
-            w.writerow([csv_cell(part[c][i]) for c in columns])
+        w.writerows(zip(*(_column_cells(part[c]) for c in columns)) if columns else ())
         rows += n
     atomic_write_text(path, buf.getvalue())
     return rows
