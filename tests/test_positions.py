@@ -10,7 +10,7 @@ import pytest
 
 import attnflow as af
 from attnflow.errors import InputError
-from attnflow.kernels import Positions, alibi_bias, as_positions, attend, chunked_attend, rotate
+from attnflow.kernels import Positions, alibi_bias, alibi_slopes, as_positions, attend, chunked_attend, rotate
 from attnflow.fields import build_field
 
 N, R, E = 70, 4, 3  # 70 tokens: not a multiple of the tiles below, so the last tile is padded
@@ -252,6 +252,58 @@ def test_positions_reach_every_attention_field_and_simulate():
     np.testing.assert_allclose(np.asarray(sim.states), np.asarray(direct.states), rtol=1e-6, atol=1e-6)
 
 
+def _heads(rng, H=3, m=4, d=3):
+    Q, K, V = rng.normal(size=(H, m, d)), rng.normal(size=(H, m, d)), rng.normal(size=(H, d, d)) / np.sqrt(d)
+    return Q, K, V, af.AttentionWeights(Q, K, V, 0.7, axes=("head",))
+
+
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_one_alibi_slope_per_head_equals_the_sum_of_one_head_fields_each_with_its_slope(x64_here, mask):
+    """Heads with slopes (lambda_1, .., lambda_H): sum_h sum_j softmax_j(beta <Q_h x_i, K_h x_j> - lambda_h |i - j|/n)
+    V_h x_j, each head against the NumPy formula (dense and tiled paths, the attention matrices too)."""
+    rng = np.random.default_rng(11)
+    Q, K, V, w = _heads(rng)
+    n = 13
+    x = rng.normal(size=(n, 3))
+    slopes = np.array([0.3, 2.5, 9.0])
+    P = []
+    for h in range(3):
+        s = 0.7 * (x @ Q[h].T) @ (x @ K[h].T).T + np_bias(n, n, slopes[h])
+        s = np.where(np.tril(np.ones((n, n), bool)) if mask else True, s, -np.inf)
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        P.append(e / e.sum(axis=1, keepdims=True))
+    expected = sum(P[h] @ x @ V[h].T for h in range(3))
+    for impl in ("dense", "chunked"):
+        f = af.AttentionFlow(w, attention_impl=impl, mask=mask, positions=Positions(alibi=slopes.tolist()))
+        np.testing.assert_allclose(np.asarray(f(0.0, jnp.asarray(x))), expected, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(f.attention(0.0, jnp.asarray(x))), np.stack(P), rtol=1e-11, atol=1e-13)
+    # one scalar slope still reaches every head alike
+    same = af.AttentionFlow(w, positions=Positions(alibi=2.5))(0.0, jnp.asarray(x))
+    alike = af.AttentionFlow(w, positions=Positions(alibi=[2.5] * 3))(0.0, jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(alike))
+
+
+def test_per_head_slopes_take_gradients_and_run_through_simulate(x64_here):
+    """d/d lambda_h of a loss of the simulated tokens (each slope its own derivative) against central differences
+    of the same simulation, on the tiled path, and the geometric slopes of ALiBi."""
+    rng = np.random.default_rng(12)
+    _, _, _, w = _heads(rng)
+    x0 = jnp.asarray(rng.normal(size=(10, 3)))
+
+    def loss(slopes):
+        f = af.AttentionFlow(w, attention_impl="chunked", mask="causal", positions=Positions(alibi=slopes))
+        return jnp.sum(af.simulate(x0, f, t1=0.5, method="euler", dt=0.1, dtype="float64").states[-1] ** 2)
+
+    slopes = jnp.array([0.5, 1.5, 4.0])
+    grad = np.asarray(jax.grad(loss)(slopes))
+    h = 1e-6
+    fd = [(loss(slopes.at[k].add(h)) - loss(slopes.at[k].add(-h))) / (2 * h) for k in range(3)]
+    np.testing.assert_allclose(grad, np.asarray(fd), rtol=1e-6, atol=1e-9)
+    assert np.all(np.abs(grad) > 1e-4) and len(set(np.round(grad, 6))) == 3  # each head's slope matters alone
+    m = alibi_slopes(8)
+    np.testing.assert_allclose(m[1:] / m[:-1], 2.0 ** -1) and np.testing.assert_allclose(m[[0, -1]], [0.5, 2.0 ** -8])
+
+
 # -- refusals ----------------------------------------------------------------------------------------------------------
 
 I2, I3 = jnp.eye(2), jnp.eye(3)
@@ -262,7 +314,15 @@ _q, _k, _v = jnp.zeros((4, 3)), jnp.zeros((4, 3)), jnp.zeros((4, 1))
     (lambda: Positions(alibi=-1.0), "alibi must be a finite real scalar >= 0"),
     (lambda: Positions(alibi=float("nan")), "alibi must be a finite real scalar >= 0"),
     (lambda: Positions(alibi=float("inf")), "alibi must be a finite real scalar >= 0"),
-    (lambda: Positions(alibi=jnp.ones(2)), "alibi must be a finite real scalar >= 0"),
+    (lambda: Positions(alibi=jnp.ones((2, 2))), "alibi must be a finite real scalar >= 0 or a vector of one per head"),
+    (lambda: Positions(alibi=[1.0, -0.5]), "alibi must be a finite real scalar >= 0 or a vector of one per head"),
+    (lambda: Positions(alibi=jnp.zeros(0)), "alibi must be a finite real scalar >= 0 or a vector of one per head"),
+    (lambda: attend(_q, _k, _v, positions=Positions(alibi=[1.0, 2.0])), "attend computes one head"),
+    (lambda: af.AttentionFlow(I2, I2, I2, positions=Positions(alibi=[1.0, 2.0])),
+     "positions give 2 ALiBi slopes (one per head), but the weights have 1 head(s)"),
+    (lambda: af.AttentionFlow(af.AttentionWeights(jnp.stack([I2] * 3), jnp.stack([I2] * 3), jnp.stack([I2] * 3),
+                                                  axes=("head",)), positions=Positions(alibi=[1.0, 2.0])),
+     "positions give 2 ALiBi slopes (one per head), but the weights have 3 head(s)"),
     (lambda: Positions(rotary=0.0), "rotary must be a finite number > 0"),
     (lambda: as_positions("sinusoidal"), "got the unknown kind 'sinusoidal'"),
     (lambda: as_positions({"alibi": 1.0, "slopes": 2}), "got the unknown kind 'slopes'"),

@@ -95,6 +95,11 @@ class _AttentionField(AbstractAttentionDynamics):
         if positions is not None and attention_impl in ("fourier", "harmonic"):
             raise InputError(f"attention_impl={attention_impl!r} needs scores that depend on the tokens only; "
                              "positions (ALiBi, rotary) break that structure, so use 'auto', 'dense' or 'chunked'.")
+        if positions is not None and positions.heads is not None and (
+                "head" not in w.axes or positions.heads != w.Q.shape[w.axes.index("head")]):
+            heads = w.Q.shape[w.axes.index("head")] if "head" in w.axes else 1
+            raise InputError(f"positions give {positions.heads} ALiBi slopes (one per head), but the weights have "
+                             f"{heads} head(s): give one slope per head, or one scalar slope for all of them.")
         if positions is not None and positions.rotary is not None and w.Q.shape[-2] % 2:
             raise InputError(f"rotary positions rotate pairs of coordinates of Q x and K x, so Q and K need an even "
                              f"number of rows, got {w.Q.shape[-2]}.")
@@ -148,11 +153,14 @@ class _AttentionField(AbstractAttentionDynamics):
         return y if M is None else y @ M.T
 
     def _per_head(self, fn):
-        """Apply ``fn(weights_of_one_head)`` to every head; stacked on a leading axis if several."""
-        w = self.weights
-        if "head" in w.axes:
-            return jax.vmap(fn)(w)
-        return fn(w)
+        """Apply ``fn(weights_of_one_head, positions_of_that_head)`` to every head; stacked on a leading axis if
+        several (a per-head ALiBi slope is mapped with the weights)."""
+        w, pos = self.weights, self.positions
+        if "head" not in w.axes:
+            return fn(w, pos)
+        if pos is not None and pos.heads is not None:
+            return jax.vmap(fn)(w, pos)
+        return jax.vmap(lambda one: fn(one, pos))(w)
 
     def _takes_fourier(self, x) -> bool:
         """Whether this evaluation takes the Fourier path (static: from the plan, n and the dtype)."""
@@ -170,9 +178,8 @@ class _AttentionField(AbstractAttentionDynamics):
             x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
         mask = mask_array(self._mask(), x.shape[0], x.shape[0])
 
-        def one(w):
+        def one(w, pos):
             q, k = self._project(x, w)
-            pos = self.positions
             if pos is not None and pos.rotary is not None:
                 q, k = rotate(q, pos.rotary, pos.offset), rotate(k, pos.rotary, pos.offset)
             s = q @ k.T
@@ -195,11 +202,11 @@ class _AttentionField(AbstractAttentionDynamics):
             return self._harmonic_field(t, x)
         mask = self._mask()
 
-        def one(w):
+        def one(w, pos):
             q, k = self._project(x, w)
             v = y @ self.drift_matrix(w.V).T
             out = attend(q, k, v, impl=self.attention_impl, mask=mask, normalisation=self.normalisation,
-                         positions=self.positions)
+                         positions=pos)
             out = out - v if self.relative else out
             if w.v_bias is not None:
                 out = out + self.state_bias(t, w.v_bias)

@@ -8,7 +8,7 @@ r"""The attention kernels: the one max-subtracted softmax and every path that co
   mode elsewhere), with :class:`FlashConfig` its tile sizes;
 * positions: :class:`Positions` (the ALiBi bias :math:`-\lambda|i - j|/n` and rotary positions, the
   ``positions`` argument of :func:`attend` and of the attention flows), :func:`as_positions`,
-  :func:`alibi_bias`, :func:`rotate`;
+  :func:`alibi_bias`, :func:`alibi_slopes`, :func:`rotate`;
 * tiled: :func:`chunked_attend`, the blocked online softmax in O(n d) memory with its own VJP, and
   :func:`tiled_logsumexp`, its log-sum-exp per query (sums over pairs of a kernel without an n x n matrix);
 * the circle's Fourier maths: :mod:`attnflow.kernels.fourier` (the O(n K) path of unit tokens in the plane).
@@ -48,7 +48,7 @@ from ._attention import (
     softmax,
 )
 from ._flash import FLASH_DEFAULT, FlashConfig, flash_attend
-from ._positions import POSITION_KINDS, Positions, alibi_bias, as_positions, rotate
+from ._positions import POSITION_KINDS, Positions, alibi_bias, alibi_slopes, as_positions, rotate
 from ._tiled import DEFAULT_CHUNK, blocks_at_once, chunked_attend, tiled_logsumexp
 
 __all__ = [
@@ -56,5 +56,6 @@ __all__ = [
     "held_scores", "fused_is_exact", "causal_mask", "check_mask", "mask_array", "NORMALISATIONS", "IMPLS",
     "CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "chunked_attend", "tiled_logsumexp", "blocks_at_once",
     "DEFAULT_CHUNK", "fourier", "flash_attend", "FlashConfig", "FLASH_DEFAULT",
-    "flash_preferred", "GPU_FLASH_THRESHOLD", "Positions", "as_positions", "alibi_bias", "rotate", "POSITION_KINDS",
+    "flash_preferred", "GPU_FLASH_THRESHOLD", "Positions", "as_positions", "alibi_bias", "alibi_slopes", "rotate",
+    "POSITION_KINDS",
 ]

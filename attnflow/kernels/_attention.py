@@ -500,18 +500,12 @@ def attend(
         [0.5379, 1.4621]
     """
     if impl not in IMPLS:
-        from ..errors import InputError
-
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}.")
     if impl == "fourier":
-        from ..errors import InputError
-
         raise InputError("impl='fourier' is the attention flows' path for tokens on the circle (it needs beta Q^T K, "
                          "not only q and k): set attention_impl='fourier' on AttentionFlow or sphere_flow, or call "
                          "attnflow.kernels.fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
     if impl == "harmonic":
-        from ..errors import InputError
-
         raise InputError("impl='harmonic' is the attention flows' path for tokens on the sphere S^2 (it needs "
                          "beta Q^T K = c I, not only q and k): set attention_impl='harmonic' on AttentionFlow, "
                          "sphere_flow or IdentitySphereFlow, or call attnflow.kernels.sphere.sphere_attention; attend "
@@ -520,6 +514,10 @@ def attend(
     _check_qkv(q, k, v)
     check_mask(mask, q.shape[0], k.shape[0])
     positions = _positions.as_positions(positions)
+    if positions is not None and positions.heads is not None:
+        raise InputError(f"attend computes one head, so its ALiBi slope is one scalar, got {positions.heads} slopes "
+                         "(one per head): give them to a multi-head field (AttentionWeights with a 'head' axis), or "
+                         "call attend once per head with its slope.")
     slope = None if positions is None else positions.alibi
     if positions is not None and positions.rotary is not None:
         q, k = (_positions.rotate(a, positions.rotary, positions.offset) for a in (q, k))
@@ -532,21 +530,15 @@ def attend(
     if impl == "dense":
         return _dense_attend(q, k, v, mask, normalisation, slope)
     if impl in ("fused", "flash") and slope is not None:
-        from ..errors import InputError
-
         raise InputError(f"impl={impl!r} takes no ALiBi bias; use impl='chunked' (or 'dense') for positions with "
                          "alibi.")
     if impl == "fused":
         if normalisation != "softmax":
-            from ..errors import InputError
-
             raise InputError("impl='fused' computes softmax attention only; use 'dense' or 'chunked' for "
                              "normalisation='mean'.")
         return _fused_attend(q, k, v, "cudnn" if fused_is_exact(q, k, v) else None, mask)
     if impl == "flash":
         if mask is not None and not isinstance(mask, str):
-            from ..errors import InputError
-
             raise InputError("impl='flash' takes mask=None or 'causal'; for a boolean mask array use "
                              "impl='chunked' (or 'dense').")
         return _flash.flash_attend(q, k, v, mask=mask, normalisation=normalisation)

@@ -34,7 +34,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as v
 from ..errors import InputError
 
-__all__ = ["Positions", "as_positions", "alibi_bias", "rotate", "POSITION_KINDS"]
+__all__ = ["Positions", "as_positions", "alibi_bias", "alibi_slopes", "rotate", "POSITION_KINDS"]
 
 #: the kinds of positions a string or mapping may name (:func:`as_positions`), with their default
 #: parameter (the ALiBi slope, the rotary base)
@@ -45,8 +45,9 @@ class Positions(eqx.Module):
     r"""Where the tokens sit, as the attention kernel uses it: an ALiBi slope and/or a rotary base.
 
     Args:
-        alibi: the slope :math:`\lambda \ge 0` of the bias :math:`-\lambda |i - j|/n` (None: no bias); a
-            pytree leaf, so ``jax.grad`` and ``jax.vmap`` reach it.
+        alibi: the slope :math:`\lambda \ge 0` of the bias :math:`-\lambda |i - j|/n` (None: no bias), or one
+            slope per head (shape (H,), e.g. :func:`alibi_slopes`) for a field with H heads; a pytree leaf, so
+            ``jax.grad`` and ``jax.vmap`` reach it.
         rotary: the base b > 0 of the rotary frequencies :math:`\theta_k = b^{-2k/r}` (None: no rotation;
             static).
         offset: the position of the first token, :math:`p_i = o + i` (static; the scores do not depend on it).
@@ -67,6 +68,8 @@ class Positions(eqx.Module):
     def __init__(self, alibi=None, rotary=None, offset=0.0):
         if alibi is not None:
             _check_slope(alibi)
+            if isinstance(alibi, (list, tuple)):  # one slope per head, given as numbers: one array leaf
+                alibi = np.asarray(alibi, dtype=np.float64)
         if rotary is not None:
             rotary = v.check_number("rotary", rotary, "the base of the rotary frequencies base^(-2k/r)", low=0)
         self.alibi = alibi
@@ -78,16 +81,42 @@ class Positions(eqx.Module):
         """True when neither a bias nor a rotation is asked for."""
         return self.alibi is None and self.rotary is None
 
+    @property
+    def heads(self) -> int | None:
+        """The number of heads of a per-head slope (shape (H,)), else None."""
+        shape = None if self.alibi is None else v.shape_of("alibi", self.alibi)
+        return shape[0] if shape else None
 
-def _check_slope(slope) -> None:
-    """The ALiBi slope: a real scalar, finite and >= 0 when concrete."""
+
+def _check_slope(slope, per_head: bool = True) -> None:
+    """The ALiBi slope: a real scalar (or, with ``per_head``, a vector of one per head), finite and >= 0 when
+    concrete."""
     meaning = "the ALiBi slope lambda of the bias -lambda |i - j| / n"
-    if isinstance(slope, (str, bytes, bool, np.bool_)) or v.shape_of("alibi", slope) != ():
-        raise InputError(f"alibi must be a finite real scalar >= 0 ({meaning}), got {slope!r}.")
+    want = "a finite real scalar >= 0" + (" or a vector of one per head" if per_head else "")
+    shape = None if isinstance(slope, (str, bytes, bool, np.bool_)) else v.shape_of("alibi", slope)
+    if shape is None or not (shape == () or (per_head and len(shape) == 1 and shape[0] >= 1)):
+        raise InputError(f"alibi must be {want} ({meaning}), got {slope!r}.")
     if v.is_concrete(slope):
         arr = np.asarray(slope)
-        if arr.dtype.kind not in "iuf" or not np.isfinite(arr) or arr < 0:
-            raise InputError(f"alibi must be a finite real scalar >= 0 ({meaning}), got {arr.item()!r}.")
+        if arr.dtype.kind not in "iuf" or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise InputError(f"alibi must be {want} ({meaning}), got {arr.tolist()!r}.")
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    r"""The per-head slopes of ALiBi (Press, Smith and Lewis 2022): :math:`m_h = 2^{-8h/H}`, h = 1..H, a
+    geometric sequence from :math:`2^{-8/H}` down to :math:`2^{-8}` (float64).
+
+    Their bias is :math:`-m_h|i - j|` per token of distance; attnflow's is :math:`-\lambda|i - j|/n`, so
+    ``Positions(alibi=n * alibi_slopes(H))`` is theirs on n tokens, and ``Positions(alibi=c * alibi_slopes(H))``
+    keeps the same profile over the context at every n.
+
+    Example:
+        >>> from attnflow.kernels import alibi_slopes
+        >>> alibi_slopes(4).tolist()
+        [0.25, 0.0625, 0.015625, 0.00390625]
+    """
+    heads = v.check_int("heads", heads, meaning="the number of attention heads")
+    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
 
 
 def as_positions(spec) -> Positions | None:
@@ -136,7 +165,7 @@ def alibi_bias(n_q: int, n_k: int, slope: float | Float[Array, ""] = 1.0, dtype=
         >>> alibi_bias(3, 3, 1.5).tolist()
         [[-0.0, -0.5, -1.0], [-0.5, -0.0, -0.5], [-1.0, -0.5, -0.0]]
     """
-    _check_slope(slope)
+    _check_slope(slope, per_head=False)
     dtype = jnp.result_type(float) if dtype is None else dtype
     return alibi_tile(slope, jnp.arange(n_q), jnp.arange(n_k), n_k, dtype)
 
