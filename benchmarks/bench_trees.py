@@ -46,7 +46,8 @@ def _commands(part: str, out: Path, args) -> list[str]:
     if part == "phase":
         return [py, "benchmarks/bench_phase.py", "--rows", "small", "--no-torch", "--rounds", "1",
                 "--out", str(out / "phase.json")]
-    return [py, "benchmarks/bench_meanfield.py", "--out", str(out)]  # a folder: it writes meanfield.json there
+    # a folder: it writes meanfield.json there (without the PyTorch row: not attnflow's time)
+    return [py, "benchmarks/bench_meanfield.py", "--no-torch", "--out", str(out)]
 
 
 def _rows(part: str, out: Path) -> dict[str, float]:
@@ -61,7 +62,9 @@ def _rows(part: str, out: Path) -> dict[str, float]:
         return {f"phase {r['row']} (whole command)": float(r["attnflow_s"][0] if isinstance(r["attnflow_s"], list)
                                                            else r["attnflow_s"]) for r in rows}
     s = json.loads((out / "meanfield.json").read_text())
-    return {f"meanfield {r['name']} {r['dtype']} n={r['n']} d={r.get('d', 2)}": r["step_median_s"] for r in s["rows"]}
+    # the crossover rows time one evaluation per path instead; beta tells the Fourier rows of one n apart
+    return {f"meanfield {r['name']} {r['dtype']} n={r['n']} d={r.get('d', 2)} beta={r.get('beta')}": r["step_median_s"]
+            for r in s["rows"] if "step_median_s" in r}
 
 
 def main(argv=None) -> dict:
