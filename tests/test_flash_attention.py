@@ -72,6 +72,50 @@ def test_flash_gradient_matches_dense_and_finite_differences():
         assert abs(float(jnp.vdot(g[2], direction)) - float(fd)) < 1e-7 * max(1.0, abs(float(fd)))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(70, 70, 6, 3), (33, 130, 20, 7)])
+def test_flash_alibi_bias_matches_dense(dtype, shape):
+    """The kernel's ALiBi bias -lambda |i - j| / n2, built from each tile's indices (tiles that do not divide the
+    rows, more keys than queries), against the dense path's bias matrix in float64: plain, causal, mean."""
+    from attnflow.kernels import Positions
+
+    with jax.enable_x64(dtype == "float64"):
+        q, k, v = _qkv(*shape, jnp.dtype(dtype), seed=11)
+        pos = Positions(alibi=7.5)  # a bias of up to 7.5 on scores of order 1: it moves the weights
+        kinds = ({}, {"normalisation": "mean"}) + (({"mask": "causal"},) if shape[0] == shape[1] else ())
+        for kw in kinds:
+            out = np.asarray(flash_attend(q, k, v, config=SMALL, positions=pos, **kw), np.float64)
+            ref = _dense64(q, k, v, positions=pos, **kw)
+            assert np.abs(out - ref).max() <= TOL[dtype] * np.abs(ref).max(), kw
+            assert np.abs(ref - _dense64(q, k, v, **kw)).max() > 0.05 * np.abs(ref).max(), kw  # the bias matters
+        out = attend(q, k, v, impl="flash", positions={"alibi": 7.5, "rotary": 100.0})  # rotary before the kernel
+        ref = _dense64(q, k, v, positions={"alibi": 7.5, "rotary": 100.0})
+        assert np.abs(np.asarray(out, np.float64) - ref).max() <= TOL[dtype] * np.abs(ref).max()
+
+
+def test_flash_alibi_gradient_in_the_slope_and_inputs():
+    from attnflow.kernels import Positions
+
+    with jax.enable_x64(True):
+        q, k, v = _qkv(50, 50, 4, 3, jnp.float64, seed=13)
+
+        def loss(impl):
+            def f(lam, q, k, v):
+                pos = Positions(alibi=lam)
+                out = (attend(q, k, v, impl="dense", mask="causal", positions=pos) if impl == "dense" else
+                       flash_attend(q, k, v, mask="causal", config=SMALL, positions=pos))
+                return jnp.sum(jnp.sin(out))
+            return f
+
+        lam = jnp.asarray(3.0)
+        g = jax.grad(loss("flash"), argnums=(0, 1, 2, 3))(lam, q, k, v)
+        g_ref = jax.grad(loss("dense"), argnums=(0, 1, 2, 3))(lam, q, k, v)
+        for a, b in zip(g, g_ref):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+        fd = (loss("flash")(lam + 1e-5, q, k, v) - loss("flash")(lam - 1e-5, q, k, v)) / 2e-5
+        assert abs(float(g[0]) - float(fd)) < 1e-7 * max(1.0, abs(float(fd))) and abs(float(g[0])) > 1e-3
+
+
 def test_flash_under_jit_vmap_and_in_a_flow():
     q, k, v = (jnp.stack([a, a[::-1]]) for a in _qkv(40, 40, 8, 8, jnp.float32, seed=7))
     out = jax.jit(jax.vmap(lambda q, k, v: flash_attend(q, k, v, config=SMALL)))(q, k, v)
@@ -92,6 +136,8 @@ def test_flash_refuses_what_it_cannot_compute():
         attend(q, k, v, impl="flash", mask=jnp.ones((8, 8), bool))
     with pytest.raises(InputError, match="normalisation"):
         flash_attend(q, k, v, normalisation="max")
+    with pytest.raises(InputError, match="flash_attend takes an ALiBi slope only"):
+        flash_attend(q, k, v, positions="rotary")
     for bad in ({"block_q": 24}, {"block_k": 8}, {"num_warps": 0}, {"precision": "tf32"}):
         with pytest.raises(InputError):
             FlashConfig(**bad)

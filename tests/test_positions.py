@@ -327,7 +327,7 @@ _q, _k, _v = jnp.zeros((4, 3)), jnp.zeros((4, 3)), jnp.zeros((4, 1))
     (lambda: as_positions("sinusoidal"), "got the unknown kind 'sinusoidal'"),
     (lambda: as_positions({"alibi": 1.0, "slopes": 2}), "got the unknown kind 'slopes'"),
     (lambda: attend(_q, _k, _v, positions="rotary"), "the query/key width must be even, got width 3"),
-    (lambda: attend(_q, _k, _v, impl="flash", positions="alibi"), "impl='flash' takes no ALiBi bias"),
+    (lambda: attend(_q, _k, _v, impl="fused", positions="alibi"), "impl='fused' takes no ALiBi bias"),
     (lambda: af.AttentionFlow(I3, I3, I3, positions="rotary"), "Q and K need an even number of rows, got 3"),
     (lambda: af.AttentionFlow(I2, I2, I2, attention_impl="fourier", positions="alibi"),
      "attention_impl='fourier' needs scores that depend on the tokens only"),

@@ -473,8 +473,9 @@ def attend(
     :func:`~attnflow.kernels.as_positions`): the ALiBi bias :math:`s_{ij} = q_i\cdot k_j - \lambda|i - j|/n_2`
     (with ``mask="causal"`` its causal form :math:`-\lambda(i - j)/n_2`; the tiled path builds it per tile from
     indices) and/or rotary positions (q_i and k_j rotated by :math:`p\,\theta_k`, :math:`\theta_k = b^{-2k/r}`,
-    r even). The flash path takes rotary positions but no ALiBi bias (``"auto"`` then picks chunked or dense),
-    the fused path likewise.
+    r even). The flash path takes both (its kernel adds the bias from each tile's indices, as the tiled path
+    does; ``"auto"`` picks chunked or dense for a bias, which the kernel has not been timed with on a GPU); the
+    fused path takes rotary positions but no bias.
 
     ``chunk_size``: tile edge of the chunked path (default 512 on CPU, 4096 on GPU).
 
@@ -526,11 +527,13 @@ def attend(
         if impl == "flash" and mask is not None and not isinstance(mask, str):
             impl = "chunked"  # the fused kernel takes no mask array
         if impl in ("flash", "fused") and slope is not None:
-            impl = select_impl(q.shape[0], k.shape[0])  # nor a bias: chunked or dense by size
+            # XLA's fused call takes no bias; the Pallas kernel's bias is checked in interpret mode but not yet
+            # timed on a GPU, so "auto" keeps the tiled (or dense) path for it: impl="flash" asks for it
+            impl = select_impl(q.shape[0], k.shape[0])
     if impl == "dense":
         return _dense_attend(q, k, v, mask, normalisation, slope)
-    if impl in ("fused", "flash") and slope is not None:
-        raise InputError(f"impl={impl!r} takes no ALiBi bias; use impl='chunked' (or 'dense') for positions with "
+    if impl == "fused" and slope is not None:
+        raise InputError("impl='fused' takes no ALiBi bias; use impl='flash', 'chunked' or 'dense' for positions with "
                          "alibi.")
     if impl == "fused":
         if normalisation != "softmax":
@@ -541,7 +544,8 @@ def attend(
         if mask is not None and not isinstance(mask, str):
             raise InputError("impl='flash' takes mask=None or 'causal'; for a boolean mask array use "
                              "impl='chunked' (or 'dense').")
-        return _flash.flash_attend(q, k, v, mask=mask, normalisation=normalisation)
+        return _flash.flash_attend(q, k, v, mask=mask, normalisation=normalisation,
+                                   positions=None if slope is None else _positions.Positions(alibi=slope))
     if chunk_size is None:
         chunk_size = GPU_CHUNK if jax.default_backend() == "gpu" else _tiled.DEFAULT_CHUNK
     return _tiled.chunked_attend(q, k, v, chunk_size=chunk_size, mask=mask, normalisation=normalisation,

@@ -120,8 +120,15 @@ def _dot_precision(dtype, precision: str, interpret: bool):
     return (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, n_keys: int, block_k: int, causal: bool, precision):
-    """One query block: loop over key blocks with the online softmax; write o and L."""
+#: length of the vector that carries the ALiBi coefficient -lambda / n' into the kernel (every entry the same; a
+#: block of a power-of-two length >= 16, read with a max, which every backend lowers)
+_COEF_BLOCK = 16
+
+
+def _kernel(q_ref, k_ref, v_ref, *refs, n_keys: int, block_k: int, causal: bool, precision, biased: bool):
+    """One query block: loop over key blocks with the online softmax; write o and L. ``biased``: the first of
+    ``refs`` holds the ALiBi coefficient :math:`c = -\lambda/n'` and every score gains :math:`c|i - j|`."""
+    coef_ref, o_ref, lse_ref = refs if biased else (None, *refs)
     q = q_ref[...]
     block_q = q.shape[0]
     dtype = q.dtype
@@ -133,6 +140,7 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, n_keys: int, block_k: int, c
     cols = jnp.arange(block_k, dtype=jnp.int32)[None, :]
     key_blocks = k_ref.shape[0] // block_k
     masked_tail = k_ref.shape[0] != n_keys
+    coef = jnp.max(coef_ref[...]) if biased else None
 
     def body(j, carry):
         m, l, acc = carry
@@ -140,6 +148,8 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, n_keys: int, block_k: int, c
         k = k_ref[_pl().ds(start, block_k), :]
         v = v_ref[_pl().ds(start, block_k), :]
         s = dot(q, k, contract_last)
+        if biased:  # the tiled path's bias, -lambda |i - j| / n' from the indices of this tile
+            s = s + coef * jnp.abs(rows - (start + cols)).astype(dtype)
         if causal or masked_tail:
             key = start + cols
             ok = key < n_keys
@@ -172,8 +182,9 @@ def _pl():
     return pl
 
 
-def _forward(q, k, v, config: FlashConfig, causal: bool, interpret: bool):
-    """(o (n, e), lse (n,)) through the Pallas kernel, padding rows and head widths as needed."""
+def _forward(q, k, v, config: FlashConfig, causal: bool, interpret: bool, slope=None):
+    """(o (n, e), lse (n,)) through the Pallas kernel, padding rows and head widths as needed; ``slope``: the ALiBi
+    slope or None."""
     pl = _pl()
     nq, r = q.shape
     nk, e = v.shape
@@ -185,8 +196,12 @@ def _forward(q, k, v, config: FlashConfig, causal: bool, interpret: bool):
     pad = lambda a, rows, width: a if a.shape == (rows, width) else jnp.pad(
         a, ((0, rows - a.shape[0]), (0, width - a.shape[1])))
     qp, kp, vp = pad(q, nq_pad, r_pad), pad(k, nk_pad, r_pad), pad(v, nk_pad, e_pad)
-    kernel = functools.partial(_kernel, n_keys=nk, block_k=bk, causal=causal,
+    kernel = functools.partial(_kernel, n_keys=nk, block_k=bk, causal=causal, biased=slope is not None,
                                precision=_dot_precision(dtype, config.precision, interpret))
+    inputs, coef_spec = (qp, kp, vp), []
+    if slope is not None:
+        inputs += (jnp.full((_COEF_BLOCK,), -jnp.asarray(slope, dtype) / nk, dtype),)
+        coef_spec = [pl.BlockSpec((_COEF_BLOCK,), lambda i: (0,))]
     extra = {}
     if not interpret:
         from jax.experimental.pallas import triton as plgpu
@@ -197,32 +212,34 @@ def _forward(q, k, v, config: FlashConfig, causal: bool, interpret: bool):
         grid=(nq_pad // bq,),
         in_specs=[pl.BlockSpec((bq, r_pad), lambda i: (i, 0)),
                   pl.BlockSpec((nk_pad, r_pad), lambda i: (0, 0)),
-                  pl.BlockSpec((nk_pad, e_pad), lambda i: (0, 0))],
+                  pl.BlockSpec((nk_pad, e_pad), lambda i: (0, 0)), *coef_spec],
         out_specs=[pl.BlockSpec((bq, e_pad), lambda i: (i, 0)), pl.BlockSpec((bq,), lambda i: (i,))],
         out_shape=[jax.ShapeDtypeStruct((nq_pad, e_pad), dtype), jax.ShapeDtypeStruct((nq_pad,), dtype)],
         interpret=interpret,
         name="attnflow_flash_attention",
         **extra,
-    )(qp, kp, vp)
+    )(*inputs)
     return out[:nq, :e], lse[:nq]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attend(q, k, v, config, causal, interpret):
-    """(softmax attention output, log-sum-exp per query), forward through the fused kernel."""
-    return _forward(q, k, v, config, causal, interpret)
+def _attend(q, k, v, config, causal, interpret, slope):
+    """(softmax attention output, log-sum-exp per query), forward through the fused kernel; ``slope``: the ALiBi
+    slope or None."""
+    return _forward(q, k, v, config, causal, interpret, slope)
 
 
-def _attend_fwd(q, k, v, config, causal, interpret):
-    out, lse = _forward(q, k, v, config, causal, interpret)
-    return (out, lse), (q, k, v, out, lse, None)
+def _attend_fwd(q, k, v, config, causal, interpret, slope):
+    out, lse = _forward(q, k, v, config, causal, interpret, slope)
+    return (out, lse), (q, k, v, out, lse, None, slope)
 
 
 def _attend_bwd(config, causal, interpret, res, cotangents):
-    q, k, v = res[:3]
+    q, k = res[:2]
     chunk = _tiled.DEFAULT_CHUNK if interpret else 4096
     qc, kc = _tiled._tile(q.shape[0], chunk), _tiled._tile(k.shape[0], chunk)
-    return _tiled._attend_bwd(int(qc), int(kc), "causal" if causal else "none", res, cotangents)[:3]
+    dq, dk, dv, _, dslope = _tiled._attend_bwd(int(qc), int(kc), "causal" if causal else "none", res, cotangents)
+    return dq, dk, dv, dslope
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -237,6 +254,7 @@ def flash_attend(
     normalisation: str = "softmax",
     config: FlashConfig | None = None,
     interpret: bool | None = None,
+    positions=None,
 ) -> Float[Array, "n e"]:
     r"""Exact :math:`\mathrm{softmax}(q k^T)\, v` (scale 1) in one fused kernel (FlashAttention's
     online softmax), O(n (r + e)) memory.
@@ -246,7 +264,10 @@ def flash_attend(
     ``impl="chunked"``). ``normalisation="mean"``: :math:`\frac1{n_2}\sum_j e^{q_i\cdot k_j} v_j`, from the
     kernel's log-sum-exp. ``config``: tile sizes and launch parameters (:data:`FLASH_DEFAULT`).
     ``interpret``: run the kernel in Pallas's interpret mode (default: on every backend but the GPU).
-    jit-, vmap- and reverse-mode-differentiable (the tiled path's backward pass).
+    ``positions``: an ALiBi slope (:class:`~attnflow.kernels.Positions` with ``alibi``, rotary positions
+    are applied by :func:`attend` before the kernel) adds :math:`-\lambda|i - j|/n_2` to every score inside the
+    kernel, from the tile's indices, as the tiled path does.
+    jit-, vmap- and reverse-mode-differentiable (the tiled path's backward pass; the slope too).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -272,7 +293,16 @@ def flash_attend(
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
     q, k, v = (jnp.asarray(a, dtype) for a in (q, k, v))
-    out, lse = _attend(q, k, v, config, mask == "causal", bool(interpret))
+    slope = None
+    if positions is not None:
+        from ._positions import as_positions
+
+        positions = as_positions(positions)
+        if positions is not None and (positions.rotary is not None or positions.heads is not None):
+            raise InputError("flash_attend takes an ALiBi slope only (one head's scalar): rotary positions are "
+                             "applied to q and k by attend(..., impl='flash') before the kernel.")
+        slope = None if positions is None else positions.alibi
+    out, lse = _attend(q, k, v, config, mask == "causal", bool(interpret), slope)
     if normalisation == "softmax":
         return out
     return out * jnp.exp(lse - jnp.log(k.shape[0]))[:, None]
