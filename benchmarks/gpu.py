@@ -374,6 +374,26 @@ def _flash_tuning(args, device, mm) -> dict:
     if best_cfg is not None:
         _flash.FLASH_DEFAULT = best_cfg
         out["chosen_float32"] = dataclasses.asdict(best_cfg)
+    # with an ALiBi bias (causal, slope 4): the kernel's bias against the tiled path's, the question behind
+    # impl="auto" keeping the tiled path for a bias
+    with jax.default_device(jax.devices("cpu")[0]):
+        biased = jax.vmap(lambda q, k, v: attend(q, k, v, impl="dense", mask="causal", positions={"alibi": 4.0}))
+        ref = np.asarray(biased(*(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+    for impl in ("chunked", "flash"):
+        rec = {"dtype": "float32", "name": f"alibi causal {impl}"}
+        try:
+            fn = jax.vmap(lambda q, k, v, impl=impl: attend(q, k, v, impl=impl, mask="causal",
+                                                            positions={"alibi": 4.0}))
+            compiled = jax.jit(fn).lower(q, k, v).compile()
+            t, times = _best(lambda: compiled(q, k, v), args.repeats)
+            err = float(np.abs(np.asarray(compiled(q, k, v)[:2], np.float64) - ref).max() / np.abs(ref).max())
+            rec.update(best_s=t, times_s=times, frac_matmul=flops / 2 / t / rate, rel_err_vs_f64=err)
+        except Exception as e:
+            rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        out["rows"].append(rec)
+        said = rec.get("note") or (f"{1e3 * rec['best_s']:.2f} ms, {100 * rec['frac_matmul']:.0f}% of matmul "
+                                   f"(causal: half the flops), rel err {rec['rel_err_vs_f64']:.1e}")
+        print(f"  flash tuning float32 {rec['name']}: {said}")
     out["torch_sdpa"] = _torch_sdpa_call(args, np.array(q), np.array(k), np.array(v), flops, mm)
     print(f"  flash tuning torch SDPA: {out['torch_sdpa']}")
     return out

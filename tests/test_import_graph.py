@@ -285,3 +285,22 @@ def test_private_boundary_detector_on_a_small_package(tmp_path):
         "pkg.c imports the private module pkg.a._impl",
         "pkg.c imports the private name _g from pkg.a._impl",
     ]
+
+
+def test_every_source_file_compiles_without_warnings():
+    """No invalid escape sequence (a TeX ``\\lambda`` in a docstring that is not raw) or other compile-time warning
+    in attnflow/, benchmarks/, tests/ and examples/: Python 3.12 warns at import, a later one refuses."""
+    import warnings
+
+    files = [p for folder in ("attnflow", "benchmarks", "tests", "examples") if (ROOT / folder).is_dir()
+             for p in sorted((ROOT / folder).rglob("*.py"))]
+    assert len(files) > 100
+    bad = []
+    for path in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                compile(path.read_text(encoding="utf-8"), str(path), "exec")
+            except (SyntaxError, SyntaxWarning, DeprecationWarning) as e:
+                bad.append(f"{path.relative_to(ROOT)}: {e}")
+    assert not bad, bad

@@ -126,7 +126,7 @@ _COEF_BLOCK = 16
 
 
 def _kernel(q_ref, k_ref, v_ref, *refs, n_keys: int, block_k: int, causal: bool, precision, biased: bool):
-    """One query block: loop over key blocks with the online softmax; write o and L. ``biased``: the first of
+    r"""One query block: loop over key blocks with the online softmax; write o and L. ``biased``: the first of
     ``refs`` holds the ALiBi coefficient :math:`c = -\lambda/n'` and every score gains :math:`c|i - j|`."""
     coef_ref, o_ref, lse_ref = refs if biased else (None, *refs)
     q = q_ref[...]
