@@ -100,6 +100,17 @@ def test_first_pages_links_exist_in_the_repository(page):
     assert not dead, f"{page}: links to nothing in the repository: {dead}"
 
 
+def test_every_record_the_documents_cite_is_in_the_repository():
+    """A number in the guides or in benchmarks/*.md that names its record (``benchmarks/runs/<file>``) can be
+    checked: the record is committed."""
+    pages = sorted((ROOT / "docs").rglob("*.md")) + sorted((ROOT / "benchmarks").glob("*.md")) + [ROOT / "README.md"]
+    cited = {m.rstrip(".,;:)") for page in pages
+             for m in re.findall(r"benchmarks/runs/[A-Za-z0-9_./-]+", page.read_text(encoding="utf-8"))}
+    assert len(cited) >= 2
+    missing = sorted(c for c in cited if not (ROOT / c).exists())
+    assert not missing, f"records cited but not committed: {missing}"
+
+
 def test_gallery_hook_maps_examples_links_to_the_gallery():
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (the docs extra)")
     gallery = _hook("gallery")
