@@ -96,10 +96,15 @@ def start_angles(beta: float, gaps=GAPS) -> np.ndarray:
     return phi - phi.mean()
 
 
+def middle_gap(beta: float) -> float:
+    r"""The gap :math:`\theta_{1/2}` at the middle of a pair's energy jump, :math:`e^{\beta(\cos\theta-1)} = 1/2`."""
+    return math.acos(1 - math.log(2) / beta)
+
+
 def pair_time(theta0: float, mass: float, beta: float, n: int = N) -> float:
     r"""The two-cluster time to the middle of the energy jump, :math:`T(\theta_0)` of the module docstring
     (trapezoid rule on 20001 points; 0 when the gap is already inside the jump)."""
-    half = math.acos(1 - math.log(2) / beta)
+    half = middle_gap(beta)
     if theta0 <= half:
         return 0.0
     phi = np.linspace(half, theta0, 20001)
@@ -136,7 +141,7 @@ def point_cluster_model(angles, beta: float, n: int = N, s_range=(S_RANGE[0], 6.
     from scipy.integrate import solve_ivp
 
     log_beta = math.log(beta)
-    half = math.acos(1 - math.log(2) / beta)  # the gap at the middle of a pair's jump
+    half = middle_gap(beta)
     theta, mass = np.sort(np.asarray(angles, dtype=np.float64)), np.ones(len(angles))
     s, merges, levels = float(s_range[0]), [], [float(np.sum(mass ** 2))]
     while len(theta) > 1:

@@ -95,11 +95,10 @@ class _AttentionField(AbstractAttentionDynamics):
         if positions is not None and attention_impl in ("fourier", "harmonic"):
             raise InputError(f"attention_impl={attention_impl!r} needs scores that depend on the tokens only; "
                              "positions (ALiBi, rotary) break that structure, so use 'auto', 'dense' or 'chunked'.")
-        if positions is not None and positions.heads is not None and (
-                "head" not in w.axes or positions.heads != w.Q.shape[w.axes.index("head")]):
-            heads = w.Q.shape[w.axes.index("head")] if "head" in w.axes else 1
+        heads = w.Q.shape[w.axes.index("head")] if "head" in w.axes else None
+        if positions is not None and positions.heads is not None and positions.heads != heads:
             raise InputError(f"positions give {positions.heads} ALiBi slopes (one per head), but the weights have "
-                             f"{heads} head(s): give one slope per head, or one scalar slope for all of them.")
+                             f"{heads or 1} head(s): give one slope per head, or one scalar slope for all of them.")
         if positions is not None and positions.rotary is not None and w.Q.shape[-2] % 2:
             raise InputError(f"rotary positions rotate pairs of coordinates of Q x and K x, so Q and K need an even "
                              f"number of rows, got {w.Q.shape[-2]}.")

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import _tiled
+from . import _positions, _tiled
 
 __all__ = ["flash_attend", "FlashConfig", "FLASH_DEFAULT", "PRECISIONS"]
 
@@ -293,15 +293,11 @@ def flash_attend(
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
     q, k, v = (jnp.asarray(a, dtype) for a in (q, k, v))
-    slope = None
-    if positions is not None:
-        from ._positions import as_positions
-
-        positions = as_positions(positions)
-        if positions is not None and (positions.rotary is not None or positions.heads is not None):
-            raise InputError("flash_attend takes an ALiBi slope only (one head's scalar): rotary positions are "
-                             "applied to q and k by attend(..., impl='flash') before the kernel.")
-        slope = None if positions is None else positions.alibi
+    positions = _positions.as_positions(positions)
+    if positions is not None and (positions.rotary is not None or positions.heads is not None):
+        raise InputError("flash_attend takes an ALiBi slope only (one head's scalar): rotary positions are "
+                         "applied to q and k by attend(..., impl='flash') before the kernel.")
+    slope = None if positions is None else positions.alibi
     out, lse = _attend(q, k, v, config, mask == "causal", bool(interpret), slope)
     if normalisation == "softmax":
         return out
