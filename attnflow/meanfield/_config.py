@@ -36,6 +36,7 @@ class ConvergenceStudy:
     frames: int
     bins: int
     sigma: float = 0.0
+    degree: int = 16
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class GrowthStudy:
     saves: int
     grid: int
     cluster_gap: float
+    degree: int = 16
+    min_mass: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class TransitionStudy:
     grid: int
     kappa: float
     epsilon: float
+    degree: int = 10
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,16 @@ class MeanfieldConfig(JobConfig):
     seed: int
     normalisations: tuple[str, ...]
     dtype: str
+    d: int
     convergence: ConvergenceStudy
     growth: GrowthStudy
     largest: LargestRun
     transition: TransitionStudy
     kind = "meanfield"
     #: runs without noise are those of the code before the noise keys (their folders resume)
-    later_keys = {"convergence.sigma": 0.0}
+    #: and circle runs those of the code before S^2 (d = 3) and its keys
+    later_keys = {"convergence.sigma": 0.0, "d": 2, "convergence.degree": 16, "growth.degree": 16,
+                  "growth.min_mass": 0.01, "transition.degree": 10}
 
     def fingerprint_table(self) -> dict:
         """:meth:`JobConfig.fingerprint_table`, less the transition table when its study is off (no beta)."""
@@ -124,6 +131,15 @@ def _count(table: dict, key: str, where: str, low: int = 1) -> int:
     return v.check_int(f"config key '{where}.{key}'", table[key], low, "of the mean-field config")
 
 
+def _degree(table: dict, where: str) -> int:
+    from ._sphere_continuity import MAX_SPHERE_DEGREE
+
+    degree = v.check_int(f"config key '{where}.degree'", table["degree"], 2,
+                         "of the mean-field config (the PDE's harmonic degree on S^2)")
+    _need(degree <= MAX_SPHERE_DEGREE, f"{where}.degree", f"at most {MAX_SPHERE_DEGREE}", degree)
+    return degree
+
+
 def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     """Check every value of a resolved table (:func:`load_meanfield_config`) and freeze it.
 
@@ -147,6 +163,8 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     _need(bool(norms) and all(x in NORMALISATIONS for x in norms) and len(set(norms)) == len(norms),
           "normalisations", f"a non-empty list of distinct names among {NORMALISATIONS}", list(norms))
     _need(source["dtype"] in ("float32", "float64"), "dtype", '"float32" or "float64"', source["dtype"])
+    d = source["d"]
+    _need(d in (2, 3) and not isinstance(d, bool), "d", "2 (tokens on the circle) or 3 (tokens on S^2)", d)
 
     c = source["convergence"]
     modes, amps, phases = c["start_modes"], c["start_amplitudes"], c["start_phases"]
@@ -170,7 +188,7 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
         _positive(c, "beta", "convergence"), tuple(modes), tuple(map(float, amps)), tuple(map(float, phases)),
         tuple(ns), _count(c, "seeds", "convergence", 2), tuple(map(float, times)), _positive(c, "dt", "convergence"),
         grid, _positive(c, "pde_dt", "convergence"), _count(c, "frames", "convergence", 2),
-        _count(c, "bins", "convergence", 2), float(sigma))
+        _count(c, "bins", "convergence", 2), float(sigma), _degree(c, "convergence"))
 
     g = source["growth"]
     betas = g["beta"]
@@ -184,8 +202,17 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     _need(gg & (gg - 1) == 0, "growth.grid", "a power of two >= 16", gg)
     growth = GrowthStudy(tuple(map(float, betas)), _count(g, "n", "growth", 2), _count(g, "seeds", "growth"),
                          _count(g, "modes", "growth"), eps, amax, _positive(g, "horizon", "growth"),
-                         _count(g, "saves", "growth", 3), gg, gap)
+                         _count(g, "saves", "growth", 3), gg, gap, _degree(g, "growth"),
+                         v.check_number("config key 'growth.min_mass'", g["min_mass"],
+                                        "of the mean-field config (a cell's least mass, in (0, 1])", low=0, high=1,
+                                        closed="high"))
     _need(growth.modes < growth.n // 2, "growth.modes", f"below n / 2 = {growth.n // 2}", growth.modes)
+    if d == 3:
+        _need(max(convergence.start_modes, default=0) <= convergence.degree, "convergence.start_modes",
+              f"degrees at most convergence.degree = {convergence.degree} (the PDE's harmonic degree on S^2)",
+              list(convergence.start_modes))
+        _need(growth.modes <= growth.degree, "growth.modes", f"at most growth.degree = {growth.degree} (the PDE's "
+              "harmonic degree on S^2)", growth.modes)
 
     la = source["largest"]
     largest = LargestRun(_count(la, "n", "largest", 2), _positive(la, "beta", "largest"),
@@ -204,6 +231,7 @@ def check_meanfield_config(config: MeanfieldConfig | dict) -> MeanfieldConfig:
     t1, tdt = _positive(tr, "t1", "transition"), _positive(tr, "dt", "transition")
     _need(tdt < t1, "transition.dt", f"below transition.t1 = {t1:g}", tdt)
     transition = TransitionStudy(tuple(map(float, tb)), tuple(map(float, ratios)), t1, tdt, tgrid,
-                                 _positive(tr, "kappa", "transition"), teps)
-    return MeanfieldConfig(seed=source["seed"], normalisations=norms, dtype=source["dtype"], convergence=convergence,
+                                 _positive(tr, "kappa", "transition"), teps, _degree(tr, "transition"))
+    return MeanfieldConfig(seed=source["seed"], normalisations=norms, dtype=source["dtype"], d=d,
+                           convergence=convergence,
                            growth=growth, largest=largest, transition=transition, source=source)

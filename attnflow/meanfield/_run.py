@@ -38,6 +38,8 @@ import numpy as np
 from ..runs import (UnitStore, atomic_write_json, count_kept, init_distributed, open_run, releases_output_dirs,
                     wait_for_units)
 from ._config import MeanfieldConfig, check_meanfield_config
+from ._sphere_units import sphere_convergence, sphere_growth, sphere_largest, sphere_transition, sphere_units
+from ._study_units import _conv_name, _first_merge, _growth_name, _num, _transition_name, time_scale
 
 #: a noisy particle seed's Brownian path: the key fold_in(seed's key, NOISE_STREAM) (its start is drawn from the
 #: seed's key itself)
@@ -89,24 +91,6 @@ def near_uniform_start(n: int, modes: int, epsilon: float, rng: np.random.Genera
     return theta % (2 * math.pi), phases
 
 
-def time_scale(beta: float, normalisation: str) -> float:
-    r"""The unit of time of the convergence study: 1 for softmax, :math:`1/I_0(\beta)` for the mean
-    normalisation, whose velocity :math:`\frac1\beta\partial_\theta(K*\rho)` is :math:`K*\rho \approx I_0(\beta)`
-    times the softmax one :math:`\frac1\beta\partial_\theta\log(K*\rho)` near the uniform measure (so both
-    normalisations are compared at the same stage of their evolution).
-
-    Example:
-        >>> from attnflow.meanfield import time_scale
-        >>> time_scale(3.0, "softmax"), round(time_scale(3.0, "mean"), 4)
-        (1.0, 0.2049)
-    """
-    if normalisation == "softmax":
-        return 1.0
-    from scipy.special import i0
-
-    return float(1.0 / i0(beta))
-
-
 # -- the units of work ------------------------------------------------------------------------------
 
 
@@ -137,21 +121,11 @@ def _particles(cache: dict, kind: str, theta0, beta, normalisation, ts, dt, dtyp
     return cache[entry](x0, key) if sigma else cache[entry](x0)
 
 
-def _conv_name(norm: str, n: int | None = None, s: int | None = None) -> str:
-    return f"{norm}-convergence-pde" if n is None else f"{norm}-convergence-n{n}-s{s}"
-
-
-def _growth_name(norm: str, b: int, s: int, part: str) -> str:
-    return f"{norm}-growth-b{b}-s{s}-{part}"
-
-
-def _transition_name(norm: str, b: int) -> str:
-    return f"{norm}-transition-b{b}"
-
-
 def _plan(config: MeanfieldConfig) -> list[dict]:
     """Every unit of work of ``config``: its name, its size key (``key``, ``n``), its estimated peak bytes
     and its work in particle-steps (grid-point steps for the PDE)."""
+    if config.d == 3:
+        return sphere_units(config)
     c, g, la = config.convergence, config.growth, config.largest
     item = 8 if config.dtype == "float64" else 4
     frames = len(np.union1d(c.times, np.linspace(0.0, c.times[-1], c.frames)))
@@ -380,6 +354,8 @@ def _check_transition_steps(config: MeanfieldConfig) -> None:
     from ._transition import check_transition_step
 
     tr = config.transition
+    if config.d == 3:  # the sphere's transition takes steps of at most dt, integrating the diffusion exactly
+        return
     for norm in config.normalisations:
         for beta in tr.beta:
             try:
@@ -442,24 +418,6 @@ def _window(config: MeanfieldConfig, beta: float, norm: str) -> tuple[np.ndarray
     return lam, 1.5 * math.log(2 * g.max_amplitude / g.epsilon) / top, g.horizon / top
 
 
-def _first_merge(ts: np.ndarray, gaps: np.ndarray) -> tuple[int | None, float, float, bool]:
-    """(clusters formed, their formation time, lifetime, censored) from the gap counts of a near-uniform
-    start (:func:`~attnflow.meanfield.circle_gaps`; 0 while the cloud still covers the circle): the clusters
-    have formed at the first save with at least one gap from which the count holds for a tenth of the
-    remaining horizon; the lifetime runs from then to the first save with fewer clusters (censored at the
-    horizon). None when no clusters form before the horizon."""
-    for i in np.nonzero(gaps >= 1)[0]:
-        hold = 0.1 * (ts[-1] - ts[i])
-        later = np.nonzero(gaps[i:] != gaps[i])[0]
-        if later.size and ts[i + later[0]] - ts[i] < hold:
-            continue
-        drop = np.nonzero(gaps[i:] < gaps[i])[0]
-        if drop.size:
-            return int(gaps[i]), float(ts[i]), float(ts[i + drop[0]] - ts[i]), False
-        return int(gaps[i]), float(ts[i]), float(ts[-1] - ts[i]), True
-    return None, math.nan, math.nan, True
-
-
 def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[dict]:
     import jax.numpy as jnp
 
@@ -515,11 +473,6 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
                              "censored": censored, "horizon": float(ts_all[-1]),
                              "pde_min_density": float(np.min(q["min_density"]))})
     return rows
-
-
-def _num(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
@@ -615,6 +568,12 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
         dtype = jnp.float64 if config.dtype == "float64" else jnp.float32
 
         def studies():
+            if config.d == 3:
+                conv = {norm: sphere_convergence(config, units, norm, dtype, NOISE_STREAM)
+                        for norm in config.normalisations}
+                growth = [row for norm in config.normalisations for row in sphere_growth(config, units, norm, dtype)]
+                transition = [row for norm in config.normalisations for row in sphere_transition(config, units, norm)]
+                return conv, growth, sphere_largest(config, units, dtype), transition
             conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
             growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
             transition = [row for norm in config.normalisations for row in _transition(config, units, norm)]

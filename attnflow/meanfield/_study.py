@@ -32,7 +32,7 @@ from ..errors import InputError
 from ._distances import circle_w1_to_density
 from ._pde import _check_density, _check_normalisation, _interpolate, interpolate_density, solve_continuity
 
-__all__ = ["draw_from_density", "particles_vs_pde", "fit_power_law"]
+__all__ = ["draw_from_density", "particles_vs_pde", "fit_power_law", "circle_solver", "sphere_solver"]
 
 TWO_PI = 2 * math.pi
 
@@ -108,13 +108,8 @@ def fit_power_law(ns, values, confidence: float = 0.95) -> dict:
 def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attention_impl: str = "dense",
                   dt: float | None = None, rtol: float = 1e-5, atol: float = 1e-6, sigma: float = 0.0):
     r"""A jitted map tokens (n, 2) -> ``save(y)`` at the times ``ts`` of the sphere flow with Q = K = V = I on
-    the circle (default ``save``: the angles :math:`\theta_i \in [0, 2\pi)`, (T, n)), through
-    :func:`attnflow.integrate.solve_ode` with Tsit5: adaptive with ``rtol`` / ``atol``, or constant steps of
-    ``dt``. ``attention_impl="fourier"`` runs the O(n K) path (exact to rounding for scores up to beta).
-    Compiled once per n; ``ts`` (concrete) sets the dtype (float64 ``ts`` run in float64, JAX's float64
-    mode switched on for each call). ``sigma > 0``: tokens with independent noise
-    (:class:`attnflow.integrate.TokenNoise` on the sphere), a Stratonovich Heun solve in constant steps ``dt``
-    (required) on the Brownian path of the key the map then takes: ``run(x0, key)``.
+    the circle (default ``save``: the angles :math:`\theta_i \in [0, 2\pi)`, (T, n)): :func:`sphere_solver`
+    with d = 2. ``attention_impl="fourier"`` runs the O(n K) path (exact to rounding for scores up to beta).
 
     Example:
         >>> import jax.numpy as jnp
@@ -124,6 +119,30 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
         >>> run(jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)).shape    # (T, n) angles
         (3, 4)
     """
+    save = (lambda y: jnp.mod(jnp.arctan2(y[..., 1], y[..., 0]), TWO_PI)) if save is None else save
+    return sphere_solver(beta, ts, normalisation, d=2, save=save, attention_impl=attention_impl, dt=dt, rtol=rtol,
+                         atol=atol, sigma=sigma)
+
+
+def sphere_solver(beta, ts, normalisation: str = "softmax", *, d: int = 3, save=None, attention_impl: str = "dense",
+                  dt: float | None = None, rtol: float = 1e-5, atol: float = 1e-6, sigma: float = 0.0):
+    r"""A jitted map tokens (n, d) -> ``save(y)`` (default: the tokens, (T, n, d)) at the times ``ts`` of the sphere
+    flow with Q = K = V = I on :math:`S^{d-1}`, through :func:`attnflow.integrate.solve_ode` with Tsit5: adaptive
+    with ``rtol`` / ``atol``, or constant steps of ``dt``. ``attention_impl`` is any of the sphere field's
+    (``"fourier"`` on the circle, ``"harmonic"`` on :math:`S^2`: the O(n K) and O(n L^2) paths, exact to rounding for
+    scores up to beta). Compiled once per n; ``ts`` (concrete) sets the dtype (float64 ``ts`` run in float64, JAX's
+    float64 mode switched on for each call). ``sigma > 0``: tokens with independent noise
+    (:class:`attnflow.integrate.TokenNoise` on the sphere), a Stratonovich Heun solve in constant steps ``dt``
+    (required) on the Brownian path of the key the map then takes: ``run(x0, key)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield._study import sphere_solver
+        >>> x0 = jnp.array([[0.0, 0.0, 1.0], [0.6, 0.0, 0.8], [0.0, -1.0, 0.0], [0.0, 0.8, -0.6]])
+        >>> y = sphere_solver(2.0, jnp.linspace(0.0, 1.0, 3), dt=0.05)(x0)
+        >>> y.shape, bool(jnp.allclose(jnp.linalg.norm(y, axis=-1), 1.0, atol=1e-5))    # (T, n, d), on S^2
+        ((3, 4, 3), True)
+    """
     from ..fields import build_field
     from ..integrate import SDESolver, TokenNoise, solve_ode
 
@@ -132,28 +151,31 @@ def circle_solver(beta, ts, normalisation: str = "softmax", *, save=None, attent
     with scope():
         ts = jnp.asarray(ts)
     t0, t1 = float(ts[0]), float(ts[-1])
-    eye = jnp.eye(2, dtype=ts.dtype)
+    d = v.check_int("d", d, 2, "the dimension of the tokens, S^{d-1}")
     options = {"fourier_max_score": float(beta)} if attention_impl == "fourier" else {}
-    save = (lambda y: jnp.mod(jnp.arctan2(y[..., 1], y[..., 0]), TWO_PI)) if save is None else save
+    save = (lambda y: y) if save is None else save
 
     noisy = sigma != 0
     if noisy and dt is None:
-        raise InputError("circle_solver with noise (sigma > 0) steps with a constant dt: give dt > 0.")
+        raise InputError("a solver with noise (sigma > 0) steps with a constant dt: give dt > 0.")
 
-    def field():
-        return build_field("sphere", eye, eye, eye, beta=beta, stepper="ode", attention_impl=attention_impl,
-                           normalisation=normalisation, **options)
+    # built once, outside the transformations (the sphere path chooses its degree from the concrete weights), and
+    # refused now, in one sentence, when the attention path does not apply
+    with scope():
+        eye = jnp.eye(d, dtype=ts.dtype)
+        field = build_field("sphere", eye, eye, eye, beta=beta, stepper="ode", attention_impl=attention_impl,
+                            normalisation=normalisation, **options)
 
     @jax.jit
     def run(x0):
-        return solve_ode(field(), x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
+        return solve_ode(field, x0, t0=t0, t1=t1, ts=ts, solver="tsit5", rtol=rtol, atol=atol, dt0=dt,
                          adaptive=dt is None, max_steps=16384 if dt is None else None,
                          save_fn=lambda t, y, args: save(y)).ys
 
     @jax.jit
     def run_noisy(x0, key):
         solver = SDESolver(t0, t1, dt=dt, noise=TokenNoise(sigma, key, sphere=True), ts=ts, solver="heun")
-        return solver.solve(field(), x0, save_fn=lambda t, y, args: save(y)).ys
+        return solver.solve(field, x0, save_fn=lambda t, y, args: save(y)).ys
 
     def call(x0, key=None):
         if noisy and key is None:

@@ -19,7 +19,7 @@ from ._phase import COARSE_BETAS, cell_edges, curves_at_fixed_t, phase_diagram
 from ._metastability import lifetime_vs_beta, staircase
 from ._models import flow_vs_spectrum, head_maps, model_vs_flow
 from ._probe import beyond_pd_tokens, failure_distances, sensitivity_maps
-from ._meanfield import circle_density, distance_vs_n, growth_vs_prediction, order_vs_noise
+from ._meanfield import circle_density, distance_vs_n, growth_vs_prediction, order_vs_noise, sphere_density_map
 
 __all__ = [
     "save",
@@ -65,7 +65,7 @@ __all__ = [
     "beyond_pd_tokens",
     "failure_distances",
     "sensitivity_maps",
-    "circle_density",
+    "circle_density", "sphere_density_map",
     "distance_vs_n",
     "growth_vs_prediction",
     "order_vs_noise",

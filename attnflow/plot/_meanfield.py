@@ -1,4 +1,5 @@
-"""Figures of the mean-field study: the density in (theta, t), W1 against n, mode growth against theory."""
+"""Figures of the mean-field study: the density in (theta, t) or on a Mollweide map of S^2, W1 against n, mode growth
+against theory."""
 
 from __future__ import annotations
 
@@ -47,6 +48,67 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
     return ax
 
 
+def sphere_density_map(density, *, z=None, phi=None, ax=None, title: str | None = None, vmax: float | None = None,
+                       cmap: str = "magma"):
+    r"""A density on :math:`S^2` as a Mollweide map (an equal-area projection: a cluster's area on the map is its
+    area on the sphere). ``density[r, c]`` is the value at the height ``z[r]`` (:math:`z = \cos\theta = x_3`) and
+    the azimuth ``phi[c]`` (:math:`\mathrm{atan2}(x_2, x_1)` in :math:`[0, 2\pi)`, drawn as the longitude
+    :math:`\phi - \pi`); the defaults are the cell centres of :func:`attnflow.meanfield.sphere_histogram` (equal
+    bins of z from the south pole, equal bins of phi from 0: divide its masses by the cell area
+    :math:`4\pi/(ZP)`); the nodes of :func:`attnflow.meanfield.sphere_grid` (z from the north pole down) are
+    given as ``z=grid.z, phi=grid.phi``. The colour is the density against the uniform :math:`1/(4\pi)`, so 1 is
+    uniform; non-finite entries are masked and counted in the title. ``ax`` must have the Mollweide projection
+    (``ap.new_figure(projection="mollweide")``); None makes one.
+
+    Example:
+        >>> import numpy as np
+        >>> import attnflow.plot as ap
+        >>> ax = ap.sphere_density_map(np.ones((8, 16)) / (4 * np.pi))
+        >>> ax.name
+        'mollweide'
+    """
+    check = Inputs("sphere_density_map")
+    D = finite(check.array("density", density, ("Z", "P"))) * (4 * math.pi)
+    nz, nphi = D.shape
+    zz = (-1 + (np.arange(nz) + 0.5) * 2 / nz) if z is None else check.array("z", z, ("Z",))
+    pp = (np.arange(nphi) + 0.5) * 2 * math.pi / nphi if phi is None else check.array("phi", phi, ("P",))
+    if np.any(np.abs(zz) > 1) or np.any(np.diff(pp) <= 0):
+        check.fail("z must lie in [-1, 1] and phi must increase.")
+    order = np.argsort(zz)
+    zz, D = zz[order], D[order]
+    z_edges = np.clip(cell_edges(zz, lower=-1.0), -1, 1)
+    z_edges[0], z_edges[-1] = -1.0, 1.0
+    lon_edges = cell_edges(pp, lower=0.0) - math.pi
+    lon_edges[0], lon_edges[-1] = max(lon_edges[0], -math.pi), min(lon_edges[-1], math.pi)
+    # each cell drawn as sub-cells (at least 36 x 72 in all): the projection bends the cells' sides, which a
+    # quadrilateral of four corners would cut straight across (grey slivers at the poles)
+    fr, fc = -(-36 // nz), -(-72 // nphi)
+    refine = lambda e, f: np.concatenate([np.linspace(a, b, f, endpoint=False) for a, b in zip(e[:-1], e[1:])]
+                                         + [e[-1:]])  # noqa: E731
+    lat_edges = np.arcsin(refine(z_edges, fr))
+    lon_edges = refine(lon_edges, fc)
+    D = np.repeat(np.repeat(D, fr, axis=0), fc, axis=1)
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=(5.6, 3.2), layout="constrained")
+        ax = fig.add_subplot(projection="mollweide")
+    if ax.name != "mollweide":
+        check.fail(f"ax must have the Mollweide projection (new_figure(projection='mollweide')), got {ax.name!r}.")
+    bad = ~np.isfinite(D)
+    M = np.ma.masked_array(np.where(bad, 0.0, D), mask=bad)
+    hi = vmax if vmax is not None else (float(np.max(M)) if (~bad).any() else 1.0)
+    ax.set_facecolor("0.8")
+    mesh = ax.pcolormesh(lon_edges, lat_edges, M, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
+    ax.set_xticklabels([])
+    ax.grid(True, color="0.6", lw=0.4)
+    colorbar(mesh, ax, "density / uniform")
+    note = f"{int(bad.sum())} non-finite entries masked" if bad.any() else None
+    if title or note:
+        ax.set_title("\n".join(x for x in (title, note) if x), fontsize="small")
+    return ax
+
+
 def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None = None,
                   ylabel: str = "$W_1$(particles, PDE)"):
     """``distances[i, s, j]`` (n ``n[i]``, seed s, time ``times[j]``) on log-log axes: each seed a dot,
@@ -90,10 +152,12 @@ def distance_vs_n(n, distances, *, times, fits=None, ax=None, title: str | None 
     return ax
 
 
-def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None, ax=None, title: str | None = None):
+def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None, ax=None, title: str | None = None,
+                         mode: str = "k"):
     r"""Growth rates of the Fourier modes k: the prediction :math:`\lambda_k` as a line, each
     measurement (``measured`` (M, K), one row per method named in ``names``) as points with their
     intervals ``lo`` / ``hi``. Non-finite measurements are left out and counted in the title.
+    ``mode="l"``: the modes are harmonic degrees l on :math:`S^2` (the labels say so).
 
     Example:
         >>> import numpy as np
@@ -114,7 +178,9 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
     hi = None if hi is None else check.array("hi", hi, shape)
     names = check.sequence("names", names, "M") if names is not None else [f"measured {i}" for i in range(M.shape[0])]
     fig, ax = new_axes(ax, figsize=(5.0, 3.6))
-    ax.plot(kk, P, "k-", lw=1.2, label=r"linear theory $\lambda_k$")
+    if mode not in ("k", "l"):
+        check.fail(f'mode must be "k" (Fourier modes) or "l" (harmonic degrees), got {mode!r}.')
+    ax.plot(kk, P, "k-", lw=1.2, label=rf"linear theory $\lambda_{mode}$")
     left_out = 0
     for i, (row, name, c) in enumerate(zip(M, names, colours(M.shape[0]))):
         ok = np.isfinite(row)
@@ -126,7 +192,8 @@ def growth_vs_prediction(k, predicted, measured, *, lo=None, hi=None, names=None
             ax.errorbar(kk[e] + shift, row[e], yerr=[row[e] - L[e], H[e] - row[e]], fmt="none", ecolor=c, lw=1)
         ax.plot(kk[ok] + shift, row[ok], "o", color=c, ms=4, label=name)
     note = f"{left_out} non-finite rate(s) left out" if left_out else None
-    label(ax, "mode $k$", "growth rate", "\n".join(x for x in (title, note) if x) or None)
+    label(ax, "mode $k$" if mode == "k" else "degree $l$", "growth rate",
+          "\n".join(x for x in (title, note) if x) or None)
     legend(ax)
     return ax
 
