@@ -13,10 +13,7 @@ import argparse
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.colors import LogNorm
 
 import attnflow.plot as ap
 from attnflow.dynamics import IdentitySphereFlow, normalise
@@ -41,16 +38,13 @@ def main(size: str = "default", out: str | Path = ".") -> list[Path]:
     grew = np.log(np.asarray(energies[5, 1:]) / np.asarray(energies[0, 1:]))  # tau 0 -> 2: the linear phase
     fastest = int(np.argmax(grew)) + 1
     fig, axes = ap.new_figure(3, panel=(4.2, 2.6), projection="mollweide")
-    densities = np.roll(np.asarray(maps), 36, axis=2) * maps.shape[1] * maps.shape[2]  # azimuth from -pi; / uniform
-    norm = LogNorm(vmin=0.1, vmax=max(10.0, float(densities.max())))  # one scale for the three times
-    cmap = plt.get_cmap("magma").with_extremes(bad="black", under="black")
-    phi = np.linspace(-np.pi, np.pi, 73)
-    lat = np.arcsin(np.linspace(-1.0, 1.0, 37))  # equal-area rows: uniform in z
+    densities = np.asarray(maps) * maps.shape[1] * maps.shape[2] / (4 * np.pi)  # masses / cell area
+    vmax = max(10.0, float(densities.max()) * 4 * np.pi)  # one scale for the three times
     for ax, k in zip(axes[0], (0, 10, 20)):
-        mesh = ax.pcolormesh(phi, lat, np.ma.masked_equal(densities[k], 0.0), shading="flat", cmap=cmap, norm=norm)
-        ax.set_title(f"$\\tau = \\lambda_{{max}} t$ = {k * 20 * 0.02:g}", fontsize=9)
-        ax.set_xticklabels([]), ax.set_yticklabels([])
-    fig.colorbar(mesh, ax=axes[0].tolist(), shrink=0.8, label="density / uniform (log)")
+        ap.sphere_density_map(densities[k], ax=ax, log=True, vmax=vmax, colorbar_label=False,
+                              title=f"$\\tau = \\lambda_{{max}} t$ = {k * 20 * 0.02:g}")
+        ax.set_yticklabels([])
+    fig.colorbar(axes[0][0].collections[0], ax=axes[0].tolist(), shrink=0.8, label="density / uniform (log)")
     fig.suptitle(f"{s['n']} tokens on $S^2$, $\\beta$ = {s['beta']:g}: density / uniform ($l^*$ = {star})", fontsize=9)
     files = [out / name for name in ap.save(fig, out / f"{NAME}.png", close=True)]
     print(f"{NAME}: the degree that grew fastest over tau = 0..2 is {fastest}, the theory's l* is {star}: "

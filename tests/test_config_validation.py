@@ -293,3 +293,28 @@ def test_cli_in_process_refuses_before_the_folder(tmp_path, capsys, argv, config
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and key in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_bare_name_finds_the_shipped_config_and_a_missing_file_is_named(tmp_path, monkeypatch):
+    """`attnflow meanfield meanfield-sphere`: a bare name that is no file here is the shipped config of that name
+    (with or without .toml), for every job's loader; a file of that name in the working folder comes first; a
+    missing path is refused naming it. The shipped S^2 overlay fits in memory and checks."""
+    from attnflow.meanfield import check_meanfield_config, load_meanfield_config
+    from attnflow.meanfield._run import check_meanfield_sizes
+    from attnflow.phase import load_phase_config
+    from attnflow.runs import CONFIG_DIR, config_path
+
+    monkeypatch.chdir(tmp_path)
+    assert config_path("meanfield-sphere") == CONFIG_DIR / "meanfield-sphere.toml"
+    assert config_path("meanfield-sphere.toml") == CONFIG_DIR / "meanfield-sphere.toml"
+    cfg = check_meanfield_config(load_meanfield_config("meanfield-sphere"))
+    assert cfg.d == 3 and cfg.growth.n == 16384
+    monkeypatch.setenv("ATTNFLOW_MEMORY_LIMIT", "8e9")
+    assert check_meanfield_sizes(cfg)["units"] == 55
+    assert load_phase_config("phase")["dynamics"] == "sphere"
+    (tmp_path / "meanfield-sphere.toml").write_text("d = 2\n")
+    assert check_meanfield_config(load_meanfield_config("meanfield-sphere.toml")).d == 2  # the local file
+    with pytest.raises(InputError, match="no-such-config"):
+        load_meanfield_config("no-such-config")
+    with pytest.raises(InputError, match="sub/meanfield-sphere"):
+        load_meanfield_config("sub/meanfield-sphere")  # a path with a folder is never a shipped name

@@ -114,6 +114,8 @@ CASES = {
     "sensitivity_maps": (lambda: ap.sensitivity_maps(np.ones((2, 3, 3)), np.ones((2, 2, 3))),
                          lambda: ap.sensitivity_maps(np.ones((2, 0, 0)), np.ones((2, 0, 0)))),
     "circle_density": (lambda: ap.circle_density(np.ones((4, 16)), t=T5), lambda: ap.circle_density(np.ones((5, 0)), t=T5)),
+    "sphere_density_map": (lambda: ap.sphere_density_map(np.ones((4, 8)), z=np.zeros(3)),
+                           lambda: ap.sphere_density_map(np.ones((0, 8)))),
     "distance_vs_n": (lambda: ap.distance_vs_n([100, 400], np.ones((3, 2, 2)), times=[0.0, 1.0]),
                       lambda: ap.distance_vs_n([], np.ones((0, 2, 2)), times=[0.0, 1.0])),
     "growth_vs_prediction": (lambda: ap.growth_vs_prediction([1, 2, 3], [0.1, 0.2], [[0.1, 0.2, 0.3]]),

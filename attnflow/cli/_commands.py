@@ -17,7 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "phase": ("attnflow.cli.phase",
               "phase diagram of clustering over beta, n, d and time, with metastable plateaus (resumable)"),
     "meanfield": ("attnflow.cli.meanfield",
-                  "the circle flow against its continuity equation: convergence in n, mode growth, large n (resumable)"),
+                  "the flow on the circle or S^2 against its continuity equation: convergence in n, mode growth, "
+                  "large n (resumable)"),
     "probe": ("attnflow.cli.probe", "gradient-based probes of the assumptions (optax; resumable)"),
     "extensions": ("attnflow.cli.extensions",
                    "studies beyond the theorems: Section 12.2, multi-head, per-layer weights, causal, sphere"),

@@ -17,7 +17,8 @@ This package holds what that limit needs, in O(n) or O(n log n) wherever the par
 * the linear instability of the uniform measure: growth rates of its modes (circle and sphere) and the
   most unstable mode;
 * the study job (:func:`run_meanfield`, ``attnflow meanfield``): particles against the PDE (W1 as n grows),
-  the growth of the modes of a near-uniform start (:func:`near_uniform_start`) and the clusters that form.
+  the growth of the modes of a near-uniform start (:func:`near_uniform_start`) and the clusters that form, on the
+  circle or (``d = 3``) on :math:`S^2` (:func:`sphere_start_coefficients`, :func:`near_uniform_sphere_start`).
 
 Example:
     >>> import jax.numpy as jnp
@@ -55,6 +56,7 @@ from ._sphere_pde import (SphereDensityPath, SphereGrid, perturbed_uniform_spher
                           sphere_grid)
 from ._config import MeanfieldConfig, check_meanfield_config, load_meanfield_config
 from ._run import near_uniform_start, run_meanfield, start_density, time_scale
+from ._sphere_study import fibonacci_sphere, near_uniform_sphere_start, sphere_start_coefficients
 
 __all__ = [
     # measures at any n
@@ -76,5 +78,5 @@ __all__ = [
     "stationary_clustered_state", "particle_escape_times", "time_rescaled_noise",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
-    "near_uniform_start", "time_scale",
+    "near_uniform_start", "time_scale", "sphere_start_coefficients", "near_uniform_sphere_start", "fibonacci_sphere",
 ]

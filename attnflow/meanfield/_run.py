@@ -1,6 +1,9 @@
-r"""``attnflow meanfield CONFIG --out DIR``: the circle flow against its continuity equation.
+r"""``attnflow meanfield CONFIG --out DIR``: the flow on the circle (``d = 2``) or on :math:`S^2` (``d = 3``)
+against its continuity equation.
 
-Three studies (``configs/meanfield.toml``), each for every normalisation:
+Three studies (``configs/meanfield.toml``; a fourth, the noisy transition, when its beta list is not empty), each
+for every normalisation (on the circle here; on :math:`S^2` the same studies with harmonics, in
+:mod:`attnflow.meanfield._sphere_units`):
 
 * **convergence**: n particles drawn iid from a smooth density :math:`\rho_0` and the PDE from
   :math:`\rho_0`; :math:`W_1(\mu^n_t, \rho_t)` at fixed times against n, and the fitted rate

@@ -44,7 +44,7 @@ def sphere_start_coefficients(degree: int, modes, amplitudes, phases) -> np.ndar
 
     Example:
         >>> import numpy as np
-        >>> from attnflow.meanfield._sphere_study import sphere_start_coefficients
+        >>> from attnflow.meanfield import sphere_start_coefficients
         >>> a = sphere_start_coefficients(2, [1], [0.5], [0.0])      # (1 + 0.5 z) / (4 pi) = (1 + (0.5/sqrt 3) Y_10)
         >>> np.round(a * 4 * np.pi, 6).tolist()
         [1.0, 0.0, 0.288675, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -73,7 +73,7 @@ def fibonacci_sphere(n: int) -> np.ndarray:
 
     Example:
         >>> import numpy as np
-        >>> from attnflow.meanfield._sphere_study import fibonacci_sphere
+        >>> from attnflow.meanfield import fibonacci_sphere
         >>> x = fibonacci_sphere(1000)
         >>> x.shape, bool(np.allclose(np.linalg.norm(x, axis=1), 1)), bool(np.abs(x.mean(0)).max() < 1e-3)
         ((1000, 3), True, True)
@@ -103,7 +103,7 @@ def near_uniform_sphere_start(n: int, max_degree: int, epsilon: float, rng: np.r
     Example:
         >>> import numpy as np
         >>> from attnflow.meanfield import sphere_degree_energies, sphere_empirical_coefficients
-        >>> from attnflow.meanfield._sphere_study import near_uniform_sphere_start
+        >>> from attnflow.meanfield import near_uniform_sphere_start
         >>> x, g = near_uniform_sphere_start(16384, 3, 1e-3, np.random.default_rng(0))
         >>> e = np.asarray(sphere_degree_energies(sphere_empirical_coefficients(x, 3)))
         >>> np.round(np.sqrt(e[1:]) * 1e3, 2).tolist()      # epsilon / 2 = 0.5e-3 in every degree

@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from .. import _validate as v
 from ..ensembles import QK_ENSEMBLES, V_ENSEMBLES
 from ..errors import InputError
-from ..runs import CONFIG_DIR, JobConfig, RunSettings, check_job_table, load_config, read_toml, run_settings
+from ..runs import JobConfig, RunSettings, check_job_table, config_path, load_config, read_toml, run_settings
 from .._sweep_dynamics import SWEEP_DYNAMICS, SweepDynamics, sweep_dynamics
 
 #: the shipped default and schema
@@ -400,9 +399,7 @@ def load_phase_config(path) -> dict:
     """
     if path is None:
         return load_config(None, DEFAULT_CONFIG)
-    p = Path(path)
-    if not p.is_file() and p.parent == Path(".") and (CONFIG_DIR / p.name).is_file():
-        p = CONFIG_DIR / p.name
+    p = config_path(path)
     if not p.is_file():
         raise InputError(f"phase config {path} does not exist.")
     user = read_toml(p)

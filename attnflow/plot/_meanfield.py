@@ -49,7 +49,7 @@ def circle_density(density, *, t, ax=None, title: str | None = None, vmax: float
 
 
 def sphere_density_map(density, *, z=None, phi=None, ax=None, title: str | None = None, vmax: float | None = None,
-                       cmap: str = "magma"):
+                       cmap: str = "magma", log: bool = False, colorbar_label: bool = True):
     r"""A density on :math:`S^2` as a Mollweide map (an equal-area projection: a cluster's area on the map is its
     area on the sphere). ``density[r, c]`` is the value at the height ``z[r]`` (:math:`z = \cos\theta = x_3`) and
     the azimuth ``phi[c]`` (:math:`\mathrm{atan2}(x_2, x_1)` in :math:`[0, 2\pi)`, drawn as the longitude
@@ -57,8 +57,10 @@ def sphere_density_map(density, *, z=None, phi=None, ax=None, title: str | None 
     bins of z from the south pole, equal bins of phi from 0: divide its masses by the cell area
     :math:`4\pi/(ZP)`); the nodes of :func:`attnflow.meanfield.sphere_grid` (z from the north pole down) are
     given as ``z=grid.z, phi=grid.phi``. The colour is the density against the uniform :math:`1/(4\pi)`, so 1 is
-    uniform; non-finite entries are masked and counted in the title. ``ax`` must have the Mollweide projection
-    (``ap.new_figure(projection="mollweide")``); None makes one.
+    uniform; non-finite entries are masked and counted in the title. ``log``: a logarithmic colour scale from 0.1
+    (for clustered clouds, whose empty cells are drawn black, as are masked ones). ``ax`` must have the Mollweide projection
+    (``ap.new_figure(projection="mollweide")``); None makes one. Returns the Axes (its mesh is ``ax.collections[0]``);
+    ``colorbar_label=False`` leaves the colour bar to the caller (one for several maps: ``fig.colorbar(mesh, ...)``).
 
     Example:
         >>> import numpy as np
@@ -99,10 +101,20 @@ def sphere_density_map(density, *, z=None, phi=None, ax=None, title: str | None 
     M = np.ma.masked_array(np.where(bad, 0.0, D), mask=bad)
     hi = vmax if vmax is not None else (float(np.max(M)) if (~bad).any() else 1.0)
     ax.set_facecolor("0.8")
-    mesh = ax.pcolormesh(lon_edges, lat_edges, M, cmap=cmap, vmin=0.0, vmax=max(hi, 1.0), shading="flat")
+    if log:
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import LogNorm
+
+        # empty cells (0, which a logarithm masks) black like the cells below 0.1
+        scale = {"norm": LogNorm(vmin=0.1, vmax=max(hi, 10.0)),
+                 "cmap": plt.get_cmap(cmap).with_extremes(bad="black", under="black")}
+    else:
+        scale = {"vmin": 0.0, "vmax": max(hi, 1.0), "cmap": cmap}
+    mesh = ax.pcolormesh(lon_edges, lat_edges, M, shading="flat", **scale)
     ax.set_xticklabels([])
     ax.grid(True, color="0.6", lw=0.4)
-    colorbar(mesh, ax, "density / uniform")
+    if colorbar_label:
+        colorbar(mesh, ax, "density / uniform" + (" (log)" if log else ""))
     note = f"{int(bad.sum())} non-finite entries masked" if bad.any() else None
     if title or note:
         ax.set_title("\n".join(x for x in (title, note) if x), fontsize="small")

@@ -441,11 +441,9 @@ def read_probe_config(path: str | Path, overrides: dict | None = None) -> ProbeC
         >>> c.study, c.system.num_triples
         ('sensitivity', 2)
     """
-    from ..runs import CONFIG_DIR, merge_config
+    from ..runs import config_path, merge_config
 
-    p = Path(path)
-    if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
-        p = CONFIG_DIR / p.name
+    p = config_path(path)
     if not p.is_file():
         raise InputError(f"probe config {path} does not exist (shipped: {', '.join(STUDIES.values())}).")
     try:

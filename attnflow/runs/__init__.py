@@ -49,7 +49,8 @@ _LAZY = {
     **dict.fromkeys(("DTYPES", "RunSettings", "check_job_table", "run_settings"), "._settings"),
     **dict.fromkeys(("TABLE_FORMATS", "check_table_formats", "concat", "csv_cell", "csv_text", "read_csv",
                      "write_rows", "write_table", "write_tables"), "._tables"),
-    **dict.fromkeys(("CONFIG_DIR", "default_config_path", "load_config", "merge_config", "read_toml"), "._toml"),
+    **dict.fromkeys(("CONFIG_DIR", "default_config_path", "config_path", "load_config", "merge_config", "read_toml"),
+                    "._toml"),
     **dict.fromkeys(("UnitStore", "wait_for_units"), "._units"),
     **dict.fromkeys(("load_verified_npz", "npz_problem", "save_verified_npz", "set_aside"), "._verified"),
 }
@@ -68,6 +69,6 @@ __all__ = [
     "check_job_table", "DTYPES",
     "TABLE_FORMATS", "check_table_formats", "write_table", "write_tables", "write_rows", "csv_text", "concat", "csv_cell",
     "read_csv", "fmt",
-    "CONFIG_DIR", "default_config_path", "load_config", "merge_config", "read_toml",
+    "CONFIG_DIR", "default_config_path", "config_path", "load_config", "merge_config", "read_toml",
     "KeptWork", "count_kept", "interrupted_sentence",
 ]

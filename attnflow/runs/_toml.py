@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["CONFIG_DIR", "default_config_path", "load_config", "read_toml", "merge_config"]
+__all__ = ["CONFIG_DIR", "default_config_path", "config_path", "load_config", "read_toml", "merge_config"]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 
@@ -122,9 +122,27 @@ def read_toml(path: str | os.PathLike) -> dict:
         raise InputError(f"config file {path} cannot be read: {err.strerror}.") from err
 
 
+def config_path(path: str | os.PathLike) -> Path:
+    """The file a config argument names: ``path`` itself, or, when no such file exists and ``path`` is a bare
+    name, the shipped config of that name in ``configs/`` (with or without its ``.toml``).
+
+    Example:
+        >>> from attnflow.runs import config_path
+        >>> config_path("phase").name, config_path("meanfield-sphere.toml").parent.name
+        ('phase.toml', 'configs')
+    """
+    p = Path(path)
+    if not p.is_file() and p.parent == Path("."):
+        for shipped in (CONFIG_DIR / p.name, CONFIG_DIR / f"{p.name}.toml"):
+            if shipped.is_file():
+                return shipped
+    return p
+
+
 def load_config(path: str | os.PathLike | None, default_name: str) -> dict:
     """Load the shipped default ``configs/<default_name>`` and overlay the user's TOML file ``path`` (None: the
-    default alone); unknown keys and wrong types are refused (:func:`merge_config`).
+    default alone; a bare name that is no file here: the shipped config of that name, :func:`config_path`); unknown
+    keys and wrong types are refused (:func:`merge_config`).
 
     Example:
         >>> from attnflow.runs import load_config
@@ -133,6 +151,7 @@ def load_config(path: str | os.PathLike | None, default_name: str) -> dict:
     """
     defaults_path = default_config_path(default_name)
     defaults = read_toml(defaults_path)
-    if path is None or Path(path).resolve() == defaults_path:
+    path = None if path is None else config_path(path)
+    if path is None or path.resolve() == defaults_path:
         return defaults
     return merge_config(defaults, read_toml(path), where=str(path))

@@ -12,7 +12,6 @@ it, so a folder written by an earlier version still resumes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import jax.numpy as jnp
 
@@ -96,11 +95,9 @@ def load_sweep_config(path) -> dict:
         >>> load_sweep_config("ginibre-spectral.toml")["kind"]
         'spectral'
     """
-    from ..runs import CONFIG_DIR, load_config, read_toml
+    from ..runs import config_path, load_config, read_toml
 
-    p = Path(path)
-    if not p.is_file() and (CONFIG_DIR / p.name).is_file() and p.parent == Path("."):
-        p = CONFIG_DIR / p.name
+    p = config_path(path)
     if not p.is_file():
         raise InputError(f"sweep config {path} does not exist.")
     kind = read_toml(p).get("kind")
