@@ -182,11 +182,13 @@ def check_meanfield_sizes(config: MeanfieldConfig | dict) -> dict:
 
     config = check_meanfield_config(config)
     plan = _plan(config)
+    d = config.d  # numbers per particle
     for unit in plan:
         what = f"the unit '{unit['name']}' ({unit['key']} = {unit['n']})"
         check_fits(what, unit["bytes"], [(unit["key"], unit["n"], unit["n"], 1)])
-        check_count(f"{unit['key']} x 2 (the numbers of the particles' state)", 2 * unit["n"],
-                    fix=f"lower {unit['key']} to at most {INT32_MAX // 2}")
+        if unit["key"].endswith(".n"):
+            check_count(f"{unit['key']} x {d} (the numbers of the particles' state)", d * unit["n"],
+                        fix=f"lower {unit['key']} to at most {INT32_MAX // d}")
     return {"units": len(plan), "peak_bytes": float(max(u["bytes"] for u in plan)),
             "work": float(sum(u["work"] for u in plan))}
 
