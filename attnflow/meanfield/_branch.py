@@ -1,0 +1,176 @@
+r"""The stationary clustered states of the noisy mean field, traced by their order parameter: the transition's order.
+
+With independent noise of strength :math:`\sigma` the continuity equation of tokens on :math:`S^{d-1}` (Q = K = V = I)
+has zero-flux stationary states :math:`\frac{\sigma^2}2\nabla\rho = \rho\,v[\rho]`, and since
+:math:`v[\rho] = \frac1\beta\nabla\Phi` with :math:`\Phi = K*\rho` (1/n attention) or :math:`\log K*\rho` (softmax),
+:math:`K(t) = e^{\beta t}`, they solve the fixed-point equation
+
+.. math::  \rho \propto e^{\gamma\Phi[\rho]},\qquad \gamma = \frac{2}{\beta\sigma^2}.
+
+A state clustered about an axis e is zonal, :math:`\rho(x) = f(\langle x, e\rangle)`, expanded in the normalised
+Gegenbauer polynomials :math:`Z_l = C_l^{(\lambda)}/C_l^{(\lambda)}(1)`, :math:`\lambda = (d-2)/2` (Chebyshev
+:math:`T_l` on the circle, Legendre :math:`P_l` on :math:`S^2`), orthogonal for the weight
+:math:`w(z) = (1-z^2)^{\lambda - 1/2}`; by Funk-Hecke :math:`K*Z_l = \hat K_l Z_l` with
+:math:`\hat K_l \propto I_{l+\lambda}(\beta)`. The uniform state loses stability where :math:`\gamma\hat K_1 = 1`
+(1/n) or :math:`\gamma\hat K_1/\hat K_0 = 1` (softmax): :math:`\sigma_c` of
+:func:`~attnflow.meanfield.critical_noise`.
+
+:func:`stationary_branch` fixes the order parameter :math:`r = \int\langle x, e\rangle\,d\rho` and solves for the
+state and for :math:`\gamma` together (for each iterate, the :math:`\gamma` that gives the next state the order
+parameter r, found by bisection; then the state is replaced, until it no longer changes): this traces the branch
+through its fold, where a continuation in :math:`\sigma` would stop. Along the branch :math:`\sigma(r)/\sigma_c`
+starts at 1; if it first rises (:math:`\sigma^2/\sigma_c^2 - 1 \approx c\,r^2` with c > 0) the bifurcation is
+subcritical: clustered states exist above :math:`\sigma_c`, up to the fold :math:`\sigma_{fold}`, where the uniform
+state is stable too (a discontinuous transition, bistable for :math:`\sigma_c < \sigma < \sigma_{fold}`); if it falls
+(c < 0), supercritical (continuous). For 1/n attention the sign of c changes at the tricritical
+:math:`\beta^*(d)` (:func:`~attnflow.meanfield.tricritical_beta`), which this computation recovers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _validate as v
+from ..errors import InputError
+
+__all__ = ["stationary_branch"]
+
+
+def _basis(d: int, degree: int, nodes: int):
+    """Gauss-Jacobi nodes z, their weights normalised to the probability of <x, e> under the uniform measure, and
+    the normalised Gegenbauer polynomials Z_l(z), l = 0..degree (degree + 1, nodes)."""
+    from scipy.special import eval_chebyt, eval_gegenbauer, roots_jacobi
+
+    lam = (d - 2) / 2
+    z, w = roots_jacobi(nodes, lam - 0.5, lam - 0.5)
+    w = w / w.sum()
+    if d == 2:
+        Z = np.stack([eval_chebyt(l, z) for l in range(degree + 1)])
+    else:
+        Z = np.stack([eval_gegenbauer(l, lam, z) / eval_gegenbauer(l, lam, 1.0) for l in range(degree + 1)])
+    return z, w, Z
+
+
+def _kernel_ratios(beta: float, d: int, degree: int) -> np.ndarray:
+    r""":math:`\hat K_l/\hat K_0`, l = 0..degree (:math:`\hat K_l \propto I_{l+\lambda}(\beta)`, scaled Bessel
+    functions: no overflow)."""
+    from scipy.special import ive
+
+    lam = (d - 2) / 2
+    k = ive(np.arange(degree + 1) + lam, beta)
+    return k / k[0]
+
+
+def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mean", degree: int = 128,
+                      nodes: int = 512, tol: float = 1e-12, max_iterations: int = 2000) -> dict:
+    r"""The stationary clustered states of the noisy mean field on :math:`S^{d-1}` at the order parameters
+    ``amplitudes`` (each in (0, 1)), and the order of the transition they imply (module docstring).
+
+    Args:
+        beta: inverse temperature (> 0).
+        amplitudes: order parameters :math:`r = \int\langle x, e\rangle\,d\rho` of the states, increasing, in (0, 1).
+        d: the dimension of the ambient space (2: the circle, 3: :math:`S^2`).
+        normalisation: ``"mean"`` (1/n attention) or ``"softmax"``.
+        degree: the highest zonal degree kept (the states are analytic; a peaked state needs more).
+        nodes: Gauss-Jacobi nodes in :math:`z = \langle x, e\rangle`.
+        tol: the fixed-point iteration stops when no density value moves by more than tol (relative to its
+            largest value).
+
+    Returns a dict: ``beta``, ``d``, ``normalisation``, ``amplitudes`` (R,), ``ratio`` (R,) :math:`\sigma/\sigma_c`
+    of each state, ``sigma`` (R,), ``sigma_c``, ``converged`` (R,) bools and ``residual`` (R,) the last change,
+    ``tail`` (R,) the share of the state's norm in its top tenth of degrees (resolution: small), ``landau`` the
+    slope c of :math:`\sigma^2/\sigma_c^2 - 1` against :math:`r^2` over the amplitudes up to 0.1 (least squares
+    through 0; None with fewer than two of them), ``kind`` (``"discontinuous"`` for c > 0, ``"continuous"``
+    otherwise; None without ``landau``) and ``fold_ratio`` (the largest ratio along the traced branch where it
+    exceeds 1, the upper edge of the bistable range as far as the amplitudes reach; else None). States that did
+    not converge are excluded from ``landau`` and ``fold_ratio`` (NaN ratio).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.meanfield import stationary_branch, tricritical_beta
+        >>> b = stationary_branch(4.0, [0.02, 0.05, 0.3, 0.6])          # above beta*(2) = 2.4469: subcritical
+        >>> b["kind"], bool(b["fold_ratio"] > 1)
+        ('discontinuous', True)
+        >>> stationary_branch(1.5, [0.02, 0.05])["kind"]                  # below it: continuous
+        'continuous'
+    """
+    from ._linear import critical_noise
+    from ._pde import _check_normalisation
+
+    normalisation = _check_normalisation(normalisation)
+    beta = v.check_number("beta", beta, "the inverse temperature", low=0)
+    d = v.check_int("d", d, 2, "the dimension of the ambient space of the sphere S^{d-1}")
+    degree = v.check_int("degree", degree, 2, "the highest zonal degree kept")
+    nodes = v.check_int("nodes", nodes, 2 * degree, f"Gauss-Jacobi nodes, at least 2 x degree = {2 * degree}")
+    r_all = np.asarray(amplitudes, float).ravel()
+    if r_all.size == 0 or not np.all(np.isfinite(r_all)) or np.any(r_all <= 0) or np.any(r_all >= 1) \
+            or np.any(np.diff(r_all) <= 0):
+        raise InputError(f"amplitudes must be an increasing list of order parameters in (0, 1), got "
+                         f"{np.asarray(amplitudes).tolist()}.")
+    z, w, Z = _basis(d, degree, nodes)
+    K = _kernel_ratios(beta, d, degree)  # K_l / K_0
+    norms = (Z ** 2) @ w  # <Z_l, Z_l>
+    scale = K[1]  # the exponent g phi / K_1 has g = gamma K_1 (1/n) or gamma K_1 / K_0 (softmax): g = 1 at sigma_c
+
+    def potential(f):  # Phi / K_0 (mean: K * f; softmax: log(K * f) less a constant), at the nodes
+        coeff = (Z * w) @ f / norms
+        conv = (K * coeff) @ Z
+        if normalisation == "mean":
+            return conv
+        return np.log(np.maximum(conv, np.finfo(float).tiny))
+
+    def state(phi, g):  # the normalised density e^{g phi / scale} at the nodes, and its order parameter
+        e = g * (phi - phi.max()) / scale
+        f = np.exp(e)
+        f = f / (f @ w)
+        return f, float((f * z) @ w)
+
+    def solve_gamma(phi, r):
+        lo, hi = 1e-6, 1.0
+        while state(phi, hi)[1] < r:
+            hi *= 2
+            if hi > 1e8:
+                return math.nan
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if state(phi, mid)[1] < r else (lo, mid)
+            if hi / lo - 1 < 1e-15:
+                break
+        return math.sqrt(lo * hi)
+
+    ratios, converged, residuals, tails = [], [], [], []
+    f = 1 + d * r_all[0] * z  # the linear state with the first amplitude
+    for r in r_all:
+        g = math.nan
+        change = math.inf
+        for _ in range(max_iterations):
+            g = solve_gamma(potential(f), r)
+            if not math.isfinite(g):
+                break
+            new, _ = state(potential(f), g)
+            change = float(np.max(np.abs(new - f)) / np.max(new))
+            f = new
+            if change < tol:
+                break
+        ok = math.isfinite(g) and change < tol
+        coeff = np.abs((Z * w) @ f / norms * np.sqrt(norms))
+        tails.append(float(np.sqrt(np.sum(coeff[-max(degree // 10, 1):] ** 2) / np.sum(coeff ** 2))))
+        ratios.append(1 / math.sqrt(g) if ok else math.nan)  # sigma / sigma_c = sqrt(gamma_c / gamma)
+        converged.append(ok)
+        residuals.append(change)
+    ratio = np.asarray(ratios)
+    small = (r_all <= 0.1) & np.isfinite(ratio)
+    landau = None
+    if small.sum() >= 2:
+        x = r_all[small] ** 2
+        landau = float(np.sum(x * (ratio[small] ** 2 - 1)) / np.sum(x * x))
+    finite = ratio[np.isfinite(ratio)]
+    fold = float(finite.max()) if finite.size and finite.max() > 1 else None
+    sigma_c = float(critical_noise(beta, d, normalisation))
+    return {"beta": float(beta), "d": d, "normalisation": normalisation, "amplitudes": r_all, "ratio": ratio,
+            "sigma": ratio * sigma_c, "sigma_c": sigma_c, "converged": np.asarray(converged),
+            "residual": np.asarray(residuals), "tail": np.asarray(tails), "landau": landau,
+            "kind": None if landau is None else ("discontinuous" if landau > 0 else "continuous"),
+            "fold_ratio": fold}
