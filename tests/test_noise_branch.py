@@ -60,3 +60,50 @@ def test_bad_amplitudes_are_refused_in_one_sentence():
             stationary_branch(2.0, bad)
     with pytest.raises(InputError, match="normalisation"):
         stationary_branch(2.0, [0.1], normalisation="softmin")
+
+
+def test_the_barrier_falls_to_zero_at_the_fold_and_its_stable_state_is_the_time_stepped_one():
+    """noise_barrier (circle, beta = 4, 1/n): at 1.02 sigma_c the stable state is the one the time-stepped equation
+    settles into (r = 0.6951, within 1e-3), the saddle lies below the fold and the stable state above it; the barrier
+    b = (2 / sigma^2)(F[saddle] - F[stable]) is positive, falls as sigma nears the fold (1.0290 sigma_c) and is at
+    most 2% of its value at 1.01 there (1.0285); a ratio outside the bistable range is refused."""
+    from attnflow.meanfield import noise_barrier
+
+    mid = noise_barrier(4.0, 1.02)
+    assert abs(mid["stable_r"] - 0.6951) < 1e-3 and mid["saddle_r"] < mid["fold_r"] < mid["stable_r"]
+    low, edge = noise_barrier(4.0, 1.01), noise_barrier(4.0, 1.0285)
+    assert low["slope"] > mid["slope"] > edge["slope"] > 0
+    assert edge["slope"] < 0.02 * low["slope"]
+    with pytest.raises(InputError, match="bistable range"):
+        noise_barrier(4.0, 1.05)
+
+
+def test_the_branch_states_are_critical_points_of_the_free_energy():
+    """At a state of the branch (S^2, beta = 4, r = 0.75, at its own sigma) the free energy
+    int f log f - (gamma / 2) int int K f f has no first-order change along mass-preserving zonal perturbations h
+    (over +-eps, eps = 1e-4, the two changes agree to 1e-2 of their size, measured 6e-5 to 1.2e-3: third order;
+    second order only), which fixes the factor 1/2 of the interaction term against the dynamics' fixed-point
+    equation: with gamma instead of gamma / 2 the first-order change dominates."""
+    import math
+
+    from attnflow.meanfield._branch import _basis, _free_energy, _kernel_ratios
+
+    beta, d, degree, nodes = 4.0, 3, 64, 256
+    z, w, Z = _basis(d, degree, nodes)
+    K = _kernel_ratios(beta, d, degree)
+    norms = (Z ** 2) @ w
+    b = stationary_branch(beta, [0.75], d=d, degree=degree, nodes=nodes)
+    g = 1 / b["ratio"][0] ** 2
+    f = b["density"][0]
+    np.testing.assert_array_equal(b["z"], z)
+    assert abs(float((f * z) @ w) - 0.75) < 1e-9
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        h = (rng.normal(size=4) @ Z[1:5]) * f  # zonal, and int h = 0 up to the l = 0 part removed next
+        h -= (h @ w) * f
+        eps = 1e-4
+        up, down = _free_energy(f + eps * h, g, K, Z, w, norms), _free_energy(f - eps * h, g, K, Z, w, norms)
+        base = _free_energy(f, g, K, Z, w, norms)
+        step = max(abs(up - base), abs(down - base))
+        assert abs(up - down) < 1e-2 * step, (up - down, step)
+        assert math.isfinite(step) and step > 0

@@ -38,7 +38,7 @@ from ._linear import (critical_noise, fit_growth_rates, growth_rates, most_unsta
 from ._transition import disordered_fluctuations, noisy_transition, order_parameter, particle_transition
 from ._sphere_transition import noisy_sphere_transition, sphere_order_parameter
 from ._bistable import particle_escape_times, stationary_clustered_state, time_rescaled_noise
-from ._branch import stationary_branch
+from ._branch import noise_barrier, stationary_branch
 from ._measures import (
     circle_angles,
     circle_histogram,
@@ -76,7 +76,7 @@ __all__ = [
     "growth_rates", "fit_growth_rates", "most_unstable_mode", "sphere_growth_rates", "perturbed_uniform_density",
     "noisy_growth_rates", "critical_noise", "tricritical_beta", "noisy_transition", "order_parameter",
     "particle_transition", "disordered_fluctuations", "sphere_order_parameter", "noisy_sphere_transition",
-    "stationary_clustered_state", "particle_escape_times", "time_rescaled_noise", "stationary_branch",
+    "stationary_clustered_state", "particle_escape_times", "time_rescaled_noise", "stationary_branch", "noise_barrier",
     # the study job (attnflow meanfield)
     "MeanfieldConfig", "load_meanfield_config", "check_meanfield_config", "run_meanfield", "start_density",
     "near_uniform_start", "time_scale", "sphere_start_coefficients", "near_uniform_sphere_start", "fibonacci_sphere",

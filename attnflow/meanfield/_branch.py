@@ -35,7 +35,7 @@ import numpy as np
 from .. import _validate as v
 from ..errors import InputError
 
-__all__ = ["stationary_branch"]
+__all__ = ["stationary_branch", "noise_barrier"]
 
 
 def _basis(d: int, degree: int, nodes: int):
@@ -63,6 +63,14 @@ def _kernel_ratios(beta: float, d: int, degree: int) -> np.ndarray:
     return k / k[0]
 
 
+def _free_energy(f, g: float, K, Z, w, norms) -> float:
+    r""":math:`\frac{2}{\sigma^2}(F[\rho] - F[\text{uniform}]) = \int f\log f - \frac{\gamma}{2}\sum_{l \ge 1}\hat K_l
+    f_l^2\|Z_l\|^2` for the zonal density f at the nodes (probability weights w), with :math:`\gamma\hat K_l =
+    g\,\hat K_l/\hat K_1` (the l = 0 terms cancel against the uniform state's)."""
+    c_l = (Z * w) @ f / norms
+    return float((f * np.log(f)) @ w - g / 2 * np.sum(K[1:] / K[1] * c_l[1:] ** 2 * norms[1:]))
+
+
 def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mean", degree: int = 128,
                       nodes: int = 512, tol: float = 1e-12, max_iterations: int = 2000) -> dict:
     r"""The stationary clustered states of the noisy mean field on :math:`S^{d-1}` at the order parameters
@@ -80,7 +88,12 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
 
     Returns a dict: ``beta``, ``d``, ``normalisation``, ``amplitudes`` (R,), ``ratio`` (R,) :math:`\sigma/\sigma_c`
     of each state, ``sigma`` (R,), ``sigma_c``, ``converged`` (R,) bools and ``residual`` (R,) the last change,
-    ``tail`` (R,) the share of the state's norm in its top tenth of degrees (resolution: small), ``landau`` the
+    ``z`` (nodes,) the Gauss-Jacobi nodes of :math:`\langle x, e\rangle` and ``density`` (R, nodes) each state there,
+    relative to the uniform measure (mean 1 over the law of :math:`\langle x, e\rangle`),
+    ``tail`` (R,) the share of the state's norm in its top tenth of degrees (resolution: small), ``free_energy``
+    (R,) for 1/n attention :math:`\frac{2}{\sigma^2}(F[\rho] - F[\text{uniform}])` at each state's own
+    :math:`\sigma`, with :math:`F = \frac{\sigma^2}2\int\rho\log\rho - \frac1{2\beta}\iint K\rho\rho` the free
+    energy the flow descends (NaN for softmax, which has none of this form; see :func:`noise_barrier`), ``landau`` the
     slope c of :math:`\sigma^2/\sigma_c^2 - 1` against :math:`r^2` over the amplitudes up to 0.1 (least squares
     through 0; None with fewer than two of them), ``kind`` (``"discontinuous"`` for c > 0, ``"continuous"``
     otherwise; None without ``landau``) and ``fold_ratio`` (the largest ratio along the traced branch where it
@@ -140,7 +153,7 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
                 break
         return math.sqrt(lo * hi)
 
-    ratios, converged, residuals, tails = [], [], [], []
+    ratios, converged, residuals, tails, energies, states = [], [], [], [], [], []
     f = 1 + d * r_all[0] * z  # the linear state with the first amplitude
     for r in r_all:
         g = math.nan
@@ -158,8 +171,13 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
         coeff = np.abs((Z * w) @ f / norms * np.sqrt(norms))
         tails.append(float(np.sqrt(np.sum(coeff[-max(degree // 10, 1):] ** 2) / np.sum(coeff ** 2))))
         ratios.append(1 / math.sqrt(g) if ok else math.nan)  # sigma / sigma_c = sqrt(gamma_c / gamma)
+        if normalisation == "mean" and ok:
+            energies.append(_free_energy(f, g, K, Z, w, norms))
+        else:
+            energies.append(math.nan)
         converged.append(ok)
         residuals.append(change)
+        states.append(f.copy())
     ratio = np.asarray(ratios)
     small = (r_all <= 0.1) & np.isfinite(ratio)
     landau = None
@@ -171,6 +189,63 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
     sigma_c = float(critical_noise(beta, d, normalisation))
     return {"beta": float(beta), "d": d, "normalisation": normalisation, "amplitudes": r_all, "ratio": ratio,
             "sigma": ratio * sigma_c, "sigma_c": sigma_c, "converged": np.asarray(converged),
-            "residual": np.asarray(residuals), "tail": np.asarray(tails), "landau": landau,
+            "residual": np.asarray(residuals), "tail": np.asarray(tails), "free_energy": np.asarray(energies),
+            "z": z, "density": np.asarray(states),
+            "landau": landau,
             "kind": None if landau is None else ("discontinuous" if landau > 0 else "continuous"),
             "fold_ratio": fold}
+
+
+def noise_barrier(beta, sigma_ratio, *, d: int = 2, degree: int = 192, nodes: int = 768, tol: float = 1e-7) -> dict:
+    r"""The free-energy barrier of a clustered state of 1/n attention at :math:`\sigma = ` ``sigma_ratio`` x
+    :math:`\sigma_c` inside the bistable range: the stable clustered state and the saddle (the unstable clustered
+    state of the same :math:`\sigma`, the lower part of :func:`stationary_branch`), found by bisection in the order
+    parameter on each side of the fold, and :math:`b = \frac{2}{\sigma^2}(F[\text{saddle}] - F[\text{stable}])`.
+
+    n particles with independent noise have the Gibbs measure :math:`\propto e^{-\frac{2}{\sigma^2}U}`,
+    :math:`U = -\frac1{2\beta n}\sum_{ij}K(x_i, x_j)`, whose empirical measure obeys a large deviation principle
+    with rate :math:`n\,\frac{2}{\sigma^2}(F[\rho] - \min F)`; escaping from the clustered state over the saddle
+    then takes a time :math:`T \approx C e^{bn}` (Eyring-Kramers, the prefactor polynomial in n), so b is the slope
+    of :math:`\log T` against n. The same in the rescaled time :math:`\tau = e^\beta t`.
+
+    Returns a dict: ``beta``, ``d``, ``ratio``, ``stable_r``, ``saddle_r``, ``fold_r``, ``fold_ratio``, ``slope``
+    (b), ``stable_free_energy`` and ``saddle_free_energy`` (each :math:`\frac2{\sigma^2}(F - F[\text{uniform}])`).
+
+    Example:
+        >>> from attnflow.meanfield import noise_barrier
+        >>> b = noise_barrier(4.0, 1.02)             # the circle, inside (1, 1.029): two clustered states
+        >>> round(b["stable_r"], 3), b["saddle_r"] < b["fold_r"] < b["stable_r"], b["slope"] > 0
+        (0.695, True, True)
+    """
+    ratio = v.check_number("sigma_ratio", sigma_ratio, "the noise strength over sigma_c", low=1)
+    coarse = np.round(np.arange(0.02, 0.981, 0.01), 3)
+    b = stationary_branch(beta, coarse, d=d, degree=degree, nodes=nodes)
+    top = int(np.nanargmax(b["ratio"]))
+    if not b["ratio"][top] > ratio:
+        raise InputError(f"sigma_ratio = {ratio:g} is outside the bistable range (1, {b['ratio'][top]:.5g}) of beta = "
+                         f"{float(beta):g} in d = {d}: no clustered state there; choose a ratio in that range.")
+
+    def at(r: float) -> float:
+        return float(stationary_branch(beta, [r], d=d, degree=degree, nodes=nodes)["ratio"][0])
+
+    def root(lo: float, hi: float, rising: bool) -> float:  # the r in (lo, hi) where the branch has the ratio
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if (at(mid) < ratio) == rising:
+                lo = mid
+            else:
+                hi = mid
+            if hi - lo < tol:
+                break
+        return (lo + hi) / 2
+
+    fold_r = float(coarse[top])
+    below = np.nonzero(b["ratio"][:top] < ratio)[0]
+    saddle_r = root(float(coarse[below[-1]]) if below.size else 1e-4, fold_r, True)
+    above = np.nonzero(b["ratio"][top:] < ratio)[0]
+    stable_r = root(fold_r, float(coarse[top + above[0]]) if above.size else 0.999, False)
+    states = stationary_branch(beta, [saddle_r, stable_r], d=d, degree=degree, nodes=nodes)
+    saddle_f, stable_f = (float(x) for x in states["free_energy"])
+    return {"beta": float(beta), "d": d, "ratio": ratio, "stable_r": stable_r, "saddle_r": saddle_r, "fold_r": fold_r,
+            "fold_ratio": float(b["ratio"][top]), "slope": saddle_f - stable_f, "stable_free_energy": stable_f,
+            "saddle_free_energy": saddle_f}
