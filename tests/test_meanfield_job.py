@@ -88,7 +88,7 @@ def test_tiny_study_writes_its_results_and_resumes_without_recomputing(tmp_path)
 
 
 def test_first_merge_reads_formation_lifetime_and_censoring_from_gap_counts():
-    from attnflow.meanfield._run import _first_merge
+    from attnflow.meanfield._study_units import _first_merge
 
     ts = np.arange(20.0)
     # covers the circle (0 gaps) until t = 4; a brief 5-cluster state that holds under a tenth of the rest

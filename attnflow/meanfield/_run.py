@@ -41,8 +41,9 @@ import numpy as np
 from ..runs import (UnitStore, atomic_write_json, count_kept, init_distributed, open_run, releases_output_dirs,
                     wait_for_units)
 from ._config import MeanfieldConfig, check_meanfield_config
-from ._sphere_units import sphere_convergence, sphere_growth, sphere_largest, sphere_transition, sphere_units
-from ._study_units import _conv_name, _first_merge, _growth_name, _num, _transition_name, time_scale
+from ._sphere_units import sphere_convergence, sphere_growth, sphere_largest, sphere_units
+from ._study_units import (_conv_name, _growth_name, _transition_name, growth_rows, largest_run, time_scale,
+                           transition_units)
 
 #: a noisy particle seed's Brownian path: the key fold_in(seed's key, NOISE_STREAM) (its start is drawn from the
 #: seed's key itself)
@@ -370,30 +371,6 @@ def _check_transition_steps(config: MeanfieldConfig) -> None:
                 raise InputError(f"config key 'transition.dt' at beta = {beta:g} ({norm}): {err}") from None
 
 
-def _transition(config: MeanfieldConfig, units: _Units, norm: str) -> list[dict]:
-    """Per beta of the transition study: :func:`~attnflow.meanfield.noisy_transition` over sigma = ratio x
-    sigma_c (float64 whatever the config's dtype: a long run near a marginal mode)."""
-    from ._linear import critical_noise
-    from ._transition import noisy_transition
-
-    tr = config.transition
-    out = []
-    for b, beta in enumerate(tr.beta):
-        sigma_c = float(critical_noise(beta, 2, norm))
-
-        def compute(beta=beta, sigma_c=sigma_c):
-            res = noisy_transition(beta, np.asarray(tr.sigma_ratios) * sigma_c, normalisation=norm,
-                                   num_points=tr.grid, t1=tr.t1, dt=tr.dt, eps=tr.epsilon, kappa=tr.kappa)
-            return {key: np.asarray(res[key], np.float64) for key in
-                    ("sigma", "from_uniform", "from_clustered", "drift", "min_density")}
-
-        got = units.get(_transition_name(norm, b), compute)
-        if units.first_pass:
-            continue
-        out.append({"normalisation": norm, "beta": beta, "sigma_c": sigma_c, **got})
-    return out
-
-
 def _rate_fits(config: MeanfieldConfig, w1: np.ndarray, times, negative) -> list[dict]:
     """Per time: :func:`~attnflow.meanfield.fit_power_law` of W1 against n over every (n, seed) with finite
     W1 > 0, reported as the rate r of W1 ~ n^-r; no fit where the PDE's density had gone negative by then
@@ -427,7 +404,7 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
     import jax.numpy as jnp
 
     from ._clusters import circle_gaps
-    from ._linear import fit_growth_rates, most_unstable_mode
+    from ._linear import most_unstable_mode
     from ._measures import density_fourier_coefficients, fourier_coefficients
     from ._pde import circle_grid, solve_continuity
 
@@ -464,54 +441,21 @@ def _growth(config: MeanfieldConfig, units: _Units, norm: str, dtype) -> list[di
             q = units.get(_growth_name(norm, b, s, "pde"), pde)
             if units.first_pass:
                 continue
-            in_lin = np.isin(p["ts"], ts_lin)
-            fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
-            fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
-            formed, t_form, life, censored = _first_merge(np.asarray(p["ts"]), np.asarray(p["clusters"]))
-            for k in range(g.modes):
-                rows.append({"normalisation": norm, "beta": beta, "seed": s, "k": k + 1, "predicted": float(lam[k]),
-                             **{f"particles_{key}": _num(fit_p[key][k]) for key in ("rate", "lo", "hi")},
-                             **{f"pde_{key}": _num(fit_q[key][k]) for key in ("rate", "lo", "hi")},
-                             "particles_points": int(fit_p["points"][k]), "pde_points": int(fit_q["points"][k]),
-                             "k_star": k_star, "k_star_runner_up": runner_up, "k_star_margin": margin,
-                             "clusters_formed": formed, "formed_at": t_form, "lifetime": life,
-                             "censored": censored, "horizon": float(ts_all[-1]),
-                             "pde_min_density": float(np.min(q["min_density"]))})
+            rows += growth_rows(norm, beta, s, p, q, ts_lin, lam, g, (k_star, runner_up, margin))
     return rows
 
 
 def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
-    import jax
     import jax.numpy as jnp
 
     from ..fields import build_field
-    from ..integrate import EulerStepper, sphere_shift
 
     la = config.largest
-
-    def run():
-        rng = np.random.default_rng([config.seed, 3])
-        x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
-        I = jnp.eye(2, dtype=dtype)
-        stepper = EulerStepper(la.dt, la.layers, shift=sphere_shift, save_every=la.layers)
-        field = build_field("sphere", I, I, I, beta=la.beta, attention_impl="fourier", fourier_max_score=la.beta)
-        solve = jax.jit(lambda x: stepper.solve(field, x).ys[-1])
-        t = time.perf_counter()
-        compiled = solve.lower(x0).compile()
-        compile_s = time.perf_counter() - t
-        t = time.perf_counter()
-        y = jax.block_until_ready(compiled(x0))
-        run_s = time.perf_counter() - t
-        memory = compiled.memory_analysis()
-        temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
-        return {"compile_s": compile_s, "run_s": run_s, "finite": bool(jnp.all(jnp.isfinite(y))),
-                "state_bytes": int(x0.size * x0.dtype.itemsize), "temp_bytes": -1 if temp is None else int(temp)}
-
-    got = units.get("largest", run)
-    if units.first_pass:
-        return None
-    return {k: (float(v) if k.endswith("_s") else int(v) if k.endswith("bytes") else bool(v)) for k, v in got.items()
-            if k != "seconds"}
+    rng = np.random.default_rng([config.seed, 3])
+    x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
+    I = jnp.eye(2, dtype=dtype)
+    field = build_field("sphere", I, I, I, beta=la.beta, attention_impl="fourier", fourier_max_score=la.beta)
+    return largest_run(units, x0, field, la.layers, la.dt)
 
 
 # -- the job ---------------------------------------------------------------------------------------
@@ -577,11 +521,11 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
                 conv = {norm: sphere_convergence(config, units, norm, dtype, NOISE_STREAM)
                         for norm in config.normalisations}
                 growth = [row for norm in config.normalisations for row in sphere_growth(config, units, norm, dtype)]
-                transition = [row for norm in config.normalisations for row in sphere_transition(config, units, norm)]
+                transition = [row for norm in config.normalisations for row in transition_units(config, units, norm)]
                 return conv, growth, sphere_largest(config, units, dtype), transition
             conv = {norm: _convergence(config, units, norm, dtype) for norm in config.normalisations}
             growth = [row for norm in config.normalisations for row in _growth(config, units, norm, dtype)]
-            transition = [row for norm in config.normalisations for row in _transition(config, units, norm)]
+            transition = [row for norm in config.normalisations for row in transition_units(config, units, norm)]
             return conv, growth, _largest(config, units, dtype), transition
 
         if share is not None:  # the first pass: this process's share of the units

@@ -16,20 +16,19 @@ r"""The units of work of the mean-field study on :math:`S^2` (``d = 3``): the ci
   (:func:`~attnflow.meanfield.sphere_cluster_count`: connected cells of 32 x 64 with at least ``min_mass``, 0 while
   the cloud is spread);
 * **largest**: the largest n on the harmonic path, Euler layers renormalised onto the sphere;
-* **transition**: :func:`~attnflow.meanfield.noisy_sphere_transition` over sigma = ratio x sigma_c(beta, d = 3).
+* **transition**: :func:`~attnflow.meanfield.noisy_sphere_transition` over sigma = ratio x sigma_c(beta, d = 3)
+  (:func:`~attnflow.meanfield._study_units.transition_units`, shared with the circle).
 """
 
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-from ._study_units import _conv_name, _first_merge, _growth_name, _num, _transition_name, time_scale
+from ._study_units import _conv_name, _growth_name, _transition_name, growth_rows, largest_run, time_scale
 
-__all__ = ["sphere_units", "sphere_convergence", "sphere_growth", "sphere_largest", "sphere_transition",
-           "DISTANCE_DEGREE"]
+__all__ = ["sphere_units", "sphere_convergence", "sphere_growth", "sphere_largest", "DISTANCE_DEGREE"]
 
 #: the distance of the convergence study compares the harmonics of degrees 1..DISTANCE_DEGREE
 DISTANCE_DEGREE = 3
@@ -117,8 +116,8 @@ def sphere_units(config) -> list[dict]:
 
 def _solver(units, kind: str, n: int, beta, norm: str, ts, dt, dtype, save_fn, sigma: float = 0.0):
     """One compiled solve (``attention_impl="auto"``: the harmonic path from n >= 4 (L + 1)^2 tokens, where it is
-    the faster one, else the dense sum; both exact to rounding) per (kind, n, beta, normalisation, times, dt, sigma), kept in
-    ``units.cache`` (the seeds of one n reuse it)."""
+    the faster one, else the dense sum; both exact to rounding) per (kind, n, beta, normalisation, times, dt,
+    sigma), kept in ``units.cache`` (the seeds of one n reuse it)."""
     import jax.numpy as jnp
 
     from ._study import sphere_solver
@@ -212,7 +211,6 @@ def sphere_growth(config, units, norm: str, dtype) -> list[dict]:
 
     from ..kernels.sphere import degree_energies
     from ._clusters import sphere_cluster_count
-    from ._linear import fit_growth_rates
     from ._sphere_pde import solve_sphere_continuity
     from ._sphere_study import near_uniform_sphere_start
 
@@ -249,77 +247,20 @@ def sphere_growth(config, units, norm: str, dtype) -> list[dict]:
             q = units.get(_growth_name(norm, b, s, "pde"), pde)
             if units.first_pass:
                 continue
-            in_lin = np.isin(p["ts"], ts_lin)
-            fit_p = fit_growth_rates(p["ts"][in_lin], p["modes"][in_lin][:, 1:], max_amplitude=g.max_amplitude)
-            fit_q = fit_growth_rates(q["ts"], q["modes"][:, 1:], max_amplitude=g.max_amplitude)
-            formed, t_form, life, censored = _first_merge(np.asarray(p["ts"]), np.asarray(p["clusters"]))
-            for k in range(g.modes):
-                rows.append({"normalisation": norm, "beta": beta, "seed": s, "k": k + 1, "predicted": float(lam[k]),
-                             **{f"particles_{key}": _num(fit_p[key][k]) for key in ("rate", "lo", "hi")},
-                             **{f"pde_{key}": _num(fit_q[key][k]) for key in ("rate", "lo", "hi")},
-                             "particles_points": int(fit_p["points"][k]), "pde_points": int(fit_q["points"][k]),
-                             "k_star": star, "k_star_runner_up": runner, "k_star_margin": margin,
-                             "clusters_formed": formed, "formed_at": t_form, "lifetime": life,
-                             "censored": censored, "horizon": float(ts_all[-1]),
-                             "pde_min_density": float(np.min(q["min_density"]))})
+            rows += growth_rows(norm, beta, s, p, q, ts_lin, lam, g, (star, runner, margin))
     return rows
 
 
 def sphere_largest(config, units, dtype) -> dict | None:
     """One timed run of ``largest.n`` uniform tokens on S^2, Euler layers on the harmonic path."""
-    import jax
     import jax.numpy as jnp
 
     from ..fields import build_field
-    from ..integrate import EulerStepper, sphere_shift
 
     la = config.largest
-
-    def run():
-        rng = np.random.default_rng([config.seed, 3])
-        x = rng.normal(size=(la.n, 3))
-        x0 = jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype)
-        eye = jnp.eye(3, dtype=dtype)
-        stepper = EulerStepper(la.dt, la.layers, shift=sphere_shift, save_every=la.layers)
-        field = build_field("sphere", eye, eye, eye, beta=la.beta, attention_impl="harmonic")
-        solve = jax.jit(lambda x: stepper.solve(field, x).ys[-1])
-        t = time.perf_counter()
-        compiled = solve.lower(x0).compile()
-        compile_s = time.perf_counter() - t
-        t = time.perf_counter()
-        y = jax.block_until_ready(compiled(x0))
-        run_s = time.perf_counter() - t
-        memory = compiled.memory_analysis()
-        temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
-        return {"compile_s": compile_s, "run_s": run_s, "finite": bool(jnp.all(jnp.isfinite(y))),
-                "state_bytes": int(x0.size * x0.dtype.itemsize), "temp_bytes": -1 if temp is None else int(temp)}
-
-    got = units.get("largest", run)
-    if units.first_pass:
-        return None
-    return {k: (float(v) if k.endswith("_s") else int(v) if k.endswith("bytes") else bool(v)) for k, v in got.items()
-            if k != "seconds"}
-
-
-def sphere_transition(config, units, norm: str) -> list[dict]:
-    """Per beta of the transition study on S^2: :func:`~attnflow.meanfield.noisy_sphere_transition` over
-    sigma = ratio x sigma_c (float64)."""
-    from ._linear import critical_noise
-    from ._sphere_transition import noisy_sphere_transition
-
-    tr = config.transition
-    out = []
-    for b, beta in enumerate(tr.beta):
-        sigma_c = float(critical_noise(beta, 3, norm))
-
-        def compute(beta=beta, sigma_c=sigma_c):
-            res = noisy_sphere_transition(beta, np.asarray(tr.sigma_ratios) * sigma_c, normalisation=norm,
-                                          degree=tr.degree, t1=tr.t1, dt=tr.dt, eps=tr.epsilon, kappa=tr.kappa)
-            return {key: np.asarray(res[key], np.float64) for key in
-                    ("sigma", "from_uniform", "from_clustered", "drift", "min_density")}
-
-        got = units.get(_transition_name(norm, b), compute)
-        if units.first_pass:
-            continue
-        out.append({"normalisation": norm, "beta": beta, "sigma_c": sigma_c, **got})
-    return out
+    rng = np.random.default_rng([config.seed, 3])
+    x = rng.normal(size=(la.n, 3))
+    x0 = jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype)
+    eye = jnp.eye(3, dtype=dtype)
+    field = build_field("sphere", eye, eye, eye, beta=la.beta, attention_impl="harmonic")
+    return largest_run(units, x0, field, la.layers, la.dt)
