@@ -14,6 +14,11 @@ smallest gap :math:`\Delta_{min}`, and the slope of :math:`\log T` against :math
 fitted over the uncensored states (Student-t interval). The duration of the quasi-linear phase is the time of
 the first save with clusters.
 
+``--d 3``: the same study on the sphere S^2 (uniform tokens on S^2, the O(n L^2) harmonic path, the clusters of
+:func:`attnflow.observables.sphere_clusters`: the components of the threshold graph at angle ``--max-gap``, exact,
+without an n x n graph; k* is then the fastest degree l*). The two-cluster law is the same: two clusters span a great
+circle, and their relative motion is the circle's.
+
 Writes a JSON record and a figure (``--out``, ``--figure``), labelled with the machine. ``--quick``: n = 10^4,
 beta = 4 and 8, t1 = 200 (a smoke run).
 """
@@ -62,20 +67,26 @@ def gathered_count(geometry: dict | None, n: int, max_spread: float) -> int:
     return geometry["count"]
 
 
-def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, seed: int) -> dict:
+def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, seed: int, d: int = 2) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from attnflow.dynamics import sphere_flow
+    from attnflow.dynamics import normalise, sphere_flow
     from attnflow.integrate import EulerStepper, SaveLayers, sphere_shift
-    from attnflow.meanfield import circle_clusters, most_unstable_mode
-    from attnflow.observables import plateaus
+    from attnflow.meanfield import circle_clusters, most_unstable_mode, sphere_growth_rates
+    from attnflow.observables import plateaus, sphere_clusters
 
     layers = int(round(t1 / dt))
-    theta = jax.random.uniform(jax.random.key(seed), (n,), jnp.float32, 0.0, 2 * np.pi)
-    x0 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
-    I = jnp.eye(2)
-    field = sphere_flow(I, I, I, beta, attention_impl="fourier", fourier_max_score=beta)
+    I = jnp.eye(d)
+    if d == 2:
+        theta = jax.random.uniform(jax.random.key(seed), (n,), jnp.float32, 0.0, 2 * np.pi)
+        x0 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
+        field = sphere_flow(I, I, I, beta, attention_impl="fourier", fourier_max_score=beta)
+        clusters, k_star = circle_clusters, int(most_unstable_mode(beta))
+    else:  # S^2: the harmonic path; the exact threshold-graph clusters (no n x n graph); l* from Funk-Hecke
+        x0 = normalise(jax.random.normal(jax.random.key(seed), (n, 3), jnp.float32))
+        field = sphere_flow(I, I, I, beta, attention_impl="harmonic")
+        clusters, k_star = sphere_clusters, int(np.argmax(np.asarray(sphere_growth_rates(beta, 3, 64))))
     save_at = SaveLayers(octave_layers(layers, saves))
     # one loop body over the save intervals (loop="fori"): the octaves' runs as scan blocks compile for tens of
     # seconds and, with checkpointing, ran 2x slower a layer here (benchmarks/NOTES.md); forward only
@@ -86,7 +97,7 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
     seconds = time.perf_counter() - start
     ts = np.asarray(traj.ts, float)
     finite = np.all(np.isfinite(ys), axis=(1, 2))
-    geometry = [circle_clusters(y, max_gap, MIN_MASS) if ok else None for y, ok in zip(ys, finite)]
+    geometry = [clusters(y, max_gap, MIN_MASS) if ok else None for y, ok in zip(ys, finite)]
     counts = np.array([gathered_count(g, n, MAX_SPREAD) for g in geometry])
     use = finite & (ts > 0)
     series = counts[use]
@@ -99,11 +110,10 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
         law = math.exp(barrier) / (2 * beta * math.sin(gap) ** 2)
         states.append({"count": p.count, "start": p.start, "end": p.end, "censored": p.censored,
                        "lifetime": p.duration, "smallest_gap": gap, "barrier": barrier, "two_cluster_law": law,
-                       "positions": g["positions"].tolist(), "masses": g["masses"].tolist(),
+                       "positions": np.asarray(g["positions"]).tolist(), "masses": np.asarray(g["masses"]).tolist(),
                        "spread": g["spread"]})
     clustered = ts[(counts < n) & finite]
-    fastest = most_unstable_mode(beta)
-    return {"beta": beta, "n": n, "dt": dt, "t1": t1, "seconds": seconds, "k_star": int(fastest),
+    return {"beta": beta, "n": n, "d": d, "dt": dt, "t1": t1, "seconds": seconds, "k_star": k_star,
             "quasi_linear_end": float(clustered[0]) if clustered.size else None,
             "first_count": int(counts[(counts < n) & finite][0]) if clustered.size else None,
             "t": ts.tolist(), "counts": counts.tolist(), "nonfinite_saves": int((~finite).sum()), "states": states}
@@ -134,7 +144,8 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
     for r in rows:
         t, c = np.asarray(r["t"]), np.asarray(r["counts"])
         keep = (t > 0) & (c < r["n"])
-        (line,) = left.step(t[keep], c[keep], where="post", label=f"$\\beta$ = {r['beta']:g} ($k^*$ = {r['k_star']})")
+        star = "k^*" if r.get("d", 2) == 2 else "l^*"
+        (line,) = left.step(t[keep], c[keep], where="post", label=f"$\\beta$ = {r['beta']:g} (${star}$ = {r['k_star']})")
         for s in r["states"]:
             laws.append(s["two_cluster_law"])
             right.plot(s["two_cluster_law"], s["lifetime"], ">" if s["censored"] else "o", color=line.get_color(),
@@ -152,7 +163,8 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
         right.set_title(f"log T against $\\beta(1-\\cos\\Delta_{{min}})$: slope {result['slope']:.2f} "
                         f"[{result['lo']:.2f}, {result['hi']:.2f}], {result['points']} merges", fontsize=8)
     right.legend(fontsize=7)
-    fig.suptitle(f"Metastable states on the circle, n = {rows[0]['n']} tokens, softmax; {machine}", fontsize=8)
+    where = "the circle" if rows[0].get("d", 2) == 2 else "the sphere $S^2$"
+    fig.suptitle(f"Metastable states on {where}, n = {rows[0]['n']} tokens, softmax; {machine}", fontsize=8)
     ap.save(fig, path, formats=("png",), dpi=130, close=True)
 
 
@@ -166,6 +178,8 @@ def main(argv=None) -> dict:
     p.add_argument("--saves", type=int, default=8, help="saved layers per octave of layers (default 8)")
     p.add_argument("--max-gap", type=float, default=0.05, help="gap (rad) that separates clusters (default 0.05)")
     p.add_argument("--seeds", type=int, default=1, help="clouds per beta (default 1)")
+    p.add_argument("--d", type=int, default=2, choices=[2, 3],
+                   help="2: the circle (Fourier path); 3: the sphere S^2 (harmonic path, exact threshold-graph clusters)")
     p.add_argument("--quick", action="store_true", help="n = 10^4, beta = 4 and 8, t1 = 200 (seconds)")
     add_record_arguments(p, "circle_long_times")
     args = p.parse_args(argv)
@@ -179,7 +193,7 @@ def main(argv=None) -> dict:
     rows = []
     for beta in args.betas:
         for seed in range(args.seeds):
-            r = run(beta, args.n, args.t1, args.dt, args.saves, args.max_gap, seed)
+            r = run(beta, args.n, args.t1, args.dt, args.saves, args.max_gap, seed, args.d)
             rows.append(r)
             lives = ", ".join(f"{s['count']} clusters {s['lifetime']:.3g}{'+' if s['censored'] else ''} "
                               f"(gap {s['smallest_gap']:.2f}, law {s['two_cluster_law']:.3g})" for s in r["states"])
