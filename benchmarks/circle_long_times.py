@@ -11,7 +11,8 @@ count >= 2 that last at least as long as the time taken to reach them; the last 
 state's lifetime T, with the geometry at its start. Each lifetime is set against the two-cluster barrier law
 of the n = 2 reduction, :math:`T_2(\Delta) = e^{\beta(1-\cos\Delta)}/(2\beta\sin^2\Delta)`, at the state's
 smallest gap :math:`\Delta_{min}`, and the slope of :math:`\log T` against :math:`\beta(1-\cos\Delta_{min})` is
-fitted over the uncensored states (Student-t interval). The duration of the quasi-linear phase is the time of
+fitted over the uncensored states (Student-t interval), and the mean of log(T / T_2) over them, pooled over clouds
+and betas, with its Student-t interval. The duration of the quasi-linear phase is the time of
 the first save with clusters.
 
 ``--d 3``: the same study on the sphere S^2 (uniform tokens on S^2, the O(n L^2) harmonic path, the clusters of
@@ -120,7 +121,7 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
 
 
 def fit(rows: list[dict]) -> dict:
-    from attnflow.stats import fit_slope
+    from attnflow.stats import fit_slope, mean_interval
 
     pts = [(s["barrier"], math.log(s["lifetime"]), math.log(s["two_cluster_law"])) for r in rows for s in r["states"]
            if not s["censored"] and s["lifetime"] > 0]
@@ -128,9 +129,11 @@ def fit(rows: list[dict]) -> dict:
         return {"points": len(pts)}
     b, logt, logl = (np.asarray(a) for a in zip(*pts))
     out = fit_slope(b, logt)
+    mean, lo, hi = mean_interval((logt - logl)[:, None], 0.95)  # every merge of every cloud and beta, pooled
     return {"points": len(pts), "slope": out["slope"], "lo": out["lo"], "hi": out["hi"],
             "log_ratio_to_law": {"median": float(np.median(logt - logl)), "min": float(np.min(logt - logl)),
-                                 "max": float(np.max(logt - logl))}}
+                                 "max": float(np.max(logt - logl)), "mean": float(mean[0]), "mean_lo": float(lo[0]),
+                                 "mean_hi": float(hi[0])}}
 
 
 def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
