@@ -54,12 +54,14 @@ def _basis(d: int, degree: int, nodes: int):
 
 
 def _kernel_ratios(beta: float, d: int, degree: int) -> np.ndarray:
-    r""":math:`\hat K_l/\hat K_0`, l = 0..degree (:math:`\hat K_l \propto I_{l+\lambda}(\beta)`, scaled Bessel
-    functions: no overflow)."""
-    from scipy.special import ive
+    r""":math:`\hat K_l/\hat K_0`, l = 0..degree, from the project's Funk-Hecke eigenvalues
+    (:func:`~attnflow.meanfield._linear.sphere_kernel_modes`, float64, no overflow)."""
+    import jax
 
-    lam = (d - 2) / 2
-    k = ive(np.arange(degree + 1) + lam, beta)
+    from ._linear import sphere_kernel_modes
+
+    with jax.enable_x64(True):
+        k = np.asarray(sphere_kernel_modes(float(beta), d, degree), np.float64)
     return k / k[0]
 
 
@@ -159,10 +161,11 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
         g = math.nan
         change = math.inf
         for _ in range(max_iterations):
-            g = solve_gamma(potential(f), r)
+            phi = potential(f)
+            g = solve_gamma(phi, r)
             if not math.isfinite(g):
                 break
-            new, _ = state(potential(f), g)
+            new, _ = state(phi, g)
             change = float(np.max(np.abs(new - f)) / np.max(new))
             f = new
             if change < tol:

@@ -451,11 +451,14 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
     from ..fields import build_field
 
     la = config.largest
-    rng = np.random.default_rng([config.seed, 3])
-    x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
-    I = jnp.eye(2, dtype=dtype)
-    field = build_field("sphere", I, I, I, beta=la.beta, attention_impl="fourier", fourier_max_score=la.beta)
-    return largest_run(units, x0, field, la.layers, la.dt)
+
+    def prepare():
+        rng = np.random.default_rng([config.seed, 3])
+        x0 = _tokens(jnp.asarray(rng.uniform(0, 2 * math.pi, la.n), dtype))
+        I = jnp.eye(2, dtype=dtype)
+        return x0, build_field("sphere", I, I, I, beta=la.beta, attention_impl="fourier", fourier_max_score=la.beta)
+
+    return largest_run(units, prepare, la.layers, la.dt)
 
 
 # -- the job ---------------------------------------------------------------------------------------

@@ -258,9 +258,12 @@ def sphere_largest(config, units, dtype) -> dict | None:
     from ..fields import build_field
 
     la = config.largest
-    rng = np.random.default_rng([config.seed, 3])
-    x = rng.normal(size=(la.n, 3))
-    x0 = jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype)
-    eye = jnp.eye(3, dtype=dtype)
-    field = build_field("sphere", eye, eye, eye, beta=la.beta, attention_impl="harmonic")
-    return largest_run(units, x0, field, la.layers, la.dt)
+
+    def prepare():
+        rng = np.random.default_rng([config.seed, 3])
+        x = rng.normal(size=(la.n, 3))
+        eye = jnp.eye(3, dtype=dtype)
+        return (jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype),
+                build_field("sphere", eye, eye, eye, beta=la.beta, attention_impl="harmonic"))
+
+    return largest_run(units, prepare, la.layers, la.dt)

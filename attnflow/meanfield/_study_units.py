@@ -68,9 +68,10 @@ def _num(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def largest_run(units, x0, field, layers: int, dt: float) -> dict | None:
-    """The largest run's unit: ``layers`` Euler layers of ``dt`` renormalised onto the sphere from ``x0``, compiled
-    ahead and timed (compile and run apart), with the compiled program's temporaries; None in the first pass of a
+def largest_run(units, prepare, layers: int, dt: float) -> dict | None:
+    """The largest run's unit: ``layers`` Euler layers of ``dt`` renormalised onto the sphere from the start and field
+    that ``prepare()`` returns (called only when the unit is computed, not when it is read back), compiled ahead and
+    timed (compile and run apart), with the compiled program's temporaries; None in the first pass of a
     multi-process run when another process computes it."""
 
     def run():
@@ -79,6 +80,7 @@ def largest_run(units, x0, field, layers: int, dt: float) -> dict | None:
 
         from ..integrate import EulerStepper, sphere_shift
 
+        x0, field = prepare()
         stepper = EulerStepper(dt, layers, shift=sphere_shift, save_every=layers)
         solve = jax.jit(lambda x: stepper.solve(field, x).ys[-1])
         t = time.perf_counter()
