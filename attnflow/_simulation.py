@@ -225,8 +225,8 @@ def simulate(
             (d = 2; :math:`\beta Q^T K` a scaled rotation such as Q = K = I; no mask; every rule in
             :func:`attnflow.kernels.fourier.plan`), which needs states that stay on the circle: the layer stepper
             with ``shift="sphere"`` and x0 on the circle (for the ODE flow on the circle pass the field
-            ``sphere_flow(..., attention_impl="fourier")``); or ``"harmonic"``: the O(n L^2) path for tokens on
-            S^2 (d = 3; :math:`\beta Q^T K = cI`, concrete Q, K and beta, any batch of V; every rule in
+            ``sphere_flow(..., attention_impl="fourier")``); or ``"harmonic"``: the O(n H) path for tokens on
+            S^(d-1), d >= 3 (H harmonics of degree <= L, (L+1)^2 on S^2; :math:`\beta Q^T K = cI`, concrete Q, K and beta, any batch of V; every rule in
             :func:`attnflow.kernels.sphere.harmonic_plan`), exact to rounding for unit tokens (``shift="sphere"``).
             Forward-mode autodiff needs ``"dense"`` (or ``"fourier"``, ``"harmonic"``).
         fourier_max_score: with ``attention_impl="fourier"``, an upper bound of the score scale

@@ -38,8 +38,11 @@ BETA = 4.0
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ratios", type=float, nargs="+", default=[1.005, 1.01, 1.015, 1.02, 1.025],
-                   help="sigma / sigma_c inside the bistable range (default 1.005 .. 1.025)")
+    p.add_argument("--d", type=int, choices=(2, 3), default=2,
+                   help="2: the circle (default); 3: S^2 (bistable up to 1.124 sigma_c at beta = 4)")
+    p.add_argument("--ratios", type=float, nargs="+", default=None,
+                   help="sigma / sigma_c inside the bistable range (default 1.005 .. 1.025 on the circle, "
+                        "1.10 .. 1.12 on S^2, below its fold 1.124)")
     p.add_argument("--n", type=int, nargs="+", default=[100, 200, 400], help="particles per cloud")
     p.add_argument("--systems", type=int, default=32, help="clouds per (sigma, n) (default 32)")
     p.add_argument("--t1", type=float, default=1500.0, help="end time tau (default 1500)")
@@ -54,17 +57,19 @@ def main(argv=None) -> dict:
     from attnflow.meanfield import noise_barrier, particle_escape_times, stationary_clustered_state
     from attnflow.stats import fit_slope
 
+    if args.ratios is None:
+        args.ratios = [1.005, 1.01, 1.015, 1.02, 1.025] if args.d == 2 else [1.10, 1.105, 1.11, 1.115, 1.12]
     if args.quick:
-        args.ratios, args.n, args.systems, args.t1 = [1.01, 1.02], [50, 100], 8, 300.0
+        args.ratios, args.n, args.systems, args.t1 = args.ratios[1:4:2], [50, 100], 8, 300.0
     machine = machine_info()
     start = time.perf_counter()
     rows = []
     for ratio in args.ratios:
-        barrier = noise_barrier(BETA, ratio)
-        state = stationary_clustered_state(BETA, ratio)
+        barrier = noise_barrier(BETA, ratio, d=args.d)
+        state = stationary_clustered_state(BETA, ratio, d=args.d)
         for n in args.n:
             t = time.perf_counter()
-            out = particle_escape_times(BETA, ratio, n, systems=args.systems, t1=args.t1, dt=0.1,
+            out = particle_escape_times(BETA, ratio, n, d=args.d, systems=args.systems, t1=args.t1, dt=0.1,
                                         burn=min(300.0, args.t1 / 5), clustered=state, seed=int(1000 * ratio) + n,
                                         threshold=args.past * barrier["saddle_r"])
             mean = out["mean_lifetime"]
@@ -83,7 +88,7 @@ def main(argv=None) -> dict:
     if len(seen) >= 3:
         f = fit_slope(np.array([r["n_barrier"] for r in seen]), np.log([r["mean_lifetime"][0] for r in seen]))
         fit = {"slope": f["slope"], "lo": f["lo"], "hi": f["hi"], "intercept": f["intercept"], "points": len(seen)}
-    record = {"machine": machine, "beta": BETA, "d": 2, "normalisation": "mean", "dt": 0.1, "t1": args.t1,
+    record = {"machine": machine, "beta": BETA, "d": args.d, "normalisation": "mean", "dt": 0.1, "t1": args.t1,
               "past": args.past,
               "systems": args.systems, "rows": rows, "fit": fit, "quick": args.quick,
               "seconds": time.perf_counter() - start}
@@ -95,7 +100,7 @@ def main(argv=None) -> dict:
 
 def _print(r: dict) -> None:
     m = r["machine"]
-    print(f"circle, beta = {r['beta']:g}, 1/n attention, {r['systems']} clouds, tau to {r['t1']:g} "
+    print(f"{_where(r)}, beta = {r['beta']:g}, 1/n attention, {r['systems']} clouds, tau to {r['t1']:g} "
           f"({m.get('cpu', '')}, {m.get('cpu_count', '')} cores; {r['seconds']:.0f} s)")
     print(f"{'sigma/sigma_c':>13} {'b':>9} {'n':>5} {'n b':>6} {'escaped':>8} {'mean lifetime [95%]':>30}")
     for row in r["rows"]:
@@ -108,6 +113,10 @@ def _print(r: dict) -> None:
     if f:
         print(f"log T against n b over {f['points']} (sigma, n) with escapes: slope {f['slope']:.3f} "
               f"[{f['lo']:.3f}, {f['hi']:.3f}] (the barrier's regime: 1)")
+
+
+def _where(r: dict, tex: bool = False) -> str:
+    return "circle" if r.get("d", 2) == 2 else ("$S^2$" if tex else "S^2")
 
 
 def _figure(r: dict, path: Path) -> None:
@@ -138,7 +147,7 @@ def _figure(r: dict, path: Path) -> None:
     ax.set_ylabel(r"mean escape time $\tau$ (open: lower bound)")
     ax.legend(fontsize="x-small")
     m = r["machine"]
-    fig.suptitle(f"Escapes across the bistable range, circle, $\\beta$ = {r['beta']:g} ({m.get('cpu', '')})",
+    fig.suptitle(f"Escapes across the bistable range, {_where(r, tex=True)}, $\\beta$ = {r['beta']:g} ({m.get('cpu', '')})",
                  fontsize=9)
     ap.save(fig, path, formats=("png",), dpi=130, close=True)
 

@@ -228,14 +228,15 @@ class _AttentionField(AbstractAttentionDynamics):
     def _harmonic_field(self, t, x):
         r""":math:`\sum_h \sum_j P^h_{ij} (V_h \hat x_j + c_h)` with P of the directions :math:`\hat x = x/\|x\|`
         and scores :math:`c_h\langle\hat x_i, \hat x_j\rangle` (:math:`\beta_h Q_h^T K_h = c_h I`; raw picture), in
-        O(n L^2) (:func:`attnflow.kernels.sphere.head_means`)."""
+        O(n H) for the H harmonics of degree <= L on S^(d-1) (:func:`attnflow.kernels.sphere.head_means`)."""
         w = self.weights
         x = jnp.asarray(x, jnp.result_type(x, w.dtype))
-        scales = jnp.einsum("...mi,...mi->...", w.Q, w.K) * w.beta / 3  # tr(beta Q^T K) / 3 per head
-        means = _sphere.head_means(x, scales, self.harmonic, self.normalisation)  # (h, n, 3)
-        out = jnp.einsum("hnj,hij->hni", means, w.V.reshape(-1, 3, 3))
+        d = x.shape[-1]
+        scales = jnp.einsum("...mi,...mi->...", w.Q, w.K) * w.beta / d  # tr(beta Q^T K) / d per head
+        means = _sphere.head_means(x, scales, self.harmonic, self.normalisation)  # (h, n, d)
+        out = jnp.einsum("hnj,hij->hni", means, w.V.reshape(-1, d, d))
         if w.v_bias is not None:
-            out = out + self.state_bias(t, w.v_bias.reshape(-1, 1, 3))
+            out = out + self.state_bias(t, w.v_bias.reshape(-1, 1, d))
         return out.sum(axis=0)
 
     # convenience accessors (single head)
@@ -275,9 +276,10 @@ class AttentionFlow(_AttentionField):
             :math:`\beta Q^T K = c R(\alpha)` a scaled rotation, no mask and no query/key bias, the
             O(n K) Fourier path of :mod:`attnflow.kernels.fourier` (exact to rounding for unit tokens; it
             attends with the directions :math:`x_j/\|x_j\|`, so tokens off the circle get the
-            attention of their projections onto it); or ``"harmonic"``: on the sphere S^2 (d = 3) with
+            attention of their projections onto it); or ``"harmonic"``: on the sphere S^(d-1), d >= 3, with
             :math:`\beta Q^T K = c I` (c >= 0, concrete weights), no mask and no query/key bias, the
-            O(n L^2) path of :mod:`attnflow.kernels.sphere` (exact to rounding for unit tokens, likewise with
+            O(n H) path of :mod:`attnflow.kernels.sphere` (H = (L+1)^2 harmonics on S^2;
+            :mod:`attnflow.kernels.hypersphere` for d > 3; exact to rounding for unit tokens, likewise with
             the directions; :func:`attnflow.kernels.sphere.harmonic_plan` holds its rules).
             mask: None, ``"causal"`` or (n, n) bool.
         positions: where the tokens sit (:class:`~attnflow.kernels.Positions`, a kind name or a mapping,

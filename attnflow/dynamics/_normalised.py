@@ -157,10 +157,11 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
     :math:`\|x_i\|\|x_j\|`-scaled scores): both extensions agree on the circle, so the solutions
     differ by the order of the solver's error, not by a modelling change.
 
-    **On S^2** (d = 3) with :math:`\beta Q^T K = c I` (Q = K = I, any V), ``attention_impl="harmonic"``
-    computes the attention in O(n L^2) (:mod:`attnflow.kernels.sphere`: the Funk-Hecke series of the kernel
-    to degree L, exact to rounding, concrete weights), and ``"auto"`` takes it where it is faster
-    (:math:`n \ge 4 (L+1)^2`), with the same reading of tokens off the sphere.
+    **On S^(d-1)**, d >= 3, with :math:`\beta Q^T K = c I` (Q = K = I, any V), ``attention_impl="harmonic"``
+    computes the attention in O(n H) for the H harmonics of degree <= L (:mod:`attnflow.kernels.sphere` on S^2,
+    :math:`H = (L+1)^2`; :mod:`attnflow.kernels.hypersphere` above: the Funk-Hecke series of the kernel to degree
+    L, exact to rounding, concrete weights), and ``"auto"`` takes it where it is faster (:math:`n \ge 4H`), with
+    the same reading of tokens off the sphere.
 
     ``positions`` (ALiBi, rotary; :class:`~attnflow.kernels.Positions`) as for :class:`~attnflow.AttentionFlow`
     (then neither of those paths).
@@ -212,10 +213,10 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     :math:`E_\beta = \frac{e^\beta}{2\beta n^2}\sum_i r_i`
     (:func:`attnflow.observables.sphere_energy_from_row_sums`). It computes the attention
     densely (:func:`attnflow.kernels.attend_with_row_sums`); ``vector_field`` of the softmax field
-    uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size). On S^2 (d = 3) with a
-    concrete beta, ``attention_impl="harmonic"`` computes both, the field and its row sums, in O(n L^2)
-    (:func:`attnflow.kernels.sphere.harmonic_sums`, exact to rounding), and ``"auto"`` takes that path
-    from :math:`n \ge 4(L+1)^2` tokens on.
+    uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size). On S^(d-1), d >= 3, with a
+    concrete beta, ``attention_impl="harmonic"`` computes both, the field and its row sums, in O(n H) for the H
+    harmonics of degree <= L (:func:`attnflow.kernels.sphere.harmonic_sums`, exact to rounding; H = (L+1)^2 on
+    S^2), and ``"auto"`` takes that path from :math:`n \ge 4H` tokens on.
     The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
 
     Example:
@@ -237,7 +238,7 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     normalisation: str = eqx.field(static=True)
     #: attention implementation of the softmax field's ``vector_field`` (passed to :func:`attnflow.attend`)
     attention_impl: str = eqx.field(static=True)
-    #: the sphere path's plan on S^2 (None: not taken; :mod:`attnflow.kernels.sphere`)
+    #: the sphere path's plan on S^(d-1) (None: not taken; :mod:`attnflow.kernels.sphere`)
     harmonic: HarmonicPlan | None = eqx.field(static=True)
 
     def __init__(self, beta=1.0, *, normalisation: str = "softmax", log_scale=None, attention_impl: str = "auto"):
@@ -254,7 +255,7 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
         if attention_impl in ("harmonic", "auto") and v.is_concrete(beta):
             b = float(np.asarray(beta))
             try:
-                sphere_degree(b)  # refuses a beta that needs more than MAX_DEGREE
+                sphere_degree(b)  # refuses a beta that needs more than MAX_DEGREE on S^2 (the lowest degree of any d)
                 harmonic = HarmonicPlan(b, auto=attention_impl == "auto")
             except InputError:
                 if attention_impl == "harmonic":
@@ -270,8 +271,8 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
         self.normalisation, self.attention_impl, self.harmonic = normalisation, attention_impl, harmonic
 
     def _takes_harmonic(self, y) -> bool:
-        if self.attention_impl == "harmonic" and y.shape[-1] != 3:
-            raise InputError(f"attention_impl='harmonic' is the path of tokens on S^2 (d = 3), got tokens in "
+        if self.attention_impl == "harmonic" and y.shape[-1] < 3:
+            raise InputError(f"attention_impl='harmonic' is the path of tokens on S^(d-1) with d >= 3, got tokens in "
                              f"d = {y.shape[-1]}; use 'auto', 'dense' or 'chunked'.")
         return self.harmonic is not None and self.harmonic.applies(y.shape[-2], y.shape[-1], y.dtype)
 

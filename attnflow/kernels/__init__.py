@@ -13,7 +13,8 @@ r"""The attention kernels: the one max-subtracted softmax and every path that co
   :func:`tiled_logsumexp`, its log-sum-exp per query (sums over pairs of a kernel without an n x n matrix);
 * the circle's Fourier maths: :mod:`attnflow.kernels.fourier` (the O(n K) path of unit tokens in the plane).
 * the sphere's harmonic maths: :mod:`attnflow.kernels.sphere` (the O(n L^2) path of unit tokens on S^2 for
-  Q^T K = beta I, from the Funk-Hecke expansion of e^{beta <x, y>}).
+  Q^T K = beta I, from the Funk-Hecke expansion of e^{beta <x, y>}) and :mod:`attnflow.kernels.hypersphere`
+  (the same on S^(d-1) for every d >= 3: Gegenbauer series, Gelfand-Tsetlin harmonics, O(n H)).
 
 The flows (:mod:`attnflow.dynamics`) call these kernels; none of them knows about a field.
 
@@ -25,7 +26,7 @@ Example:
     True
 """
 
-from . import fourier, sphere
+from . import fourier, hypersphere, sphere
 from ._attention import (
     CHUNK_THRESHOLD,
     GPU_CHUNK,
@@ -55,7 +56,7 @@ __all__ = [
     "softmax", "scores", "project_qk", "attention_matrix", "attend", "attend_with_row_sums", "select_impl",
     "held_scores", "fused_is_exact", "causal_mask", "check_mask", "mask_array", "NORMALISATIONS", "IMPLS",
     "CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "chunked_attend", "tiled_logsumexp", "blocks_at_once",
-    "DEFAULT_CHUNK", "fourier", "flash_attend", "FlashConfig", "FLASH_DEFAULT",
+    "DEFAULT_CHUNK", "fourier", "hypersphere", "flash_attend", "FlashConfig", "FLASH_DEFAULT",
     "flash_preferred", "GPU_FLASH_THRESHOLD", "Positions", "as_positions", "alibi_bias", "alibi_slopes", "rotate",
     "POSITION_KINDS",
 ]

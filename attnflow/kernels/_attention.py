@@ -507,8 +507,8 @@ def attend(
                          "not only q and k): set attention_impl='fourier' on AttentionFlow or sphere_flow, or call "
                          "attnflow.kernels.fourier.circle_attention; attend takes 'auto', 'dense', 'chunked' or 'fused'.")
     if impl == "harmonic":
-        raise InputError("impl='harmonic' is the attention flows' path for tokens on the sphere S^2 (it needs "
-                         "beta Q^T K = c I, not only q and k): set attention_impl='harmonic' on AttentionFlow, "
+        raise InputError("impl='harmonic' is the attention flows' path for tokens on the sphere S^(d-1), d >= 3 (it "
+                         "needs beta Q^T K = c I, not only q and k): set attention_impl='harmonic' on AttentionFlow, "
                          "sphere_flow or IdentitySphereFlow, or call attnflow.kernels.sphere.sphere_attention; attend "
                          "takes 'auto', 'dense', 'chunked' or 'fused'.")
     _check_normalisation(normalisation)

@@ -152,14 +152,12 @@ from jaxtyping import Array, Float
 
 from .. import _validate as v
 from ..errors import InputError
+from .hypersphere import MAX_DEGREE, _powers, harmonic_total, hypersphere_degree, hypersphere_sums
 
 __all__ = ["MAX_DEGREE", "sphere_attention", "sphere_degree", "sphere_harmonics", "sphere_kernel_coefficients",
            "sphere_tail_bound", "TOKENS_PER_HARMONIC", "HarmonicPlan", "identity_scales", "harmonic_plan",
            "head_means", "harmonic_sums", "degree_energies"]
 
-#: the highest degree :func:`sphere_degree` gives (float64: beta up to about 870); beyond it the
-#: kernel is so peaked that the tiled direct sum (:func:`attnflow.kernels.chunked_attend`) is the better tool
-MAX_DEGREE = 256
 #: tokens per block of the blocked path at most (4096 measured fastest: module docstring, "Speed")
 _BLOCK = 4096
 #: up to this many tokens the sums run through the rolled program (:func:`_rolled`), fast to compile
@@ -378,18 +376,6 @@ def _recurrence(degree: int) -> _Recurrence:
             B[k - 1, : M - k] = b[k]
     degrees = np.arange(M)[None, :] + np.arange(M)[:, None]
     return _Recurrence(c, tuple(a), tuple(b), A, B, degrees, degrees <= L)
-
-
-def _powers(X: Array, Y: Array, degree: int) -> tuple[Array, Array]:
-    r""":math:`\mathrm{Re}\,(X + iY)^m` and :math:`\mathrm{Im}\,(X + iY)^m`, m = 0..L, as two (L+1, B) arrays: by
-    doubling, the powers c..2c-1 as the powers 0..c-1 times :math:`w^c` (a few array operations, where a chain of
-    L products compiles into L small programs; each power is a product of at most :math:`2\log_2 L` factors)."""
-    re, im = jnp.ones_like(X)[None], jnp.zeros_like(X)[None]
-    pc, ps = X, Y  # w^c for c = the number of powers so far
-    while re.shape[0] < degree + 1:
-        re, im = jnp.concatenate([re, re * pc - im * ps]), jnp.concatenate([im, re * ps + im * pc])
-        pc, ps = pc * pc - ps * ps, 2 * pc * ps
-    return re[: degree + 1], im[: degree + 1]
 
 
 def _diagonals(x3: Array, degree: int) -> list[tuple[Array, Array]]:
@@ -697,28 +683,40 @@ def sphere_attention(
 
 # -- the attention flows' plan ------------------------------------------------------------------------
 
-#: ``attention_impl="auto"`` takes the sphere path when n >= TOKENS_PER_HARMONIC * (L + 1)^2: measured on a
-#: 2-core AMD EPYC (float64 and float32, beta = 1, 4, 16), the path is 1.1-1.9x faster than the dense sum from
-#: about 2-4 (L + 1)^2 tokens, 6-75x from 8-40 (L + 1)^2, and slower below (benchmarks/NOTES.md)
+#: ``attention_impl="auto"`` takes the sphere path when n >= TOKENS_PER_HARMONIC * H, H the number of harmonics
+#: of degree <= L ((L + 1)^2 on S^2): measured on a 2-core AMD EPYC (float64 and float32, beta = 1, 4, 16), the S^2
+#: path is 1.1-1.9x faster than the dense sum from about 2-4 (L + 1)^2 tokens, 6-75x from 8-40 (L + 1)^2, and
+#: slower below; on S^3 and S^4 (:mod:`attnflow.kernels.hypersphere`, beta = 4) 15x at 20 H and 1.7x at 3 H
+#: against the tiled sum (benchmarks/NOTES.md)
 TOKENS_PER_HARMONIC = 4
 
 
 @dataclass(frozen=True)
 class HarmonicPlan:
     """How an attention flow takes the sphere path (static): the score scale ``bound`` its degree is chosen for
-    (:func:`sphere_degree` of it, in the state's dtype), and whether ``"auto"`` chose it (then only above the
-    crossover :data:`TOKENS_PER_HARMONIC`)."""
+    (:func:`sphere_degree` of it on S^2, :func:`~attnflow.kernels.hypersphere.hypersphere_degree` on S^(d-1), in
+    the state's dtype), and whether ``"auto"`` chose it (then only above the crossover
+    :data:`TOKENS_PER_HARMONIC`)."""
 
     bound: float
     auto: bool
 
-    def degree(self, dtype) -> int:
-        """L for states of ``dtype``."""
-        return sphere_degree(self.bound, dtype)
+    def degree(self, dtype, d: int = 3) -> int:
+        """L for states of ``dtype`` on S^(d-1)."""
+        return sphere_degree(self.bound, dtype) if d == 3 else hypersphere_degree(self.bound, d, dtype)
 
     def applies(self, n: int, d: int, dtype) -> bool:
-        """Whether a field evaluation with n tokens in R^d takes the sphere path."""
-        return d == 3 and (not self.auto or n >= TOKENS_PER_HARMONIC * (self.degree(dtype) + 1) ** 2)
+        """Whether a field evaluation with n tokens in R^d takes the sphere path (``"auto"``: not where the
+        degree would exceed :data:`MAX_DEGREE`; explicit: that refusal is raised)."""
+        if d < 3:
+            return False
+        if not self.auto:
+            return True
+        try:
+            degree = self.degree(dtype, d)
+        except InputError:
+            return False
+        return n >= TOKENS_PER_HARMONIC * harmonic_total(d, degree)
 
 
 def identity_scales(Q, K, beta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -778,8 +776,9 @@ def harmonic_plan(w, attention_impl: str, *, mask=None, unit_tokens: bool = Fals
                   "picture (AttentionFlow, sphere_flow)")
     elif "layer" in w.axes:
         reason = "it takes one set of weights for every layer, these have a 'layer' axis"
-    elif w.d != 3:
-        reason = f"the sphere path is for tokens on S^2 (d = 3), these weights act on d = {w.d}"
+    elif w.d < 3:
+        reason = (f"the sphere path is for tokens on S^(d-1) with d >= 3 (the circle has the Fourier path, "
+                  f"attention_impl='fourier'), these weights act on d = {w.d}")
     elif mask is not None:
         reason = "a mask breaks the zonal structure of the scores; drop the mask or use 'chunked'"
     elif w.q_bias is not None or w.k_bias is not None:
@@ -802,7 +801,7 @@ def harmonic_plan(w, attention_impl: str, *, mask=None, unit_tokens: bool = Fals
         return None
     bound = float(c.max())
     try:
-        sphere_degree(bound, w.dtype)
+        HarmonicPlan(bound, auto=False).degree(w.dtype, w.d)
     except InputError:
         if explicit:
             raise
@@ -810,10 +809,11 @@ def harmonic_plan(w, attention_impl: str, *, mask=None, unit_tokens: bool = Fals
     return HarmonicPlan(bound, auto=not explicit)
 
 
-def head_means(x: Float[Array, "n 3"], scales: Float[Array, " h"], plan: HarmonicPlan, normalisation: str
-               ) -> Float[Array, "h n 3"]:
+def head_means(x: Float[Array, "n d"], scales: Float[Array, " h"], plan: HarmonicPlan, normalisation: str
+               ) -> Float[Array, "h n d"]:
     r""":math:`\sum_j P^h_{ij}\hat x_j` for every head h of score scale :math:`c_h` (the attention flows' sphere
-    path): :func:`sphere_attention` of the directions at the plan's degree, one head at a time.
+    path): :func:`sphere_attention` of the directions at the plan's degree, one head at a time (on S^(d-1), d > 3,
+    the sums of :func:`attnflow.kernels.hypersphere.hypersphere_sums`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -823,14 +823,20 @@ def head_means(x: Float[Array, "n 3"], scales: Float[Array, " h"], plan: Harmoni
         >>> out.shape, bool(jnp.allclose(out[1], sphere_attention(x, 2.0), atol=1e-6))
         ((2, 50, 3), True)
     """
-    degree = plan.degree(x.dtype)
-    depth = _depth(degree, plan.bound)
-    block = _default_block(x.shape[0])
-    return jax.lax.map(lambda c: _sphere_means(x, c, degree, normalisation, block, depth),
-                       jnp.asarray(scales, x.dtype).reshape(-1))
+    n, d = x.shape
+    degree = plan.degree(x.dtype, d)
+    if d == 3:
+        depth = _depth(degree, plan.bound)
+        block = _default_block(n)
+        means = lambda c: _sphere_means(x, c, degree, normalisation, block, depth)
+    else:
+        def means(c):
+            D, N = hypersphere_sums(x, c, degree, bound=plan.bound)
+            return N / D[:, None] if normalisation == "softmax" else N * (jnp.exp(c) / n)
+    return jax.lax.map(means, jnp.asarray(scales, x.dtype).reshape(-1))
 
 
-def harmonic_sums(x: Float[Array, "n 3"], beta, plan: HarmonicPlan) -> tuple[Float[Array, " n"], Float[Array, "n 3"]]:
+def harmonic_sums(x: Float[Array, "n d"], beta, plan: HarmonicPlan) -> tuple[Float[Array, " n"], Float[Array, "n d"]]:
     r"""(D, N) of one score scale ``beta`` at the plan's degree: the row sums of the max-shifted exponentials
     :math:`D_i = \sum_j e^{\beta(\langle\hat x_i, \hat x_j\rangle - 1)}` and
     :math:`N_i = \sum_j e^{\beta(\langle\hat x_i, \hat x_j\rangle - 1)}\hat x_j` (the identity sphere's field and its row sums).
@@ -844,6 +850,8 @@ def harmonic_sums(x: Float[Array, "n 3"], beta, plan: HarmonicPlan) -> tuple[Flo
         >>> bool(jnp.allclose(D, jnp.exp(3.0 * (x @ x.T - 1)).sum(1), rtol=1e-5))
         True
     """
-    degree = plan.degree(x.dtype)
+    degree = plan.degree(x.dtype, x.shape[1])
+    if x.shape[1] != 3:
+        return hypersphere_sums(x, beta, degree, bound=plan.bound)
     block = _default_block(x.shape[0])
     return _sphere_sums(x, jnp.asarray(beta, x.dtype), degree, block, _depth(degree, plan.bound))
