@@ -20,7 +20,10 @@ Timing: every program is compiled ahead of time (compile time printed), then cal
 measured on (CPU model, ``os.cpu_count()``, ``jax.devices()``, load average). On a shared machine quote the
 ratios measured in one run.
 
-Usage: ``python benchmarks/bench_sphere_path.py [--sizes 100000,1000000] [--beta 4] [--repeats 5]
+``--d 4`` (or 5, ...): the same rows on :math:`S^{d-1}` through :mod:`attnflow.kernels.hypersphere` (H harmonics
+of degree <= L, :math:`(L+1)(L+2)(2L+3)/6` on S^3), against the tiled direct sum in the same dimension.
+
+Usage: ``python benchmarks/bench_sphere_path.py [--d 3] [--sizes 100000,1000000] [--beta 4] [--repeats 5]
 [--direct-n 100000] [--no-direct] [--profile]``.
 """
 
@@ -74,32 +77,34 @@ def spread(times: list[float]) -> str:
     return f"min {min(times):.4g} s, median {statistics.median(times):.4g} s, max {max(times):.4g} s"
 
 
-def tokens(n: int, seed: int = 0) -> jax.Array:
-    """n tokens uniform on S^2 (float64)."""
-    x = np.random.default_rng(seed).standard_normal((n, 3))
+def tokens(n: int, seed: int = 0, d: int = 3) -> jax.Array:
+    """n tokens uniform on S^(d-1) (float64)."""
+    x = np.random.default_rng(seed).standard_normal((n, d))
     return jnp.asarray(x / np.linalg.norm(x, axis=1, keepdims=True))
 
 
-def value_matrix() -> jax.Array:
-    return jnp.asarray(np.eye(3) + 0.1 * np.random.default_rng(1).standard_normal((3, 3)))
+def value_matrix(d: int = 3) -> jax.Array:
+    return jnp.asarray(np.eye(d) + 0.1 * np.random.default_rng(1).standard_normal((d, d)))
 
 
-def sphere_layer(beta: float, degree: int, dt: float):
+def sphere_layer(beta: float, degree: int, dt: float, d: int = 3):
+    from attnflow.kernels.hypersphere import hypersphere_attention
     from attnflow.kernels.sphere import sphere_attention
 
-    V = value_matrix()
+    V = value_matrix(d)
+    attention = sphere_attention if d == 3 else hypersphere_attention
 
     def layer(x):
-        y = x + dt * sphere_attention(x, beta, degree=degree) @ V.T
+        y = x + dt * attention(x, beta, degree=degree) @ V.T
         return y / jnp.linalg.norm(y, axis=1, keepdims=True)
 
     return layer
 
 
-def direct_layer(beta: float, dt: float):
+def direct_layer(beta: float, dt: float, d: int = 3):
     from attnflow.kernels import chunked_attend
 
-    V = value_matrix()
+    V = value_matrix(d)
 
     def layer(x):
         y = x + dt * chunked_attend(beta * x, x, x) @ V.T
@@ -156,6 +161,7 @@ def profile(n: int, beta: float, degree: int, repeats: int) -> None:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d", type=int, default=3, help="tokens on S^(d-1) (default 3: S^2)")
     parser.add_argument("--sizes", default="100000,1000000", help="token counts of the sphere rows (comma-separated)")
     parser.add_argument("--beta", type=float, default=4.0, help="score scale beta (default 4)")
     parser.add_argument("--dt", type=float, default=0.1, help="Euler step of the layer (default 0.1)")
@@ -169,8 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.direct_n, args.repeats, args.direct_repeats = "10000", 10_000, 2, 1
-    record = {"machine": machine(), "beta": args.beta, "dtype": "float64", "rows": []}
+    record = {"machine": machine(), "beta": args.beta, "dtype": "float64", "d": args.d, "rows": []}
 
+    from attnflow.kernels.hypersphere import harmonic_total, hypersphere_degree
     from attnflow.kernels.sphere import sphere_degree
 
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -180,26 +187,27 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"float64 rates [{cpu_model()}, {os.cpu_count()} CPUs]: matmul 2048^2 {matmul / 1e9:.3g} Gflop/s, "
               f"exp {exp / 1e9:.3g} G exp/s")
         record.update(matmul_flops_per_s=matmul, exp_per_s=exp)
-        degree = sphere_degree(args.beta, "float64")
-        harmonics = (degree + 1) ** 2
+        d = args.d
+        degree = sphere_degree(args.beta, "float64") if d == 3 else hypersphere_degree(args.beta, d, "float64")
+        harmonics = harmonic_total(d, degree)
         results = {}
         for n in sizes:
-            x = tokens(n)
-            compile_s, t = timed(sphere_layer(args.beta, degree, args.dt), x, repeats=args.repeats)
+            x = tokens(n, d=d)
+            compile_s, t = timed(sphere_layer(args.beta, degree, args.dt, d), x, repeats=args.repeats)
             results[n] = min(t)
-            record["rows"].append({"path": "sphere", "n": n, "degree": degree, "times_s": list(t), "compile_s": compile_s,
-                                   "load": os.getloadavg()[0]})
-            # work: two passes of (L+1)^2 harmonics per token, each with a 4-column product (8 flops per harmonic)
-            work = 2 * 8.0 * harmonics * n
-            print(f"sphere  n={n:>8}: beta={args.beta:g}, L={degree} ({harmonics} harmonics), float64: {spread(t)}; "
+            record["rows"].append({"path": "sphere", "n": n, "d": d, "degree": degree, "harmonics": harmonics,
+                                   "times_s": list(t), "compile_s": compile_s, "load": os.getloadavg()[0]})
+            # work: two passes of H harmonics per token, each with a (d+1)-column product (2 (d+1) flops per harmonic)
+            work = 2 * 2.0 * (d + 1) * harmonics * n
+            print(f"sphere  n={n:>8}: S^{d - 1}, beta={args.beta:g}, L={degree} ({harmonics} harmonics), float64: {spread(t)}; "
                   f"{1 / min(t):.3g} layers/s; compile {compile_s:.2f} s; its products alone at the matmul rate "
                   f"{work / matmul:.3g} s [{cpu_model()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}]")
         if not args.no_direct:
             n = args.direct_n
-            x = tokens(n)
-            compile_s, t = timed(direct_layer(args.beta, args.dt), x, repeats=args.direct_repeats)
+            x = tokens(n, d=d)
+            compile_s, t = timed(direct_layer(args.beta, args.dt, d), x, repeats=args.direct_repeats)
             floor = n * n / exp
-            record["rows"].append({"path": "direct", "n": n, "times_s": list(t), "compile_s": compile_s,
+            record["rows"].append({"path": "direct", "n": n, "d": d, "times_s": list(t), "compile_s": compile_s,
                                    "load": os.getloadavg()[0]})
             print(f"direct  n={n:>8}: chunked_attend, float64: {spread(t)}; compile {compile_s:.2f} s; its n^2 exps "
                   f"alone at the exp rate {floor:.3g} s [{cpu_model()}, {os.cpu_count()} CPUs, load "
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
                     if m in results:
                         line += f" (direct / sphere = {guess / results[m]:.3g})"
                     print(line)
-        if args.profile and sizes:
+        if args.profile and sizes and d == 3:
             profile(max(sizes), args.beta, degree, args.repeats)
     if args.out:
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")

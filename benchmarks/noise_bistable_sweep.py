@@ -10,7 +10,10 @@ F[\text{cluster}])` (:func:`attnflow.meanfield.noise_barrier`), under which n pa
 layers of dtau = 0.1 in the rescaled time tau = e^beta t; a cloud has escaped when r falls below ``--past`` times the
 saddle's r, i.e. once it is past the saddle (half the cluster's r, the default of ``particle_escape_times``, lies above
 the saddle's r for sigma below about 1.02 sigma_c there: a fluctuation would count); censored at ``--t1``): the exponential law's mean lifetime with its chi-square interval, and the slope of log T against n b
-pooled over every (sigma, n) with an escape (1 in the barrier's regime).
+over every (sigma, n) (1 in the barrier's regime): by maximum likelihood from each (sigma, n)'s escape count and
+time at risk, so that the (sigma, n) without an escape count as lower bounds
+(:func:`attnflow.stats.censored_exponential_fit`, ``censored_fit``), and, as first recorded, by least squares
+through the (sigma, n) with escapes only (``fit``). ``--refit RECORD`` adds the first to a saved record.
 
 Writes a JSON record and a figure (``--out``, ``--figure``) and prints the table, labelled with the machine.
 ``--quick``: two ratios, n = 50 and 100, 8 clouds, t1 = 300 (seconds).
@@ -49,8 +52,17 @@ def main(argv=None) -> dict:
     p.add_argument("--past", type=float, default=0.75,
                    help="escape when r falls below this fraction of the saddle's r (default 0.75)")
     p.add_argument("--quick", action="store_true", help="two ratios, n = 50 and 100, 8 clouds, t1 = 300")
+    p.add_argument("--refit", type=Path, default=None,
+                   help="add the censored fit to this saved record, rewrite it and redraw the figure, then stop")
     add_record_arguments(p, "noise_bistable_sweep")
     args = p.parse_args(argv)
+    if args.refit is not None:
+        record = json.loads(args.refit.read_text())
+        record["censored_fit"] = _censored_fit(record)
+        args.refit.write_text(json.dumps(record, indent=1) + "\n")
+        _print(record)
+        _figure(record, args.figure)
+        return record
     record = redrawn(args, _figure)
     if record is not None:
         return record
@@ -77,6 +89,7 @@ def main(argv=None) -> dict:
                          "stable_r": barrier["stable_r"], "saddle_r": barrier["saddle_r"], "pde_r": state["r"],
                          "threshold": args.past * barrier["saddle_r"],
                          "events": out["events"], "systems": int(out["lifetime"].size),
+                         "exposure": float(np.nansum(out["lifetime"])),
                          "mean_lifetime": [None if not math.isfinite(x) else float(x) for x in mean],
                          "median": out["median"], "nonfinite": out["nonfinite"], "seconds": time.perf_counter() - t})
             print(f"ratio {ratio:g}, n = {n}: b = {barrier['slope']:.5f}, n b = {n * barrier['slope']:.2f}, "
@@ -92,10 +105,28 @@ def main(argv=None) -> dict:
               "past": args.past,
               "systems": args.systems, "rows": rows, "fit": fit, "quick": args.quick,
               "seconds": time.perf_counter() - start}
+    record["censored_fit"] = _censored_fit(record)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     _print(record)
     _figure(record, args.figure)
     return record
+
+
+def _exposure(row: dict) -> float:
+    """A row's time at risk: recorded, or (records written before it was) read back from the exponential law's
+    estimates: mean x events, or, with no escape, the 95% lower bound x -log(0.05)."""
+    if "exposure" in row:
+        return row["exposure"]
+    mean = row["mean_lifetime"]
+    return mean[0] * row["events"] if row["events"] else mean[1] * -math.log(0.05)
+
+
+def _censored_fit(r: dict) -> dict:
+    from attnflow.stats import censored_exponential_fit
+
+    rows = r["rows"]
+    return censored_exponential_fit([row["n_barrier"] for row in rows], [row["events"] for row in rows],
+                                    [_exposure(row) for row in rows])
 
 
 def _print(r: dict) -> None:
@@ -113,6 +144,11 @@ def _print(r: dict) -> None:
     if f:
         print(f"log T against n b over {f['points']} (sigma, n) with escapes: slope {f['slope']:.3f} "
               f"[{f['lo']:.3f}, {f['hi']:.3f}] (the barrier's regime: 1)")
+    c = r.get("censored_fit")
+    if c and c["slope"] is not None:
+        hi = "inf" if c["slope_hi"] is None else f"{c['slope_hi']:.3f}"
+        print(f"log T against n b over all {c['groups']} (sigma, n), censored ones included (maximum likelihood, "
+              f"{c['events']} escapes): slope {c['slope']:.3f} [{c['slope_lo']:.3f}, {hi}]")
 
 
 def _where(r: dict, tex: bool = False) -> str:
@@ -140,8 +176,14 @@ def _figure(r: dict, path: Path) -> None:
     f = r["fit"]
     if f:
         grid = np.linspace(0, max(row["n_barrier"] for row in r["rows"] if row["events"] > 0), 50)
-        ax.plot(grid, np.exp(f["intercept"] + f["slope"] * grid), "k--", lw=1,
-                label=f"fit: slope {f['slope']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}] (barrier law: 1)")
+        ax.plot(grid, np.exp(f["intercept"] + f["slope"] * grid), "k:", lw=1,
+                label=f"least squares, escapes only: slope {f['slope']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]")
+    c = r.get("censored_fit")
+    if c and c["slope"] is not None:
+        grid = np.linspace(0, max(row["n_barrier"] for row in r["rows"] if row["events"] > 0), 50)
+        hi = "inf" if c["slope_hi"] is None else f"{c['slope_hi']:.2f}"
+        ax.plot(grid, np.exp(c["intercept"] + c["slope"] * grid), "k--", lw=1,
+                label=f"censored likelihood, all: slope {c['slope']:.2f} [{c['slope_lo']:.2f}, {hi}] (barrier law: 1)")
     ax.set_yscale("log")
     ax.set_xlabel(r"$n\,b$,  $b = \frac{2}{\sigma^2}(F[\mathrm{saddle}] - F[\mathrm{cluster}])$")
     ax.set_ylabel(r"mean escape time $\tau$ (open: lower bound)")

@@ -539,8 +539,8 @@ def _main(argv=None) -> dict:
                    help="skip the stochastic layer against the deterministic one (benchmarks/bench_noise.py "
                         "-> RUN_DIR/noise.json)")
     p.add_argument("--no-sphere", dest="sphere", action="store_false",
-                   help="skip the S^2 path against the tiled direct sum (benchmarks/bench_sphere_path.py "
-                        "-> RUN_DIR/sphere.json)")
+                   help="skip the S^2 and S^3 paths against the tiled direct sum (benchmarks/bench_sphere_path.py "
+                        "-> RUN_DIR/sphere.json, sphere-s3.json)")
     args = p.parse_args(argv)
     if args.report:
         return report(args.report)
@@ -572,6 +572,10 @@ def _main(argv=None) -> dict:
 
         summary["sphere"] = bench_sphere_path.main((["--quick"] if args.quick else [])
                                                    + ["--out", str(Path(summary["run_dir"]) / "sphere.json")])
+        # S^3 (attnflow.kernels.hypersphere) at 10^5 tokens against the tiled sum in d = 4, one direct call
+        summary["sphere_s3"] = bench_sphere_path.main(
+            ["--d", "4", "--direct-repeats", "1"] + (["--quick"] if args.quick else ["--sizes", "100000"])
+            + ["--out", str(Path(summary["run_dir"]) / "sphere-s3.json")])
     return summary
 
 

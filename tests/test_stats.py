@@ -9,6 +9,7 @@ from scipy import optimize, stats
 
 from attnflow.errors import InputError
 from attnflow.stats import (
+    censored_exponential_fit,
     censored_lognormal_fit,
     difference_interval,
     fit_slope,
@@ -237,3 +238,48 @@ def test_standard_error_is_scipys_sem():
         v = rng.standard_normal(m) * 3.0
         assert standard_error(v) == pytest.approx(stats.sem(v), rel=1e-13)
     assert np.isnan(standard_error(np.array([1.0]))) and np.isnan(standard_error(np.array([])))
+
+
+def _poisson_nll(a, b, x, events, exposure):
+    """The counts' negative log-likelihood, events_r ~ Poisson(exposure_r e^{-(a + b x_r)}), up to a constant."""
+    log_rate = -(a + b * x)
+    return -float(np.sum(events * log_rate - exposure * np.exp(log_rate)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_censored_exponential_fit_against_scipy_optimize(seed):
+    rng = np.random.default_rng(seed)
+    x = np.array([0.3, 1.1, 1.9, 2.6, 3.4])
+    T = rng.exponential(np.exp(1.5 + 0.9 * x)[:, None], (5, 30))
+    cap = 40.0  # the last groups mostly censored, one perhaps with no escape at all
+    events, exposure = (T < cap).sum(1), np.minimum(T, cap).sum(1)
+    fit = censored_exponential_fit(x, events, exposure, 0.9)
+    ref = optimize.minimize(lambda th: _poisson_nll(th[0], th[1], x, events, exposure), np.array([0.0, 0.0]),
+                            method="Nelder-Mead", options={"xatol": 1e-11, "fatol": 1e-13, "maxiter": 20000})
+    assert fit["slope"] == pytest.approx(ref.x[1], abs=1e-6) and fit["intercept"] == pytest.approx(ref.x[0], abs=1e-6)
+    best = ref.fun
+
+    def profile_drop(b):  # 2 (max l - max_a l(a, b)), a optimised numerically
+        inner = optimize.minimize_scalar(lambda a: _poisson_nll(a, b, x, events, exposure), bounds=(-20, 30),
+                                         method="bounded", options={"xatol": 1e-12})
+        return 2 * (inner.fun - best)
+
+    for edge in (fit["slope_lo"], fit["slope_hi"]):
+        assert profile_drop(edge) == pytest.approx(stats.chi2.ppf(0.9, 1), abs=1e-5)
+    assert fit["slope_lo"] < fit["slope"] < fit["slope_hi"]
+    assert fit["events"] == int(events.sum()) and fit["groups"] == 5
+
+
+def test_censored_exponential_fit_counts_groups_without_an_escape():
+    """A group with no escape pulls the slope up (its exposure bounds the mean from below); dropping it does not."""
+    x = np.array([0.0, 1.0, 2.0, 3.0])
+    events, exposure = np.array([30, 12, 4, 0]), np.array([300.0, 330.0, 360.0, 360.0])
+    with_zero = censored_exponential_fit(x, events, exposure)
+    without = censored_exponential_fit(x[:3], events[:3], exposure[:3])
+    assert with_zero["slope"] > without["slope"] and with_zero["x_values"] == 3 and with_zero["groups"] == 4
+    few = censored_exponential_fit(x, [2, 0, 0, 0], exposure)
+    assert few["slope"] is None and few["events"] == 2
+    with pytest.raises(InputError, match="counts"):
+        censored_exponential_fit(x, [1.5, 0, 0, 0], exposure)
+    with pytest.raises(InputError, match="one entry per group"):
+        censored_exponential_fit(x, [1, 0], exposure)

@@ -275,7 +275,7 @@ def hypersphere_kernel_coefficients(beta: float | Float[Array, ""], degree: int,
         >>> g = hypersphere_kernel_coefficients(2.0, 1, 4)   # S^3: g_l = e^-b (2/b) (l+1)^2 I_{l+1}(b)
         >>> i1, i2 = 1.590636854637329, 0.688948447698738     # I_1(2), I_2(2)
         >>> [round(float(a), 6) for a in g], [round(k * k * i * math.exp(-2), 6) for k, i in ((1, i1), (2, i2))]
-        ([0.215269, 0.372958], [0.215269, 0.372958])
+        ([0.215269, 0.372956], [0.215269, 0.372956])
     """
     d = _check_dimension(d)
     degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree kept")

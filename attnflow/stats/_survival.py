@@ -264,3 +264,86 @@ def censored_lognormal_fit(x, lifetime, censored, confidence: float = 0.95, *, t
                 "intercept": None, "sigma": None, "retained": None, **counts}
     theta = _lognormal_theta(data)
     return {**_lognormal_intervals(data, theta, confidence), "retained": _retained(data, theta), **counts}
+
+
+def censored_exponential_fit(x, events, exposure, confidence: float = 0.95) -> dict:
+    r"""Maximum-likelihood fit of exponential lifetimes whose mean grows as :math:`\log \bar T = a + bx`, from
+    groups of right-censored lifetimes: group r at :math:`x_r` had ``events`` escapes over a total time at risk
+    ``exposure`` (the sum of its lifetimes, censored ones included), so its count is Poisson with mean
+    :math:`E_r e^{-(a + b x_r)}`. Groups with no escape count: their exposure bounds the mean from below, where a fit
+    of the groups' own means would drop them.
+
+    The intercept has a closed form at each b, :math:`e^{a(b)} = \sum_r E_r e^{-b x_r} / \sum_r e_r`, so the profile
+    log-likelihood is :math:`\ell(b) = -e\log\big(\sum_r E_r e^{-bx_r}/e\big) - b\sum_r e_r x_r - e` (e the events in
+    all), concave in b; b maximises it, and the interval is the profile-likelihood one,
+    :math:`2(\ell(\hat b) - \ell(b)) \le \chi^2_{1}(\text{confidence})`.
+
+    Returns ``slope`` b, ``slope_lo``, ``slope_hi``, ``intercept`` a, ``events``, ``groups`` and
+    ``x_values``; the estimates are None with fewer than three events or events at fewer than two x (then
+    ``slope_lo`` / ``slope_hi`` too; an interval unbounded on one side holds that side as None).
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.stats import censored_exponential_fit
+        >>> rng = np.random.default_rng(1)
+        >>> x = np.array([0.0, 1.0, 2.0, 3.0])
+        >>> T = rng.exponential(np.exp(2.0 + 1.0 * x)[:, None], (4, 400))   # mean e^(2 + x), 400 lifetimes each
+        >>> seen = np.minimum(T, 60.0)                                       # censored at 60
+        >>> fit = censored_exponential_fit(x, (T < 60).sum(1), seen.sum(1))
+        >>> round(fit["slope"], 1), fit["slope_lo"] < 1.0 < fit["slope_hi"], round(fit["intercept"], 1)
+        (1.0, True, 2.0)
+    """
+    from scipy.optimize import brentq
+    from scipy.stats import chi2
+
+    x, e, E = (np.asarray(a, np.float64).reshape(-1) for a in (x, events, exposure))
+    if not x.size == e.size == E.size:
+        raise InputError(f"x, events and exposure must hold one entry per group, got sizes {x.size}, {e.size}, "
+                         f"{E.size}.")
+    keep = np.isfinite(x) & np.isfinite(e) & np.isfinite(E) & (E > 0)
+    if np.any(e[keep] < 0) or np.any(e[keep] != np.round(e[keep])):
+        raise InputError("events must be counts (whole numbers >= 0).")
+    x, e, E = x[keep], e[keep], E[keep]
+    total = float(e.sum())
+    out = {"slope": None, "slope_lo": None, "slope_hi": None, "intercept": None, "events": int(total),
+           "groups": int(x.size), "x_values": int(np.unique(x[e > 0]).size)}
+    if total < 3 or out["x_values"] < 2:
+        return out
+    shift = x.mean()
+    xc = x - shift
+
+    def log_sum(b):  # log sum_r E_r e^{-b x_r}, stably
+        z = np.log(E) - b * xc
+        top = z.max()
+        return top + np.log(np.exp(z - top).sum())
+
+    def profile(b):
+        return -total * (log_sum(b) - np.log(total)) - b * float((e * xc).sum()) - total
+
+    def score(b):  # d profile / db: e * (weighted mean of x under E e^{-bx}) - sum e x
+        z = np.log(E) - b * xc
+        w = np.exp(z - z.max())
+        return total * float((w * xc).sum() / w.sum()) - float((e * xc).sum())
+
+    span = 1.0 / max(np.ptp(xc), 1e-300)
+    lo, hi = -span, span
+    while score(lo) <= 0 and lo > -1e6 * span:  # the score decreases in b: bracket its root
+        lo *= 2
+    while score(hi) >= 0 and hi < 1e6 * span:
+        hi *= 2
+    if score(lo) <= 0 or score(hi) >= 0:
+        return out  # no finite maximum (e.g. every event at one end)
+    b = brentq(score, lo, hi, xtol=1e-14 * span)
+    top = profile(b)
+    cut = chi2.ppf(confidence, 1) / 2
+    drop = lambda c: top - profile(c) - cut
+
+    def side(step):
+        edge = b + step
+        while drop(edge) < 0 and abs(edge - b) < 1e6 * span:
+            edge = b + 2 * (edge - b)
+        return brentq(drop, b, edge, xtol=1e-12 * span) if drop(edge) >= 0 else None
+
+    out.update(slope=float(b), slope_lo=side(-span), slope_hi=side(span),
+               intercept=float(log_sum(b) - np.log(total) - b * shift))
+    return out
