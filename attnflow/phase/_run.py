@@ -84,8 +84,11 @@ def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
         one += 2.0 * config.num_layers * 3 * d * d * item
     per_device = -(-min(config.run.chunk_size, group_pairs(config)) // devices)
     chunk_bytes = per_device * one
-    check_fits(f"a chunk of the phase diagram ({per_device} (beta, system) pairs per device)", chunk_bytes,
-               [("run.chunk_size", config.run.chunk_size, default["run"]["chunk_size"], 1)])
+    # each pair holds n x n arrays (scores, the Gram matrix of its statistics): the key that grew most is named
+    default_n = default["n"] if isinstance(default["n"], int) else max(default["n"])
+    check_fits(f"a chunk of the phase diagram ({per_device} (beta, system) pairs per device, n = {n} tokens)",
+               chunk_bytes, [("run.chunk_size", min(config.run.chunk_size, group_pairs(config)),
+                              default["run"]["chunk_size"], 1), ("n", n, default_n, 2)])
     # process 0 holds every group's per-system columns at once, with as much again for the chunk transfers, the
     # tables and the metastability rule's scratch arrays
     columns_bytes = 2.0 * len(config.groups) * group_pairs(config) * K * len(OBSERVABLES) * item
