@@ -131,7 +131,7 @@ def gram_statistics(gram: Float[Array, "n n"], beta, threshold=DEFAULT_THRESHOLD
     if energy is None:  # the log-sum-exp's shift: the largest diagonal entry bounds every entry of a Gram
         # matrix (|G_ij| <= |x_i| |x_j|, Cauchy-Schwarz), and it needs no pass over the off-diagonal entries
         energy = _energy(gram, beta, jnp.max(jnp.diagonal(gram)))
-    return {"pairs_clustered": (pairs / max(n * (n - 1), 1)).astype(gram.dtype),
+    return {"pairs_clustered": pairs.astype(gram.dtype) / max(n * (n - 1), 1),
             "clusters": _label_count(labels).astype(gram.dtype),
             "energy": jnp.asarray(energy, gram.dtype), "ip_min": lo, "ip_mean": mean, "ip_max": hi}
 

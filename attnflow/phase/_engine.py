@@ -49,13 +49,18 @@ from .._x64 import float64_enabled, float64_scope
 from ..ensembles import draw_clouds, draw_clustered_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
 from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
-from ..observables import directions, gram_statistics, span_dimension
+from ..kernels.fourier import fourier_modes
+from ..observables import circle_gram_statistics, directions, gram_statistics, span_dimension
 from ..observables import sphere_energy_from_row_sums
 from ..runs import sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
 OBSERVABLES = ("pairs_clustered", "clusters", "energy", "span", "ip_min", "ip_mean", "ip_max")
+#: groups in the plane (d = 2) with more tokens read their statistics from the sorted angles and Fourier moments
+#: (:func:`attnflow.observables.circle_gram_statistics`, O(n log n + n K), no n x n matrix: n = 10^5 and more), and
+#: the sphere with Q^T K = I attends on the Fourier path; up to it the dense Gram matrix, as before
+CIRCLE_STATISTICS_ABOVE = 4096
 #: the relative tolerance of the span dimension (eigenvalues of the Gram matrix above it times the trace)
 SPAN_REL_TOL = 1e-6
 #: n x n arrays one pair holds at once while it steps and reads its statistics (scores, exponentials,
@@ -68,13 +73,15 @@ PAIR_MATRICES, PAIR_STATES = 8, 6
 NOISE_STREAM = 1
 
 
-def statistics(x, beta, threshold, *, energy=None) -> dict:
+def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = None) -> dict:
     r"""The observables of one cloud (n, d), read on its directions :math:`x_i/|x_i|` (:data:`OBSERVABLES`).
 
     The Gram matrix :math:`G_{ij} = \langle u_i, u_j\rangle` is formed once:
     :func:`attnflow.observables.gram_statistics` (clustered pairs, clusters, energy, smallest / mean /
     largest off-diagonal entry) and :func:`~attnflow.observables.span_dimension` of U. ``energy``: the
     energy when the caller has it already (the identity sphere's, from its next layer's softmax).
+    ``circle_modes`` (tokens in the plane): the same statistics without the Gram matrix,
+    :func:`~attnflow.observables.circle_gram_statistics` with this many Fourier modes for the energy.
 
     Example:
         >>> import jax.numpy as jnp
@@ -84,8 +91,9 @@ def statistics(x, beta, threshold, *, energy=None) -> dict:
         (0.333333, 2, 2, 0.333333)
     """
     u = directions(x)
-    return {**gram_statistics(u @ u.T, beta, threshold, energy=energy),
-            "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
+    pairs = (circle_gram_statistics(u, beta, threshold, modes=circle_modes) if circle_modes is not None
+             else gram_statistics(u @ u.T, beta, threshold, energy=energy))
+    return {**pairs, "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
 def order_parameter(ip_mean: np.ndarray, n: int) -> np.ndarray:
@@ -181,9 +189,38 @@ def _pair_group(pairs: int, n: int, d: int, heads: int, itemsize: int) -> int:
 
 
 def _identity_sphere(config: PhaseConfig, group: PhaseGroup) -> bool:
-    """Whether the group runs the sphere with Q = K = V = I (the projections are identities: skipped)."""
+    """Whether the group runs the sphere with Q = K = V = I (the projections are identities: skipped; not for
+    the large clouds of :func:`circle_statistics_modes`, whose Fourier path is the general field's)."""
     return (group.dynamics.name == "sphere" and config.v_ensemble == "identity"
-            and config.qk_ensemble == "identity")
+            and config.qk_ensemble == "identity" and circle_statistics_modes(config, group) is None)
+
+
+def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | None:
+    """The Fourier modes K of a group whose statistics come from :func:`attnflow.observables.circle_gram_statistics`
+    (d = 2 and n > :data:`CIRCLE_STATISTICS_ABOVE`): exact to rounding for the group's largest beta; None for
+    the others (the dense Gram matrix).
+
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import circle_statistics_modes
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(n=[64, 20000], d=2, beta=[1.0, 4.0])
+        >>> cfg = check_phase_config(cfg)
+        >>> [circle_statistics_modes(cfg, g) for g in cfg.groups]
+        [None, 22]
+    """
+    if group.d != 2 or group.n <= CIRCLE_STATISTICS_ABOVE:
+        return None
+    return fourier_modes(float(max(config.betas_at(group.n))), config.dtype)
+
+
+def _attention_options(config: PhaseConfig, group: PhaseGroup) -> dict:
+    """The sphere's attention on a large circle with Q^T K = I: the Fourier path, its modes bounded by the group's
+    largest beta (the fields are built inside the traced program, so the bound is given)."""
+    if (circle_statistics_modes(config, group) is None or group.dynamics.name != "sphere"
+            or config.qk_ensemble != "identity" or group.dynamics.num_heads != 1):
+        return {}
+    return {"attention_impl": "fourier", "fourier_max_score": float(max(config.betas_at(group.n)))}
 
 
 def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -249,6 +286,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     saves = SaveLayers.given(config.checkpoint_layers)
     dt, threshold, n, d = config.dt, config.threshold, group.n, group.d
     options = {"normalisation": config.normalisation} if spec.field == "sphere" else {}
+    options.update(_attention_options(config, group))
+    circle_modes = circle_statistics_modes(config, group)
     identity = _identity_sphere(config, group)
     mean = config.normalisation == "mean"
     eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
@@ -282,7 +321,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
                 return statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
         else:
             def save(t, y, args):
-                return statistics(y, beta, threshold)
+                return statistics(y, beta, threshold, circle_modes=circle_modes)
         traj = stepper.solve(field, x0, save_fn=save)
         stats = traj.ys
         t_bad = _rescaled_time(traj.t_nonfinite, step, dt) if mean and not identity else traj.t_nonfinite

@@ -35,7 +35,7 @@ from ..observables import ENERGY_REL_TOL, HOLD_RATIO, first_plateaus
 from ..plot._workers import FigureWorkers, worker_count
 from ..runs import check_table_memory, concat, plan_chunks, start_chunked, write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config, log_step_scale
-from ._engine import OBSERVABLES, column_layout, group_pairs, make_chunk_fn
+from ._engine import OBSERVABLES, circle_statistics_modes, column_layout, group_pairs, make_chunk_fn
 from ._figures import MAPS
 from ._metastability import MIN_FIT_CELLS, MIN_FIT_CLUSTERS, MIN_RETAINED, lifetime_slope, lifetime_summary
 from ._tables import CELL_COLUMNS, cell_rows, finite_rows, grid_of
@@ -79,16 +79,23 @@ def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
     n, d, heads = max(config.n), max(config.d), max(config.heads)
     K = len(config.checkpoint_layers)
     saved = (config.num_layers + 1) * (len(OBSERVABLES) + 1) * item  # the save_fn's buffers
-    one = STATE_COPIES * heads * n * d * item + heads * n * n * item + saved + 3 * heads * d * d * 8
+    # n x n arrays for the groups with a dense Gram matrix; the large clouds in the plane read their statistics from
+    # the sorted angles (attnflow.observables.circle_gram_statistics), with a few arrays of n K
+    dense_n = max((g.n for g in config.groups if circle_statistics_modes(config, g) is None), default=0)
+    circle_nk = max((g.n * (circle_statistics_modes(config, g) + 2) for g in config.groups
+                     if circle_statistics_modes(config, g) is not None), default=0)
+    one = (STATE_COPIES * heads * n * d * item + heads * dense_n * dense_n * item + 4 * circle_nk * item + saved
+           + 3 * heads * d * d * 8)
     if config.dynamics.name == "layered":
         one += 2.0 * config.num_layers * 3 * d * d * item
     per_device = -(-min(config.run.chunk_size, group_pairs(config)) // devices)
     chunk_bytes = per_device * one
     # each pair holds n x n arrays (scores, the Gram matrix of its statistics): the key that grew most is named
     default_n = default["n"] if isinstance(default["n"], int) else max(default["n"])
-    check_fits(f"a chunk of the phase diagram ({per_device} (beta, system) pairs per device, n = {n} tokens)",
+    check_fits(f"a chunk of the phase diagram ({per_device} (beta, system) pairs per device, n = {max(dense_n, 1)} "
+               "tokens with a dense Gram matrix)",
                chunk_bytes, [("run.chunk_size", min(config.run.chunk_size, group_pairs(config)),
-                              default["run"]["chunk_size"], 1), ("n", n, default_n, 2)])
+                              default["run"]["chunk_size"], 1), ("n", max(dense_n, 1), default_n, 2)])
     # process 0 holds every group's per-system columns at once, with as much again for the chunk transfers, the
     # tables and the metastability rule's scratch arrays
     columns_bytes = 2.0 * len(config.groups) * group_pairs(config) * K * len(OBSERVABLES) * item
