@@ -176,7 +176,7 @@ def hypersphere_tail_bound(beta: float, degree: int, d: int) -> float:
         True
     """
     d = _check_dimension(d)
-    b = _check_beta_scale("beta", beta)
+    b = _check_scale("beta", beta, "the score scale of the kernel exp(beta (t - 1))")
     degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree kept")
     return float(np.exp(_log_tails(b, (d - 2) / 2, degree)[degree]))
 
@@ -193,15 +193,28 @@ def _log_tails(b: float, lam: float, top: int) -> np.ndarray:
         return np.log(tails[1: top + 2] * (1 + _BOUND_MARGIN))
 
 
-def _check_beta_scale(name: str, value) -> float:
+def _check_scale(name: str, value, meaning: str) -> float:
     if isinstance(value, (str, bytes, bool)) or value is None or v.is_traced(value) or np.ndim(value) != 0:
-        raise InputError(f"{name} must be a concrete real number >= 0 (the score scale of the kernel "
-                         f"exp(beta (t - 1))), got {value!r}.")
+        raise InputError(f"{name} must be a concrete real number >= 0 ({meaning}), got {value!r}.")
     b = float(value)
     if not math.isfinite(b) or b < 0:
-        raise InputError(f"{name} must be a finite real number >= 0 (the score scale of the kernel "
-                         f"exp(beta (t - 1))), got {value!r}.")
+        raise InputError(f"{name} must be a finite real number >= 0 ({meaning}), got {value!r}.")
     return b
+
+
+def _tail_goal(dtype, tol: float | None) -> float:
+    """The tail a degree must reach: ``tol``, or the unit roundoff of ``dtype`` (checked)."""
+    try:
+        kind = jnp.dtype(dtype)
+    except TypeError:
+        kind = None
+    if kind is None or not jnp.issubdtype(kind, jnp.floating):
+        raise InputError(f"dtype must be a floating dtype such as 'float32' or 'float64', got {dtype!r}.")
+    goal = float(jnp.finfo(kind).eps) / 2 if tol is None else float(tol)
+    if not 0 < goal < 1:
+        raise InputError(f"tol must be a tolerance in (0, 1) on the kernel's tail (relative to its maximum 1), "
+                         f"got {tol!r}.")
+    return goal
 
 
 def hypersphere_degree(beta_max: float, d: int, dtype="float64", *, tol: float | None = None) -> int:
@@ -215,17 +228,8 @@ def hypersphere_degree(beta_max: float, d: int, dtype="float64", *, tol: float |
         ([22, 23, 24], 14)
     """
     d = _check_dimension(d)
-    b = _check_beta_scale("beta_max", beta_max)
-    try:
-        kind = jnp.dtype(dtype)
-    except TypeError:
-        kind = None
-    if kind is None or not jnp.issubdtype(kind, jnp.floating):
-        raise InputError(f"dtype must be a floating dtype such as 'float32' or 'float64', got {dtype!r}.")
-    goal = float(jnp.finfo(kind).eps) / 2 if tol is None else float(tol)
-    if not 0 < goal < 1:
-        raise InputError(f"tol must be a tolerance in (0, 1) on the kernel's tail (relative to its maximum 1), "
-                         f"got {tol!r}.")
+    b = _check_scale("beta_max", beta_max, "an upper bound of the score scale beta")
+    goal = _tail_goal(dtype, tol)
     tails = _log_tails(b, (d - 2) / 2, MAX_DEGREE)
     below = np.flatnonzero(tails <= math.log(goal))
     if not below.size:

@@ -152,7 +152,16 @@ from jaxtyping import Array, Float
 
 from .. import _validate as v
 from ..errors import InputError
-from .hypersphere import MAX_DEGREE, _powers, harmonic_total, hypersphere_degree, hypersphere_sums
+from .hypersphere import (
+    MAX_DEGREE,
+    _check_scale,
+    _depth,
+    _powers,
+    _tail_goal,
+    harmonic_total,
+    hypersphere_degree,
+    hypersphere_sums,
+)
 
 __all__ = ["MAX_DEGREE", "sphere_attention", "sphere_degree", "sphere_harmonics", "sphere_kernel_coefficients",
            "sphere_tail_bound", "TOKENS_PER_HARMONIC", "HarmonicPlan", "identity_scales", "harmonic_plan",
@@ -221,15 +230,6 @@ def _log_tail_bounds(b: float, top: int) -> tuple[float, ...]:
     return tuple(min(0.0, float(t) + _BOUND_MARGIN) for t in tails[: top + 1])
 
 
-def _check_scale(name: str, value, meaning: str) -> float:
-    if isinstance(value, (str, bytes, bool)) or value is None or v.is_traced(value) or np.ndim(value) != 0:
-        raise InputError(f"{name} must be a concrete real number >= 0 ({meaning}), got {value!r}.")
-    b = float(value)
-    if not math.isfinite(b) or b < 0:
-        raise InputError(f"{name} must be a finite real number >= 0 ({meaning}), got {value!r}.")
-    return b
-
-
 def sphere_tail_bound(beta: float, degree: int) -> float:
     r"""A proven upper bound on :math:`T_L = \sum_{l > L} g_l`, the tail of the kernel
     :math:`e^{\beta(t - 1)} = \sum_l g_l P_l(t)` beyond degree L = ``degree`` (module docstring: the
@@ -259,16 +259,7 @@ def sphere_degree(beta_max: float, dtype="float64", *, tol: float | None = None)
         12
     """
     b = _check_scale("beta_max", beta_max, "an upper bound of the score scale beta")
-    try:
-        kind = jnp.dtype(dtype)
-    except TypeError:
-        kind = None
-    if kind is None or not jnp.issubdtype(kind, jnp.floating):
-        raise InputError(f"dtype must be a floating dtype such as 'float32' or 'float64', got {dtype!r}.")
-    goal = float(jnp.finfo(kind).eps) / 2 if tol is None else float(tol)
-    if not 0 < goal < 1:
-        raise InputError(f"tol must be a tolerance in (0, 1) on the kernel's tail (relative to its maximum 1), "
-                         f"got {tol!r}.")
+    goal = _tail_goal(dtype, tol)
     bounds = _log_tail_bounds(b, MAX_DEGREE)
     target = math.log(goal)
     for degree, bound in enumerate(bounds):
@@ -279,15 +270,6 @@ def sphere_degree(beta_max: float, dtype="float64", *, tol: float | None = None)
 
 
 # -- the kernel's coefficients ----------------------------------------------------------------------------
-
-
-def _depth(degree: int, beta) -> int:
-    """Start N of the backward recurrence: 2 L + 40, and for a concrete beta at least L + 40 beyond the next
-    power of two of beta (a few starts, so a few compilations, cover every beta)."""
-    depth = 2 * degree + 40
-    if v.is_concrete(beta) and np.ndim(beta) == 0 and math.isfinite(float(beta)) and float(beta) > 1:
-        depth = max(depth, 2 ** math.ceil(math.log2(float(beta))) + degree + 40)
-    return depth
 
 
 @functools.partial(jax.jit, static_argnames=("degree", "depth"))
