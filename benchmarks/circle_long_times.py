@@ -11,7 +11,8 @@ count >= 2 that last at least as long as the time taken to reach them; the last 
 state's lifetime T, with the geometry at its start. Each lifetime is set against the two-cluster barrier law
 of the n = 2 reduction, :math:`T_2(\Delta) = e^{\beta(1-\cos\Delta)}/(2\beta\sin^2\Delta)`, at the state's
 smallest gap :math:`\Delta_{min}`, and the slope of :math:`\log T` against :math:`\beta(1-\cos\Delta_{min})` is
-fitted over the uncensored states (Student-t interval), and the mean of log(T / T_2) over them, pooled over clouds
+fitted over the uncensored states (Student-t interval) and over every state, the censored ones as lower bounds
+(:func:`attnflow.stats.censored_lognormal_fit`, the interval robust to the states of one cloud sharing it), and the mean of log(T / T_2) over them, pooled over clouds
 and betas, with its Student-t interval. The duration of the quasi-linear phase is the time of
 the first save with clusters.
 
@@ -121,7 +122,7 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
 
 
 def fit(rows: list[dict]) -> dict:
-    from attnflow.stats import fit_slope, mean_interval
+    from attnflow.stats import censored_lognormal_fit, fit_slope, mean_interval
 
     pts = [(s["barrier"], math.log(s["lifetime"]), math.log(s["two_cluster_law"])) for r in rows for s in r["states"]
            if not s["censored"] and s["lifetime"] > 0]
@@ -130,7 +131,16 @@ def fit(rows: list[dict]) -> dict:
     b, logt, logl = (np.asarray(a) for a in zip(*pts))
     out = fit_slope(b, logt)
     mean, lo, hi = mean_interval((logt - logl)[:, None], 0.95)  # every merge of every cloud and beta, pooled
+    # every state, the censored ones as lower bounds (log-normal likelihood; interval robust to the states of one
+    # cloud sharing it): the uncensored-only fit above drops the longest-lived states
+    every = [(s["barrier"], s["lifetime"], s["censored"], i) for i, r in enumerate(rows) for s in r["states"]
+             if s["lifetime"] > 0]
+    x_all, life, cens, cloud = (np.asarray(a) for a in zip(*every))
+    censored = censored_lognormal_fit(x_all, life, cens.astype(bool), 0.95, clusters=cloud)
     return {"points": len(pts), "slope": out["slope"], "lo": out["lo"], "hi": out["hi"],
+            "censored": {"slope": censored["slope"], "lo": censored["slope_lo"], "hi": censored["slope_hi"],
+                         "sigma": censored["sigma"], "states": len(every), "censored_states": int(cens.sum()),
+                         "clouds": censored["clusters"], "interval": censored["interval"]},
             "log_ratio_to_law": {"median": float(np.median(logt - logl)), "min": float(np.min(logt - logl)),
                                  "max": float(np.max(logt - logl)), "mean": float(mean[0]), "mean_lo": float(lo[0]),
                                  "mean_hi": float(hi[0])}}
@@ -184,11 +194,18 @@ def main(argv=None) -> dict:
     p.add_argument("--d", type=int, default=2, choices=[2, 3],
                    help="2: the circle (Fourier path); 3: the sphere S^2 (harmonic path, exact threshold-graph clusters)")
     p.add_argument("--quick", action="store_true", help="n = 10^4, beta = 4 and 8, t1 = 200 (seconds)")
+    p.add_argument("--refit", type=Path, default=None, help="recompute the fits of this saved record, write it back")
     add_record_arguments(p, "circle_long_times")
     args = p.parse_args(argv)
     if args.redraw is not None:
         out = json.loads(args.redraw.read_text())
         figure(out["rows"], out["fit"], args.figure, out["machine"].get("cpu", ""))
+        return out
+    if args.refit is not None:  # the fits of a saved record recomputed (and written back)
+        out = json.loads(args.refit.read_text())
+        out["fit"] = fit(out["rows"])
+        args.refit.write_text(json.dumps(out) + "\n")
+        print(f"log T against beta (1 - cos Delta_min): {out['fit']}")
         return out
     if args.quick:
         args.n, args.betas, args.t1 = 10_000, [4.0, 8.0], 200.0
