@@ -58,7 +58,7 @@ def parse(argv=None):
                         "euler-flash (the fused "
                         "Pallas kernel, impl='flash') and tsit5 (fixed and adaptive); default all")
     p.add_argument("--skip", default="",
-                   help="parts to leave out, comma-separated among tuning, torch, gradient, phase, meanfield, sweep")
+                   help="parts to leave out, comma-separated among tuning, torch, gradient, phase, meanfield, spheres, sweep")
     p.add_argument("--flash-config", default=None, metavar="BQ,BK,WARPS,STAGES",
                    help="tiles of the fused kernel's rows (skips the tuning part; default: the tuning's fastest)")
     p.add_argument("--sweep-only", default=None, help=argparse.SUPPRESS)
@@ -279,6 +279,9 @@ def main(argv=None) -> int:
     if "meanfield" not in skip:
         extra["meanfield"] = _meanfield_rows(args)
         save()
+    if "spheres" not in skip:
+        extra["spheres"] = _sphere_rows(args)
+        save()
     if "sweep" not in skip:
         extra["sweep"] = _sweep_rows_in_child(args, run_dir, mm)
     summary = save()
@@ -486,6 +489,59 @@ def _meanfield_rows(args) -> list[dict]:
         rows = [{"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}]
     for rec in rows:
         print(f"  meanfield row: {rec}")
+    return rows
+
+
+def _sphere_rows(args) -> list[dict]:
+    """The harmonic paths on the device (:mod:`benchmarks.bench_sphere_path`'s layer: attention, one Euler step,
+    renormalisation): S^2 and S^3 at beta = 4, float64, against the tiled direct sum at the first size (``--cpu``:
+    10^4 tokens); and the phase job's large-circle group (d = 2, n = 10^5, beta_n = gamma log n for 4 gammas x 2
+    clouds, 200 layers: the Fourier path with the sorted-angle statistics), seconds per cloud-layer. A failure is
+    recorded as a note and the script goes on."""
+    import jax
+
+    from benchmarks import bench_sphere_path as B
+
+    sizes = [10_000] if args.cpu else [100_000, 1_000_000]
+    rows = []
+    with jax.enable_x64(True):
+        for d in (3, 4):
+            try:
+                from attnflow.kernels.hypersphere import harmonic_total, hypersphere_degree
+
+                degree = hypersphere_degree(4.0, d)
+                for n in sizes:
+                    x = B.tokens(n, d=d)
+                    compile_s, t = B.timed(B.sphere_layer(4.0, degree, 0.1, d), x, repeats=args.repeats)
+                    rec = {"path": "harmonic", "d": d, "n": n, "degree": degree, "harmonics": harmonic_total(d, degree),
+                           "compile_s": compile_s, "best_s": min(t), "times_s": t}
+                    print(f"  sphere row: {rec}")
+                    rows.append(rec)
+                x = B.tokens(sizes[0], d=d)
+                compile_s, t = B.timed(B.direct_layer(4.0, 0.1, d), x, repeats=1)
+                rec = {"path": "tiled", "d": d, "n": sizes[0], "compile_s": compile_s, "best_s": min(t), "times_s": t}
+            except Exception as e:  # e.g. out of device memory: say so, keep going
+                rec = {"d": d, "note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+            print(f"  sphere row: {rec}")
+            rows.append(rec)
+    try:
+        from attnflow.phase import check_phase_config, ensemble, load_phase_config
+
+        cfg = load_phase_config(None)
+        n = 10_000 if args.cpu else 100_000
+        cfg.update(beta=[0.5, 1.0, 2.0, 3.0], beta_law="log", n=[n], d=[2], systems=2, t1=20.0, dt=0.1,
+                   checkpoints=50, dtype="float64")
+        layers = check_phase_config(cfg).num_layers
+        ensemble(cfg)  # compile + first call
+        t = time.perf_counter()
+        out = ensemble(cfg)
+        best = time.perf_counter() - t
+        rec = {"path": "phase large circle", "n": n, "clouds": 8, "layers": layers, "best_s": best,
+               "per_cloud_layer_s": best / (8 * layers), "finite": bool(out["finite"].all())}
+    except Exception as e:
+        rec = {"path": "phase large circle", "note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    print(f"  sphere row: {rec}")
+    rows.append(rec)
     return rows
 
 
