@@ -256,6 +256,8 @@ def test_bad_input_is_refused_in_one_sentence():
         (lambda: hypersphere_degree(1.0, 2), "d must"),
         (lambda: hypersphere_degree(5000.0, 4), "degree above"),
         (lambda: hypersphere_degree(1.0, 4, "int32"), "floating dtype"),
+        (lambda: hypersphere_attention(cloud(0, 10, 6), 200.0), "harmonics, more than"),
+        (lambda: sphere_flow(np.eye(6), np.eye(6), np.eye(6), 200.0, attention_impl="harmonic"), "harmonics, more than"),
         (lambda: AttentionFlow(np.eye(2), np.eye(2), np.eye(2), attention_impl="harmonic"), "d >= 3"),
         (lambda: IdentitySphereFlow(1.0, attention_impl="harmonic")(0.0, jnp.ones((4, 2))), "d = 2"),
     ]

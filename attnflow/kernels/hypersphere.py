@@ -82,13 +82,16 @@ from jaxtyping import Array, Float
 from .. import _validate as v
 from ..errors import InputError
 
-__all__ = ["BLOCK_ENTRIES", "MAX_DEGREE", "harmonic_count", "harmonic_total", "hypersphere_attention", "hypersphere_degree",
+__all__ = ["BLOCK_ENTRIES", "MAX_DEGREE", "MAX_HARMONICS", "check_harmonics", "harmonic_count", "harmonic_total", "hypersphere_attention", "hypersphere_degree",
            "hypersphere_harmonics", "hypersphere_kernel_coefficients", "hypersphere_sums", "hypersphere_tail_bound"]
 
 #: the highest degree :func:`hypersphere_degree` and :func:`attnflow.kernels.sphere.sphere_degree` give (S^2,
 #: float64: beta up to about 870); beyond it the kernel is so peaked that the tiled direct sum
 #: (:func:`attnflow.kernels.chunked_attend`) is the better tool
 MAX_DEGREE = 256
+#: the most harmonics a path evaluates (a block of 64 tokens then holds 512 MiB in float64); beyond, the direct sum
+#: is the cheaper tool by far (it pays from n of a few H on)
+MAX_HARMONICS = 1 << 20
 #: harmonic values held at once per block (H harmonics x B tokens): 2^22 (32 MiB in float64)
 BLOCK_ENTRIES = 1 << 22
 #: rows of harmonics at least per product of the top level (its last diagonals are grouped: products with a
@@ -130,6 +133,22 @@ def harmonic_total(d: int, degree: int) -> int:
     d = _check_dimension(d)
     degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree L")
     return math.comb(degree + d - 1, d - 1) + math.comb(degree + d - 2, d - 1)
+
+
+def check_harmonics(d: int, degree: int) -> int:
+    """H, the harmonics of degree <= L on S^(d-1), refused in one sentence above :data:`MAX_HARMONICS`.
+
+    Example:
+        >>> from attnflow.kernels.hypersphere import check_harmonics
+        >>> check_harmonics(4, 23)
+        4900
+    """
+    count = harmonic_total(d, degree)
+    if count > MAX_HARMONICS:
+        raise InputError(f"the harmonic path on S^{d - 1} at degree {degree} needs {count} harmonics, more than "
+                         f"{MAX_HARMONICS}; use attention_impl='chunked' (attnflow.kernels.chunked_attend, the tiled "
+                         "direct sum), cheaper for every n this many harmonics could serve.")
+    return count
 
 
 def _powers(X: Array, Y: Array, degree: int) -> tuple[Array, Array]:
@@ -404,6 +423,7 @@ def hypersphere_harmonics(x: Float[Array, "n d"], degree: int) -> tuple[Float[Ar
     if shape[1] < 3:
         raise InputError(f"x must be points (n, d) of the sphere S^(d-1) with d >= 3 (the circle has "
                          f"attnflow.kernels.fourier), got shape {shape}.")
+    check_harmonics(shape[1], degree)
     _, degrees = _plan(shape[1], degree)
     return _harmonic_table(v.as_float(x), degree), degrees.copy()
 
@@ -491,6 +511,9 @@ def hypersphere_sums(x: Float[Array, "n d"], beta, degree: int, *, bound: float 
     """
     degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree kept")
     x = v.as_float(x)
+    if x.ndim != 2 or x.shape[1] < 3:
+        raise InputError(f"x must be tokens (n, d) on the sphere S^(d-1) with d >= 3, got shape {x.shape}.")
+    check_harmonics(x.shape[1], degree)
     if _block is not None:
         _block = v.check_int("_block", _block, meaning="tokens per block")
     return _hypersphere_sums(x, jnp.asarray(beta, x.dtype), degree, _depth(degree, beta if bound is None else bound),

@@ -158,6 +158,7 @@ from .hypersphere import (
     _depth,
     _powers,
     _tail_goal,
+    check_harmonics,
     harmonic_total,
     hypersphere_degree,
     hypersphere_sums,
@@ -783,7 +784,9 @@ def harmonic_plan(w, attention_impl: str, *, mask=None, unit_tokens: bool = Fals
         return None
     bound = float(c.max())
     try:
-        HarmonicPlan(bound, auto=False).degree(w.dtype, w.d)
+        degree = HarmonicPlan(bound, auto=False).degree(w.dtype, w.d)
+        if w.d > 3:
+            check_harmonics(w.d, degree)
     except InputError:
         if explicit:
             raise
