@@ -154,6 +154,7 @@ from .. import _validate as v
 from ..errors import InputError
 from .hypersphere import (
     MAX_DEGREE,
+    MAX_HARMONICS,
     _check_scale,
     _depth,
     _powers,
@@ -699,7 +700,8 @@ class HarmonicPlan:
             degree = self.degree(dtype, d)
         except InputError:
             return False
-        return n >= TOKENS_PER_HARMONIC * harmonic_total(d, degree)
+        count = harmonic_total(d, degree)
+        return count <= MAX_HARMONICS and n >= TOKENS_PER_HARMONIC * count
 
 
 def identity_scales(Q, K, beta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
