@@ -242,6 +242,8 @@ def test_auto_takes_the_path_on_s3_above_four_times_the_harmonics_only():
     # a degree above MAX_DEGREE: "auto" does not take the path, explicit refuses in one sentence
     peaked = HarmonicPlan(2000.0, auto=True)
     assert not peaked.applies(10**9, 8, jnp.float64)
+    # nor more than MAX_HARMONICS harmonics, however many tokens (S^5 at beta = 200: about 5e7)
+    assert not HarmonicPlan(200.0, auto=True).applies(10**12, 6, jnp.float64)
     with pytest.raises(InputError, match="degree above"):
         HarmonicPlan(2000.0, auto=False).degree(jnp.float64, 8)
 
