@@ -12,7 +12,8 @@ state's lifetime T, with the geometry at its start. Each lifetime is set against
 of the n = 2 reduction, :math:`T_2(\Delta) = e^{\beta(1-\cos\Delta)}/(2\beta\sin^2\Delta)`, at the state's
 smallest gap :math:`\Delta_{min}`, and the slope of :math:`\log T` against :math:`\beta(1-\cos\Delta_{min})` is
 fitted over the uncensored states (Student-t interval) and over every state, the censored ones as lower bounds
-(:func:`attnflow.stats.censored_lognormal_fit`, the interval robust to the states of one cloud sharing it), and the mean of log(T / T_2) over them, pooled over clouds
+(:func:`attnflow.stats.censored_lognormal_fit`, the interval robust to the states of one cloud sharing it), and the
+mean of log(T / T_2) over them, pooled over clouds
 and betas, with its Student-t interval. The duration of the quasi-linear phase is the time of
 the first save with clusters.
 

@@ -103,7 +103,8 @@ def _print(r: dict) -> None:
         cells = []
         for n in ns:
             row = next(x for x in r["rows"] if x["n"] == n and abs(x["gamma"] - g) < 1e-6)
-            cells.append(f"{row['pairs_clustered']:.3f} / {row['clusters']:4.1f} / {row['order']:.2f}  k*={row['k_star']:<2}")
+            cells.append(f"{row['pairs_clustered']:.3f} / {row['clusters']:4.1f} / {row['order']:.2f}  "
+                         f"k*={row['k_star']:<2}")
         print(f"{g:>6.2f} " + " ".join(f"{c:>26}" for c in cells))
     for t in r.get("timing") or []:
         print(f"n = {t['n']}: {t['per_cloud_layer_s'] * 1e3:.3f} ms per cloud-layer ({t['cloud_layers']} in "

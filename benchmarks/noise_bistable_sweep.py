@@ -9,7 +9,8 @@ F[\text{cluster}])` (:func:`attnflow.meanfield.noise_barrier`), under which n pa
 (:func:`attnflow.meanfield.particle_escape_times`: clouds started from the PDE's stationary clustered state, stochastic
 layers of dtau = 0.1 in the rescaled time tau = e^beta t; a cloud has escaped when r falls below ``--past`` times the
 saddle's r, i.e. once it is past the saddle (half the cluster's r, the default of ``particle_escape_times``, lies above
-the saddle's r for sigma below about 1.02 sigma_c there: a fluctuation would count); censored at ``--t1``): the exponential law's mean lifetime with its chi-square interval, and the slope of log T against n b
+the saddle's r for sigma below about 1.02 sigma_c there: a fluctuation would count); censored at ``--t1``): the
+exponential law's mean lifetime with its chi-square interval, and the slope of log T against n b
 over every (sigma, n) (1 in the barrier's regime): by maximum likelihood from each (sigma, n)'s escape count and
 time at risk, so that the (sigma, n) without an escape count as lower bounds
 (:func:`attnflow.stats.censored_exponential_fit`, ``censored_fit``), and, as first recorded, by least squares
@@ -189,7 +190,8 @@ def _figure(r: dict, path: Path) -> None:
     ax.set_ylabel(r"mean escape time $\tau$ (open: lower bound)")
     ax.legend(fontsize="x-small")
     m = r["machine"]
-    fig.suptitle(f"Escapes across the bistable range, {_where(r, tex=True)}, $\\beta$ = {r['beta']:g} ({m.get('cpu', '')})",
+    fig.suptitle(f"Escapes across the bistable range, {_where(r, tex=True)}, $\\beta$ = {r['beta']:g} "
+                 f"({m.get('cpu', '')})",
                  fontsize=9)
     ap.save(fig, path, formats=("png",), dpi=130, close=True)
 

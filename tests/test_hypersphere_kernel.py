@@ -88,7 +88,8 @@ def test_addition_theorem_against_scipy_gegenbauer(d):
     t = np.clip(np.asarray(x @ x.T), -1, 1)
     for l in range(L + 1):
         block = np.asarray(Y[:, degrees == l])
-        exact = harmonic_count(d, l) * scipy.special.eval_gegenbauer(l, lam, t) / scipy.special.eval_gegenbauer(l, lam, 1.0)
+        gegenbauer = scipy.special.eval_gegenbauer
+        exact = harmonic_count(d, l) * gegenbauer(l, lam, t) / gegenbauer(l, lam, 1.0)
         # the sum of dim H_l products of harmonics bounded by sqrt(dim H_l): rounding of order dim H_l L u
         assert np.abs(block @ block.T - exact).max() <= 50 * harmonic_count(d, l) * (L + 1) * 2.0**-53
 
@@ -139,7 +140,8 @@ def test_tail_bound_holds_and_the_degree_is_the_smallest():
                 assert true_tail <= bound <= true_tail * (1 + 1e-6)
             assert hypersphere_tail_bound(beta, L, d) <= 2.0**-53 < hypersphere_tail_bound(beta, L - 1, d)
     # a higher dimension needs at least the degree of a lower one (the kernel's series decays more slowly)
-    assert [hypersphere_degree(16.0, d) for d in (3, 4, 5, 8)] == sorted(hypersphere_degree(16.0, d) for d in (3, 4, 5, 8))
+    degrees = [hypersphere_degree(16.0, d) for d in (3, 4, 5, 8)]
+    assert degrees == sorted(degrees)
 
 
 @pytest.mark.parametrize("d", [4, 5])
@@ -259,7 +261,8 @@ def test_bad_input_is_refused_in_one_sentence():
         (lambda: hypersphere_degree(5000.0, 4), "degree above"),
         (lambda: hypersphere_degree(1.0, 4, "int32"), "floating dtype"),
         (lambda: hypersphere_attention(cloud(0, 10, 6), 200.0), "harmonics, more than"),
-        (lambda: sphere_flow(np.eye(6), np.eye(6), np.eye(6), 200.0, attention_impl="harmonic"), "harmonics, more than"),
+        (lambda: sphere_flow(np.eye(6), np.eye(6), np.eye(6), 200.0, attention_impl="harmonic"),
+         "harmonics, more than"),
         (lambda: AttentionFlow(np.eye(2), np.eye(2), np.eye(2), attention_impl="harmonic"), "d >= 3"),
         (lambda: IdentitySphereFlow(1.0, attention_impl="harmonic")(0.0, jnp.ones((4, 2))), "d = 2"),
     ]

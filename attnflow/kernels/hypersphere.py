@@ -82,8 +82,10 @@ from jaxtyping import Array, Float
 from .. import _validate as v
 from ..errors import InputError
 
-__all__ = ["BLOCK_ENTRIES", "MAX_DEGREE", "MAX_HARMONICS", "check_harmonics", "harmonic_count", "harmonic_total", "hypersphere_attention", "hypersphere_degree",
-           "hypersphere_harmonics", "hypersphere_kernel_coefficients", "hypersphere_sums", "hypersphere_tail_bound"]
+__all__ = ["BLOCK_ENTRIES", "MAX_DEGREE", "MAX_HARMONICS", "check_harmonics", "harmonic_count", "harmonic_total",
+           "hypersphere_attention", "hypersphere_degree",
+           "hypersphere_harmonics", "hypersphere_kernel_coefficients", "hypersphere_sums", "hypersphere_tail_bound",
+           "attention_inputs"]
 
 #: the highest degree :func:`hypersphere_degree` and :func:`attnflow.kernels.sphere.sphere_degree` give (S^2,
 #: float64: beta up to about 870); beyond it the kernel is so peaked that the tiled direct sum
@@ -545,12 +547,35 @@ def hypersphere_attention(
         >>> float(jnp.abs(hypersphere_attention(x, 4.0) - attend(4.0 * x, x, x, impl="dense")).max()) < 1e-5
         True
     """
+    x, degree = attention_inputs(x, beta, normalisation, degree, sphere="S^(d-1) with d >= 3 (the circle has "
+                                 "attnflow.kernels.fourier)", fits=lambda d: d >= 3, degree_of=hypersphere_degree,
+                                 degree_hint="hypersphere_degree(beta_max, d, dtype)")
+    D, N = hypersphere_sums(x, beta, degree)
+    if normalisation == "softmax":
+        return N / D[:, None]
+    return N * (jnp.exp(jnp.asarray(beta, x.dtype)) / x.shape[0])
+
+
+def attention_inputs(x, beta, normalisation: str, degree, *, sphere: str, fits, degree_of, degree_hint: str
+                     ) -> tuple[Array, int]:
+    """The checks of the harmonic paths' attention (this module's and :func:`attnflow.kernels.sphere.sphere_attention`):
+    the normalisation, tokens (n, d) with ``fits(d)`` on ``sphere``, at least one, beta >= 0, and the degree (given,
+    or ``degree_of(beta, d, dtype)`` of a concrete beta; ``degree_hint`` names it for a traced beta). Returns the
+    tokens as floats and the degree.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels.hypersphere import attention_inputs, hypersphere_degree
+        >>> x, L = attention_inputs(jnp.ones((2, 4)), 4.0, "softmax", None, sphere="S^3", fits=lambda d: d == 4,
+        ...                         degree_of=hypersphere_degree, degree_hint="...")
+        >>> x.shape, L                                           # float32 tokens: the float32 degree
+        ((2, 4), 14)
+    """
     if normalisation not in ("softmax", "mean"):
         raise InputError(f"normalisation must be 'softmax' or 'mean', got {normalisation!r}.")
-    shape = v.check_array("x", x, "tokens (n, d) on the unit sphere S^(d-1), d >= 3", ranks=(2,))
-    if shape[1] < 3:
-        raise InputError(f"x must be tokens (n, d) on the sphere S^(d-1) with d >= 3 (the circle has "
-                         f"attnflow.kernels.fourier), got shape {shape}.")
+    shape = v.check_array("x", x, f"tokens (n, d) on the unit sphere {sphere}", ranks=(2,))
+    if not fits(shape[1]):
+        raise InputError(f"x must be tokens (n, d) on the sphere {sphere}, got shape {shape}.")
     if not shape[0]:
         raise InputError("x must hold at least one token.")
     x = v.as_float(x)
@@ -559,10 +584,7 @@ def hypersphere_attention(
         raise InputError(f"beta must be >= 0 (scores beta <x_i, x_j>), got {float(beta)!r}.")
     if degree is None:
         if v.is_traced(beta):
-            raise InputError("beta is traced (jit/vmap/grad), so the degree cannot be chosen from it; pass "
-                             "degree=hypersphere_degree(beta_max, d, dtype) for an upper bound beta_max of beta.")
-        degree = hypersphere_degree(float(beta), shape[1], x.dtype)
-    D, N = hypersphere_sums(x, beta, degree)
-    if normalisation == "softmax":
-        return N / D[:, None]
-    return N * (jnp.exp(jnp.asarray(beta, x.dtype)) / shape[0])
+            raise InputError(f"beta is traced (jit/vmap/grad), so the degree cannot be chosen from it; pass "
+                             f"degree={degree_hint} for an upper bound beta_max of beta.")
+        degree = degree_of(float(beta), shape[1], x.dtype)
+    return x, v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree L kept")

@@ -159,6 +159,7 @@ from .hypersphere import (
     _depth,
     _powers,
     _tail_goal,
+    attention_inputs,
     check_harmonics,
     harmonic_total,
     hypersphere_degree,
@@ -641,26 +642,12 @@ def sphere_attention(
         ...               - attend(4.0 * x, x, x, impl="dense", normalisation="mean")).max()) < 1e-5
         True
     """
-    if normalisation not in ("softmax", "mean"):
-        raise InputError(f"normalisation must be 'softmax' or 'mean', got {normalisation!r}.")
-    shape = v.check_array("x", x, "tokens (n, 3) on the unit sphere", ranks=(2,))
-    if shape[1] != 3:
-        raise InputError(f"x must be tokens (n, 3) on the sphere S^2, got shape {shape}.")
-    if not shape[0]:
-        raise InputError("x must hold at least one token.")
-    x = v.as_float(x)
-    v.check_real("beta", beta, "the score scale: scores beta <x_i, x_j>, a finite real scalar >= 0")
-    if v.is_concrete(beta) and float(beta) < 0:
-        raise InputError(f"beta must be >= 0 (scores beta <x_i, x_j>), got {float(beta)!r}.")
-    if degree is None:
-        if v.is_traced(beta):
-            raise InputError("beta is traced (jit/vmap/grad), so the degree cannot be chosen from it; pass "
-                             "degree=sphere_degree(beta_max, dtype) for an upper bound beta_max of beta.")
-        degree = sphere_degree(float(beta), x.dtype)
-    degree = v.check_int("degree", degree, minimum=0, meaning="the highest harmonic degree L kept")
+    x, degree = attention_inputs(x, beta, normalisation, degree, sphere="S^2 (d = 3)", fits=lambda d: d == 3,
+                                 degree_of=lambda b, d, dtype: sphere_degree(b, dtype),
+                                 degree_hint="sphere_degree(beta_max, dtype)")
     if _block is not None:
         _block = v.check_int("_block", _block, meaning="tokens per block of the blocked path")
-    n = shape[0]
+    n = x.shape[0]
     block = _block if _block is not None else _default_block(n)
     return _sphere_means(x, jnp.asarray(beta, x.dtype), degree, normalisation, block, _depth(degree, beta))
 
