@@ -89,7 +89,7 @@ from ..errors import InputError
 
 __all__ = ["tail_bound", "fourier_modes", "kernel_coefficients", "rotation_part", "directions", "circle_attention",
            "FourierPlan", "plan", "score_rotations", "concrete_scale", "MAX_MODES", "TOKENS_PER_MODE", "AUTO_MAX_LOSS",
-           "UNIT_TOLERANCE"]
+           "UNIT_TOLERANCE", "power_sums"]
 
 #: the most modes the path takes (scores a up to about 3000 in float64); beyond, the kernel is so
 #: peaked that the tiled direct sum is the better tool
@@ -269,6 +269,21 @@ def directions(x: Float[Array, "n 2"]) -> tuple[Float[Array, " n"], Float[Array,
     """
     r = jnp.sqrt(x[:, 0] ** 2 + x[:, 1] ** 2)
     return x[:, 0] / r, x[:, 1] / r
+
+
+def power_sums(c: Float[Array, " n"], s: Float[Array, " n"], count: int) -> tuple[Float[Array, " M"], Float[Array, " M"]]:
+    r"""The power sums :math:`S_m = \sum_j \bar z_j^m`, m = 0..count-1, of unit :math:`z_j = c_j + i s_j` (cosines and
+    sines of the tokens' angles), as (real, imaginary) parts: the moments of the Fourier path
+    (:math:`|S_m| = |\sum_j e^{im\theta_j}|`), in blocks of tokens whose powers stay in cache. O(n count); traceable.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels.fourier import power_sums
+        >>> re, im = power_sums(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]), 3)   # z = 1, i
+        >>> re.tolist(), [abs(a) for a in im.tolist()[::2]], im.tolist()[1]   # S_1 = 1 + conj(i) = 1 - i
+        ([2.0, 1.0, 0.0], [0.0, 0.0], -1.0)
+    """
+    return _moments(c, s, v.check_int("count", count, meaning="the number of power sums"))
 
 
 def _power_table(z: Array, count: int) -> Array:

@@ -85,7 +85,7 @@ from ..errors import InputError
 __all__ = ["BLOCK_ENTRIES", "MAX_DEGREE", "MAX_HARMONICS", "check_harmonics", "harmonic_count", "harmonic_total",
            "hypersphere_attention", "hypersphere_degree",
            "hypersphere_harmonics", "hypersphere_kernel_coefficients", "hypersphere_sums", "hypersphere_tail_bound",
-           "attention_inputs"]
+           "attention_inputs", "means_from_sums"]
 
 #: the highest degree :func:`hypersphere_degree` and :func:`attnflow.kernels.sphere.sphere_degree` give (S^2,
 #: float64: beta up to about 870); beyond it the kernel is so peaked that the tiled direct sum
@@ -550,10 +550,23 @@ def hypersphere_attention(
     x, degree = attention_inputs(x, beta, normalisation, degree, sphere="S^(d-1) with d >= 3 (the circle has "
                                  "attnflow.kernels.fourier)", fits=lambda d: d >= 3, degree_of=hypersphere_degree,
                                  degree_hint="hypersphere_degree(beta_max, d, dtype)")
-    D, N = hypersphere_sums(x, beta, degree)
+    return means_from_sums(*hypersphere_sums(x, beta, degree), jnp.asarray(beta, x.dtype), normalisation)
+
+
+def means_from_sums(D: Float[Array, " n"], N: Float[Array, "n d"], beta, normalisation: str) -> Float[Array, "n d"]:
+    r"""The attention means from the max-shifted sums of the harmonic paths: :math:`N_i / D_i` (softmax) or
+    :math:`e^\beta N_i / n` (``"mean"``, :math:`P_{ij} = e^{\beta\langle x_i, x_j\rangle}/n`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.kernels.hypersphere import means_from_sums
+        >>> D, N = jnp.array([2.0]), jnp.array([[1.0, 0.0, 0.0]])
+        >>> means_from_sums(D, N, 0.0, "softmax").tolist(), means_from_sums(D, N, 0.0, "mean").tolist()
+        ([[0.5, 0.0, 0.0]], [[1.0, 0.0, 0.0]])
+    """
     if normalisation == "softmax":
         return N / D[:, None]
-    return N * (jnp.exp(jnp.asarray(beta, x.dtype)) / x.shape[0])
+    return N * (jnp.exp(beta) / N.shape[0])
 
 
 def attention_inputs(x, beta, normalisation: str, degree, *, sphere: str, fits, degree_of, degree_hint: str

@@ -164,6 +164,7 @@ from .hypersphere import (
     harmonic_total,
     hypersphere_degree,
     hypersphere_sums,
+    means_from_sums,
 )
 
 __all__ = ["MAX_DEGREE", "sphere_attention", "sphere_degree", "sphere_harmonics", "sphere_kernel_coefficients",
@@ -602,10 +603,7 @@ def _sphere_sums(x: Array, beta: Array, degree: int, block: int | None, depth: i
 
 
 def _sphere_means(x: Array, beta: Array, degree: int, normalisation: str, block: int | None, depth: int) -> Array:
-    D, N = _sphere_sums(x, beta, degree, block, depth)
-    if normalisation == "softmax":
-        return N / D[:, None]
-    return N * (jnp.exp(beta) / x.shape[0])
+    return means_from_sums(*_sphere_sums(x, beta, degree, block, depth), beta, normalisation)
 
 
 def sphere_attention(
@@ -805,8 +803,7 @@ def head_means(x: Float[Array, "n d"], scales: Float[Array, " h"], plan: Harmoni
         means = lambda c: _sphere_means(x, c, degree, normalisation, block, depth)
     else:
         def means(c):
-            D, N = hypersphere_sums(x, c, degree, bound=plan.bound)
-            return N / D[:, None] if normalisation == "softmax" else N * (jnp.exp(c) / n)
+            return means_from_sums(*hypersphere_sums(x, c, degree, bound=plan.bound), c, normalisation)
     return jax.lax.map(means, jnp.asarray(scales, x.dtype).reshape(-1))
 
 

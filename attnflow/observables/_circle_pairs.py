@@ -13,8 +13,8 @@ On the circle every pair statistic of the directions :math:`u_i = x_i/|x_i|` fol
   :math:`\theta_i \pm \delta` in the sorted angles extended by :math:`\pm 2\pi`;
 * the mean off-diagonal inner product is :math:`(|\sum_i u_i|^2 - \sum_i |u_i|^2)/(n(n-1))`;
 * the energy :math:`\frac{1}{2\beta n^2}\sum_{ij} e^{\beta\langle u_i, u_j\rangle}` is
-  :math:`\frac{e^\beta}{2\beta n^2}\big(c_0 n^2 + 2\sum_{m=1}^{K} c_m |S_m|^2\big)` with
-  :math:`S_m = \sum_j e^{im\theta_j}` and :math:`c_m` the Fourier coefficients of :math:`e^{\beta(\cos\varphi - 1)}`
+  :math:`\frac{e^\beta}{2\beta n^2}\big(c_0 n^2 + 2\sum_{m=1}^{K} c_m |S_m|^2\big)` with the power sums
+  :math:`S_m = \sum_j e^{-im\theta_j}` of the Fourier path (:func:`attnflow.kernels.fourier.power_sums`) and :math:`c_m` the Fourier coefficients of :math:`e^{\beta(\cos\varphi - 1)}`
   (:func:`attnflow.kernels.fourier.kernel_coefficients`; exact to rounding for K =
   :func:`attnflow.kernels.fourier.fourier_modes` of beta).
 
@@ -27,29 +27,15 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
 from .._x64 import keeps_float64
 from ..errors import InputError
-from ..kernels.fourier import kernel_coefficients
+from ..kernels.fourier import kernel_coefficients, power_sums
 from ._clusters import directions
 from ._pairs import DEFAULT_THRESHOLD
-
-
-def _moments(u: Array, modes: int) -> Array:
-    r""":math:`|S_m|^2`, m = 1..K, of the unit directions u (n, 2): the powers :math:`z^m` by a scan, summed."""
-    z = jax.lax.complex(u[:, 0], u[:, 1])
-
-    def step(power, _):
-        power = power * z
-        total = jnp.sum(power)
-        return power, jnp.real(total) ** 2 + jnp.imag(total) ** 2
-
-    _, power = jax.lax.scan(step, jnp.ones_like(z), None, length=modes)
-    return power
 
 
 @keeps_float64
@@ -113,7 +99,8 @@ def _circle_statistics(x, beta, threshold, modes: int) -> dict:
     # the energy from the Fourier moments
     beta = jnp.asarray(beta, dtype)
     c, _ = kernel_coefficients(beta, jnp.zeros((), dtype), modes)
-    series = c[0] * n * n + (2 * jnp.sum(c[1:] * _moments(u, modes)) if modes else 0)
+    re, im = power_sums(u[:, 0], u[:, 1], modes + 1)  # S_0 .. S_K
+    series = c[0] * n * n + 2 * jnp.sum(c[1:] * (re[1:] ** 2 + im[1:] ** 2))
     energy = jnp.exp(beta + jnp.log(series) - jnp.log(2 * beta * n * n))
     return {"pairs_clustered": pairs / (n * (n - 1)), "clusters": clusters.astype(dtype), "energy": energy,
             "ip_min": ip_min, "ip_mean": ip_mean, "ip_max": ip_max}

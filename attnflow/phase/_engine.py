@@ -192,7 +192,7 @@ def _identity_sphere(config: PhaseConfig, group: PhaseGroup) -> bool:
     """Whether the group runs the sphere with Q = K = V = I (the projections are identities: skipped; not for
     the large clouds of :func:`circle_statistics_modes`, whose Fourier path is the general field's)."""
     return (group.dynamics.name == "sphere" and config.v_ensemble == "identity"
-            and config.qk_ensemble == "identity" and circle_statistics_modes(config, group) is None)
+            and config.qk_ensemble == "identity" and not _large_circle(group))
 
 
 def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | None:
@@ -209,18 +209,25 @@ def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | Non
         >>> [circle_statistics_modes(cfg, g) for g in cfg.groups]
         [None, 22]
     """
-    if group.d != 2 or group.n <= CIRCLE_STATISTICS_ABOVE:
-        return None
-    return fourier_modes(float(max(config.betas_at(group.n))), config.dtype)
+    return fourier_modes(_largest_beta(config, group), config.dtype) if _large_circle(group) else None
+
+
+def _large_circle(group: PhaseGroup) -> bool:
+    return group.d == 2 and group.n > CIRCLE_STATISTICS_ABOVE
+
+
+def _largest_beta(config: PhaseConfig, group: PhaseGroup) -> float:
+    """The group's largest beta (a beta_law: its largest beta_n), which bounds the Fourier modes of its scores."""
+    return float(max(config.betas_at(group.n)))
 
 
 def _attention_options(config: PhaseConfig, group: PhaseGroup) -> dict:
     """The sphere's attention on a large circle with Q^T K = I: the Fourier path, its modes bounded by the group's
     largest beta (the fields are built inside the traced program, so the bound is given)."""
-    if (circle_statistics_modes(config, group) is None or group.dynamics.name != "sphere"
-            or config.qk_ensemble != "identity" or group.dynamics.num_heads != 1):
+    if (not _large_circle(group) or group.dynamics.name != "sphere" or config.qk_ensemble != "identity"
+            or group.dynamics.num_heads != 1):
         return {}
-    return {"attention_impl": "fourier", "fourier_max_score": float(max(config.betas_at(group.n)))}
+    return {"attention_impl": "fourier", "fourier_max_score": _largest_beta(config, group)}
 
 
 def _weights(config: PhaseConfig, group: PhaseGroup, systems: np.ndarray) -> tuple[np.ndarray, ...]:

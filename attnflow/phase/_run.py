@@ -81,9 +81,9 @@ def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
     saved = (config.num_layers + 1) * (len(OBSERVABLES) + 1) * item  # the save_fn's buffers
     # n x n arrays for the groups with a dense Gram matrix; the large clouds in the plane read their statistics from
     # the sorted angles (attnflow.observables.circle_gram_statistics), with a few arrays of n K
-    dense_n = max((g.n for g in config.groups if circle_statistics_modes(config, g) is None), default=0)
-    circle_nk = max((g.n * (circle_statistics_modes(config, g) + 2) for g in config.groups
-                     if circle_statistics_modes(config, g) is not None), default=0)
+    modes = {g.index: circle_statistics_modes(config, g) for g in config.groups}
+    dense_n = max((g.n for g in config.groups if modes[g.index] is None), default=0)
+    circle_nk = max((g.n * (modes[g.index] + 2) for g in config.groups if modes[g.index] is not None), default=0)
     one = (STATE_COPIES * heads * n * d * item + heads * dense_n * dense_n * item + 4 * circle_nk * item + saved
            + 3 * heads * d * d * 8)
     if config.dynamics.name == "layered":
