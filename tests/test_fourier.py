@@ -53,7 +53,7 @@ N = 400  # tokens: above the crossover of "auto" (4 (K + 1) = 84 at K = 20)
 
 def rounding_tol(n, dtype, loss=ALPHA_LOSS):
     """The rounding bound n K u e^{a(1 - cos alpha)} (relative to the largest value; K the modes of BOUND),
-    times 4 for the few roundings of the evaluation (Horner's chain, the division by D)."""
+    times 4 for the few roundings of the evaluation (Clenshaw's chain, the division by D)."""
     u = float(jnp.finfo(dtype).eps) / 2
     return 4 * n * (fourier.fourier_modes(BOUND, dtype) + 1) * u * loss
 
@@ -150,12 +150,28 @@ def test_circle_attention_of_angles():
 
 
 def test_large_cloud_matches_tiled_direct_sum():
-    """Above the power-table size: the unrolled Horner chains over blocks of tokens and the blocked moments
+    """Above the power-table size: the unrolled Clenshaw chains over blocks of tokens and the blocked moments
     (two blocks, the second padded), against the tiled direct sum."""
     n = 9000
     _, x = cloud(17, n)
     fast = evaluate(circle_flow(Q0, K0, np.eye(2)), x)
     assert rel_err(fast, evaluate(circle_flow(Q0, K0, np.eye(2), impl="chunked"), x)) < rounding_tol(n, jnp.float64)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_long_recurrences_in_pieces_match_tiled_direct_sum(dtype):
+    """beta = 32 needs 51 modes in float64 (33 in float32): in float64 the Clenshaw chains run past
+    the unrolled length as a scan over pieces (the state handed from piece to piece), in float32 as one
+    unrolled chain; both against the tiled direct sum, with the bound of rounding_tol at that K."""
+    n, beta = 9000, 32.0  # two blocks of 4500 tokens: above the power-table size
+    _, x = cloud(23, n, dtype)
+    eye = np.eye(2, dtype=dtype)
+    field = lambda impl: sphere_flow(eye, eye, eye, beta, attention_impl=impl,
+                                     fourier_max_score=beta if impl == "fourier" else None)
+    modes = fourier.fourier_modes(beta, dtype)
+    assert (modes + 1 > fourier._UNROLLED) == (dtype == jnp.float64)
+    err = rel_err(evaluate(field("fourier"), x), evaluate(field("chunked"), x))
+    assert err < 4 * n * (modes + 1) * float(jnp.finfo(dtype).eps) / 2
 
 
 # -- derivatives ---------------------------------------------------------------------------------------

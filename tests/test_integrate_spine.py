@@ -3,6 +3,7 @@ fixed-step Runge-Kutta stepper (RKStepper): agreement, convergence orders, valid
 
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -212,6 +213,46 @@ def test_auto_checkpoint_engages_in_long_gaps_only():
     stepper = EulerStepper(0.01, 200, save_at=(0, 3, 70, 200))
     assert stepper.save_every is None and stepper.segment_length(3) is None and stepper.segment_length(130) == 10
     assert stepper.segment_length() == EulerStepper(0.01, 200, save_every=200).segment_length()
+
+
+def _scan_unrolls(stepper, field, x0):
+    """The ``unroll`` of every ``lax.scan`` in the stepper's program (nested ones included)."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "scan":
+                found.append(eqn.params["unroll"])
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(lambda y: stepper.solve(field, y).ys)(x0).jaxpr)
+    return found
+
+
+def test_checkpointed_segments_unroll_only_where_the_field_holds_scores():
+    """On XLA:CPU a checkpointed segment is unrolled where one layer holds an n x n score matrix (dense
+    attention, n = 256 in float32: its reverse pass is faster unrolled) and not where the field forms no
+    scores (the circle's Fourier path, the identity sphere's harmonic path: unrolled, the forward of 10^6
+    tokens ran ~2x slower); score_count says which, for folded batches and sums of fields too."""
+    from attnflow import FoldedBatch
+    from attnflow.dynamics import IdentitySphereFlow, sphere_flow
+
+    eye2 = jnp.eye(2)
+    dense = sphere_flow(eye2, eye2, eye2, 4.0, attention_impl="dense")
+    fourier = sphere_flow(eye2, eye2, eye2, 4.0, attention_impl="fourier")
+    harmonic = IdentitySphereFlow(4.0, attention_impl="harmonic")
+    x2 = jnp.ones((256, 2), jnp.float32) / np.sqrt(2)
+    assert dense.score_count(x2) == 256**2 and fourier.score_count(x2) == 0
+    assert harmonic.score_count(jnp.ones((4096, 3))) == 0 and IdentitySphereFlow(4.0).score_count(x2) == 256**2
+    assert FoldedBatch(dense).score_count(jnp.ones((3, 256, 2))) == 3 * 256**2
+    assert FoldedBatch(fourier).score_count(jnp.ones((3, 256, 2))) == 0
+    assert (fourier + dense).score_count(x2) == 256**2 and (fourier + fourier).score_count(x2) == 0
+    stepper = EulerStepper(0.01, 100, shift=sphere_shift, save_every=100)  # auto: 10 segments of 10 layers
+    if jax.default_backend() == "cpu":
+        assert max(_scan_unrolls(stepper, dense, x2)) == 10
+    assert set(_scan_unrolls(stepper, fourier, x2)) == {1}
+    assert set(_scan_unrolls(stepper, harmonic, jnp.ones((256, 3), jnp.float32) / np.sqrt(3))) == {1}
 
 
 def test_a_large_uniform_set_is_never_expanded():

@@ -170,6 +170,12 @@ class _AttentionField(AbstractAttentionDynamics):
         return self.harmonic is not None and self.harmonic.applies(x.shape[0], x.shape[-1],
                                                                    jnp.result_type(x, self.weights.dtype))
 
+    def score_count(self, y) -> int:
+        """0 where the evaluation takes the Fourier or the sphere path (no score matrix), else n^2 per system."""
+        if len(y.shape) == 2 and (self._takes_fourier(y) or self._takes_harmonic(y)):
+            return 0
+        return super().score_count(y)
+
     def attention(self, t, y):
         self.check_state(y)
         x = self.tokens(t, y)

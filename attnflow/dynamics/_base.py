@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import math
 from typing import final
 
 import equinox as eqx
@@ -68,6 +69,23 @@ class AbstractDynamics(eqx.Module):
     def tokens(self, t: Float[Array, ""], y: Float[Array, "n d"]) -> Float[Array, "n d"]:
         """The raw tokens x represented by the state y (identity unless the picture is rescaled)."""
         return y
+
+    def score_count(self, y) -> int:
+        """How many attention scores one evaluation at a state shaped like ``y`` ((n, d) or (B, n, d)) holds:
+        what one layer's reverse pass keeps. Static (from the shapes and dtype only, so any array, tracer or
+        ``jax.ShapeDtypeStruct``); :math:`B n^2` unless a field says otherwise (the harmonic paths on the
+        circle and the sphere form no score matrix: 0). The layer stepper unrolls its checkpointed
+        segments only where this is large (:class:`attnflow.integrate.EulerStepper`).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from attnflow import AttentionFlow
+            >>> f = AttentionFlow(jnp.eye(2), jnp.eye(2), jnp.eye(2))
+            >>> f.score_count(jnp.ones((3, 50, 2)))
+            7500
+        """
+        shape = tuple(y.shape)
+        return math.prod(shape[:-2]) * shape[-2] ** 2 if len(shape) >= 2 else 0
 
     def on_grid(self, dt, t0, num_layers: int) -> "AbstractDynamics":
         """This field as the layer stepper steps it, on the grid t0 + k dt, k < num_layers."""
@@ -127,6 +145,10 @@ class SumOfFields(AbstractAttentionDynamics):
     def tokens(self, t, y):
         return self.terms[0].tokens(t, y)
 
+    def score_count(self, y) -> int:
+        """The most scores any term holds (the terms are evaluated one after another)."""
+        return max(term.score_count(y) for term in self.terms)
+
     def on_grid(self, dt, t0, num_layers):
         return SumOfFields(tuple(term.on_grid(dt, t0, num_layers) for term in self.terms))
 
@@ -171,6 +193,10 @@ class FoldedBatch(AbstractAttentionDynamics):
 
     def tokens(self, t, y):
         return jax.vmap(lambda yb: self.dynamics.tokens(t, yb))(y)
+
+    def score_count(self, y) -> int:
+        """The member's count times the batch (the members run together)."""
+        return y.shape[0] * self.dynamics.score_count(jax.ShapeDtypeStruct(tuple(y.shape[1:]), y.dtype))
 
     def on_grid(self, dt, t0, num_layers):
         return FoldedBatch(self.dynamics.on_grid(dt, t0, num_layers))

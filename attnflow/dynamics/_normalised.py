@@ -276,6 +276,10 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
                              f"d = {y.shape[-1]}; use 'auto', 'dense' or 'chunked'.")
         return self.harmonic is not None and self.harmonic.applies(y.shape[-2], y.shape[-1], y.dtype)
 
+    def score_count(self, y) -> int:
+        """0 where the evaluation takes the sphere path (no score matrix), else n^2 per system."""
+        return 0 if len(y.shape) == 2 and self._takes_harmonic(y) else super().score_count(y)
+
     def vector_field(self, t, y, args=None):
         if self.normalisation == "softmax" and not self._takes_harmonic(y):
             return tangent_projection(y, attend(self.beta * y, y, y, impl=self.attention_impl))

@@ -35,6 +35,9 @@ class AbstractWrapper(AbstractAttentionDynamics):
     def tokens(self, t, y):
         return self.inner.tokens(t, y)
 
+    def score_count(self, y) -> int:
+        return self.inner.score_count(y)
+
     def attention(self, t, y):
         if not isinstance(self.inner, AbstractAttentionDynamics):
             raise InputError(f"the wrapped field {type(self.inner).__name__} has no attention matrix.")

@@ -37,8 +37,8 @@ __all__ = ["EulerStepper", "solve_euler", "plain_shift", "sphere_shift"]
 
 #: a checkpointed segment's layer loop is unrolled by up to this many layers ...
 UNROLL_SEGMENT = 32
-#: ... when one layer's n x n attention residual takes at least this many bytes (n >= 256 in
-#: float32) ...
+#: ... when one layer's attention residual (``dynamics.score_count(y)`` scores) takes at least this many bytes
+#: (n >= 256 in float32) ...
 UNROLL_MIN_RESIDUAL_BYTES = 256 * 1024
 #: ... on these backends (XLA:CPU, where unrolling makes the gradient of n >= 256 faster and
 #: small n slower; only checkpointed segments unroll: benchmarks/NOTES.md section 10).
@@ -207,8 +207,9 @@ class _GridStepper(AbstractIntegrator):
             y_next, aux = self._step_with_aux(field, t, y, dt, args)
             return (y_next, mark(t, y_next, t_bad)), aux
 
-        # one layer's n x n attention residual (times any folded batch axes of the state)
-        residual_bytes = math.prod(y0.shape[:-2]) * y0.shape[-2] ** 2 * dtype.itemsize if y0.ndim >= 2 else 0
+        # one layer's attention residual: the scores the field holds (n^2 per system for a dense evaluation, none on
+        # the harmonic paths, whose forward runs ~2x slower unrolled at 10^6 tokens: benchmarks/NOTES.md)
+        residual_bytes = field.score_count(y0) * dtype.itemsize if y0.ndim >= 2 else 0
         heavy = residual_bytes >= UNROLL_MIN_RESIDUAL_BYTES and jax.default_backend() in UNROLL_BACKENDS
 
         def run_layers(carry, first, count):

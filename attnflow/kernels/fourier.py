@@ -18,7 +18,7 @@ With the max-subtracted kernel :math:`f(\varphi) = e^{a\cos(\varphi - \alpha) - 
 
 and :math:`\sum_j P_{ij} z_j = N_i / D_i` (softmax) or :math:`e^a N_i / n` (``"mean"``,
 :math:`P_{ij} = e^{s_{ij}}/n`). The sums run over :math:`|m| \le K`; the moments cost O(n K),
-the evaluation at every token (three polynomials of degree K in :math:`z_i`, Horner's rule)
+the evaluation at every token (three polynomials of degree K in :math:`z_i`, Clenshaw's recurrence)
 O(n K), instead of the O(n^2) of the direct sum.
 
 **Truncation bound.** For every K,
@@ -57,8 +57,10 @@ such weights (:data:`AUTO_MAX_LOSS`).
 
 **Evaluation.** Up to a few thousand tokens, and for derivatives, the sums use tables of the powers
 :math:`z_j^m` and matrix products (short programs, fast to compile); above, the moments are a
-recurrence over blocks of tokens and the polynomials Horner's rule over blocks (both vectorised
-loops of XLA:CPU, no (n, K) table in memory).
+Chebyshev recurrence over blocks of tokens and the polynomials Clenshaw's recurrence over blocks (both
+vectorised loops of XLA:CPU, no (n, K) table in memory; on the circle both take two real operations per
+part and degree where a complex product takes three, 1.2x and 1.5x faster than the product recurrence and
+Horner's rule at 10^6 float64 tokens on a 2-core AMD EPYC).
 
 **Derivatives** (forward and reverse mode, in the tokens, beta and the weights). The scores depend
 on Q, K only through the rotation part of :math:`\beta Q^T K`; the non-rotation part R (zero to
@@ -111,10 +113,10 @@ _EVAL_BLOCK = 65536
 #: up to this many tokens the sums run through power tables (:func:`_power_table`): a program that compiles
 #: in about half the time of the unrolled chains, which are faster only where the cloud is large
 _TABLE_MAX = 4096
-#: Horner's rule is one unrolled chain up to this many coefficients, beyond it a scan over unrolled
-#: pieces of _HORNER_PIECE (longer unrolled chains compile into slower XLA:CPU code)
+#: Clenshaw's recurrence is one unrolled chain up to this many coefficients, beyond it a scan over unrolled
+#: pieces of _PIECE (longer unrolled chains compile into slower XLA:CPU code)
 _UNROLLED = 48
-_HORNER_PIECE = 32
+_PIECE = 32
 
 
 # -- the truncation bound and the number of modes ----------------------------------------------
@@ -342,7 +344,9 @@ def _split(n: int, most: int, least: int = 1) -> tuple[int, int]:
 
 def _moments(c: Float[Array, " n"], s: Float[Array, " n"], count: int, rolled: bool = False) -> tuple[Array, Array]:
     r""":math:`S_m = \sum_j \bar z_j^m`, m = 0..count-1 (real, imaginary parts), in blocks of tokens whose
-    powers (one recurrence :math:`\bar z^{m+1} = \bar z^m \bar z` per block) stay in cache. ``rolled``: from
+    powers (Chebyshev's recurrence :math:`\bar z^{m+1} = 2c\,\bar z^m - \bar z^{m-1}` per block; rounding
+    grows at most like :math:`m^2 u` where :math:`\theta \to 0, \pi`, against the product recurrence's
+    :math:`m u`: :math:`6 \cdot 10^{-14}` relative at m = 24 in float64) stay in cache. ``rolled``: from
     power tables (:func:`_power_table`), the small program that derivatives (and small clouds) run through."""
     n = c.shape[0]
     rolled = rolled or n <= _TABLE_MAX
@@ -355,13 +359,15 @@ def _moments(c: Float[Array, " n"], s: Float[Array, " n"], count: int, rolled: b
         if rolled:
             total = _table_moments(jax.lax.complex(cc, ss), w.astype(jnp.result_type(cc, 1j)), count)  # conj(S_m)
             return jnp.stack([jnp.real(total), -jnp.imag(total)], axis=-1)
-        pc, ps = w, jnp.zeros_like(w)
-        sums = []
-        for m in range(count):
-            sums += [jnp.sum(pc), jnp.sum(ps)]
-            if m + 1 < count:
-                pc, ps = pc * cc + ps * ss, ps * cc - pc * ss
-        return jnp.stack(sums).reshape(count, 2)
+        # Chebyshev's three-term recurrence zbar^{m+1} = 2c zbar^m - zbar^{m-1} (z + zbar = 2c on the circle):
+        # two real operations per part and degree against a complex product's three
+        two_c = cc + cc
+        prev, cur = (w, jnp.zeros_like(w)), (w * cc, -w * ss)
+        sums = [jnp.sum(prev[0]), jnp.sum(prev[1]), jnp.sum(cur[0]), jnp.sum(cur[1])]
+        for _ in range(2, count):
+            prev, cur = cur, (two_c * cur[0] - prev[0], two_c * cur[1] - prev[1])
+            sums += [jnp.sum(cur[0]), jnp.sum(cur[1])]
+        return jnp.stack(sums[:2 * count]).reshape(count, 2)
 
     if blocks == 1:
         total = block(cb[0], sb[0], wb[0])
@@ -371,22 +377,33 @@ def _moments(c: Float[Array, " n"], s: Float[Array, " n"], count: int, rolled: b
     return total[:, 0], total[:, 1]
 
 
-def _horner(c, s, chains, bre, bim):
-    r"""Horner's rule for P polynomials at once: each chain (re, im) becomes
-    :math:`(re + i\,im)\, z^k + \sum_{m<k} b_{pm} z^m` (k = the coefficients' length, highest degree first).
-    One (re, im) pair of arrays per polynomial: XLA:CPU fuses the chains into one vectorised loop."""
+def _clenshaw(c, s, states, bre, bim):
+    r"""Clenshaw's recurrence for P polynomials at once, through the coefficients given (highest degree first):
+    :math:`y_k = b_{pk} + 2c\, y_{k+1} - y_{k+2}` (complex y, real 2c: two real operations per part against
+    Horner's complex product), each state :math:`(y_{k+1}, y_{k+2})` (real and imaginary parts) carried on.
+    On the circle :math:`z^{k+1} = 2c\, z^k - z^{k-1}`, so :math:`\sum_{m \ge 0} b_m z^m = y_0 - \bar z y_1`
+    (:func:`_clenshaw_value`); its rounding stays within a few u of the sum of :math:`|b_m|` where the
+    coefficients decay, as the kernel's do. XLA:CPU fuses the chains into one vectorised loop."""
+    two_c = c + c
     out = []
-    for p, (re, im) in enumerate(chains):
+    for p, (y1r, y1i, y2r, y2i) in enumerate(states):
         for m in range(bre.shape[-1] - 1, -1, -1):
-            re, im = re * c - im * s + bre[p, m], re * s + im * c + bim[p, m]
-        out.append((re, im))
+            y1r, y1i, y2r, y2i = bre[p, m] + two_c * y1r - y2r, bim[p, m] + two_c * y1i - y2i, y1r, y1i
+        out.append((y1r, y1i, y2r, y2i))
     return out
+
+
+def _clenshaw_value(c, s, state):
+    r""":math:`y_0 - \bar z y_1` from Clenshaw's final state :math:`(y_0, y_1)`, as (real, imaginary)."""
+    y0r, y0i, y1r, y1i = state
+    return y0r - c * y1r - s * y1i, y0i - c * y1i + s * y1r
 
 
 def _polynomials(c: Float[Array, " n"], s: Float[Array, " n"], bre: Float[Array, "P K1"], bim: Float[Array, "P K1"],
                  rolled: bool = False) -> list[tuple[Float[Array, " n"], Float[Array, " n"]]]:
-    r""":math:`\sum_{m=0}^{K} b_{pm} z^m` at every :math:`z = c + is`, as (real, imaginary) per polynomial
-    (O(n K P)); degrees beyond :data:`_UNROLLED` run as a scan over pieces of :data:`_HORNER_PIECE`.
+    r""":math:`\sum_{m=0}^{K} b_{pm} z^m` at every :math:`z = c + is` on the unit circle, as (real, imaginary) per
+    polynomial (O(n K P), Clenshaw's recurrence: :func:`_clenshaw`); degrees beyond :data:`_UNROLLED` run as a
+    scan over pieces of :data:`_PIECE`.
     ``rolled``: a power table times the coefficients (one complex matmul), for derivatives: autodiff of the
     long unrolled chains compiles for many seconds, the table's program is a few operations (and runs about
     twice as long)."""
@@ -394,22 +411,23 @@ def _polynomials(c: Float[Array, " n"], s: Float[Array, " n"], bre: Float[Array,
     if rolled or c.shape[0] <= _TABLE_MAX:
         values = _table_polynomials(jax.lax.complex(c, s), jax.lax.complex(bre, bim))  # (n, P)
         return [(jnp.real(values[:, p]), jnp.imag(values[:, p])) for p in range(P)]
-    zero = jnp.zeros_like(c)
-    chains = [(zero, zero)] * P
+    zero = jnp.zeros(c.shape, jnp.result_type(c, bre))  # the unrolled chain's promotion, also in the scan's carry
+    states = [(zero, zero, zero, zero)] * P
     if K1 <= _UNROLLED:
-        return _horner(c, s, chains, bre, bim)
-    pieces = -(-K1 // _HORNER_PIECE)
-    pad = pieces * _HORNER_PIECE - K1
-    # zero coefficients above degree K, cut into pieces, the highest degrees first; Horner over a piece
-    # multiplies what it is given by z^piece, so the pieces chain into one Horner pass
-    split = lambda b: jnp.pad(b, ((0, 0), (0, pad))).reshape(P, pieces, _HORNER_PIECE).transpose(1, 0, 2)[::-1]
-    chains, _ = jax.lax.scan(lambda ch, b: (_horner(c, s, ch, *b), None), chains, (split(bre), split(bim)))
-    return chains
+        states = _clenshaw(c, s, states, bre, bim)
+    else:
+        pieces = -(-K1 // _PIECE)
+        pad = pieces * _PIECE - K1
+        # zero coefficients above degree K, cut into pieces, the highest degrees first; the recurrence's state
+        # passes from piece to piece
+        split = lambda b: jnp.pad(b, ((0, 0), (0, pad))).reshape(P, pieces, _PIECE).transpose(1, 0, 2)[::-1]
+        states, _ = jax.lax.scan(lambda st, b: (_clenshaw(c, s, st, *b), None), states, (split(bre), split(bim)))
+    return [_clenshaw_value(c, s, state) for state in states]
 
 
 def _in_blocks(fn, c, s):
     """``fn(c, s) -> tuple of (..., n) arrays`` over blocks of tokens in a ``lax.map``, always at least two
-    blocks: the loop boundary keeps XLA from fusing the Horner chains into each of their consumers, which
+    blocks: the loop boundary keeps XLA from fusing the Clenshaw chains into each of their consumers, which
     recomputes them (~10x the work at n = 10^6, and compiles for minutes under ``vmap``)."""
     n = c.shape[0]
     blocks, size = _split(n, _EVAL_BLOCK, least=2)
@@ -480,7 +498,7 @@ def _circle_sums(c, s, p, q, modes: int, normalisation: str, rolled: bool = Fals
     S = _moments(c, s, modes + 2 + with_E, rolled)  # S_0 .. S_{K+1} (S_{K+2})
     cre, cim = kernel_coefficients(p, q, modes)  # (h, K+1)
     shifts = (1, 0, 2) if with_E else (1, 0)
-    # each block returns one complex array per sum: XLA then computes every Horner chain once (two real
+    # each block returns one complex array per sum: XLA then computes every Clenshaw chain once (two real
     # outputs sharing chains became two fusions that both ran all the chains)
     as_complex = lambda part: jax.lax.complex(*part)
     if normalisation == "softmax":
