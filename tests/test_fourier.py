@@ -149,10 +149,13 @@ def test_circle_attention_of_angles():
     assert rel_err(fast, direct) < rounding_tol(N, jnp.float64, math.exp(3.0 * (1 - math.cos(0.1))))
 
 
-def test_large_cloud_matches_tiled_direct_sum():
+def test_large_cloud_matches_tiled_direct_sum(monkeypatch):
     """Above the power-table size: the unrolled Clenshaw chains over blocks of tokens and the blocked moments
-    (two blocks, the second padded), against the tiled direct sum."""
-    n = 9000
+    (blocks of at most 4096 tokens here: 8999 is prime, so three blocks of 3000, the last padded by one
+    token), against the tiled direct sum."""
+    monkeypatch.setattr(fourier, "_BLOCK", 4096)
+    n = 8999
+    assert fourier._split(n, fourier._BLOCK) == (3, 3000)
     _, x = cloud(17, n)
     fast = evaluate(circle_flow(Q0, K0, np.eye(2)), x)
     assert rel_err(fast, evaluate(circle_flow(Q0, K0, np.eye(2), impl="chunked"), x)) < rounding_tol(n, jnp.float64)
