@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # allow `python benchmarks/bench_meanfield.py`
 from benchmarks.common import time_call  # noqa: E402
 
 DT = 0.1
-FULL = dict(direct_n=20_000, fourier_ns=(20_000, 1_000_000), betas=(1.0, 4.0), sphere_n=100_000, steps=5,
+FULL = dict(direct_n=20_000, fourier_ns=(20_000, 1_000_000), betas=(1.0, 4.0, 5.0), sphere_n=100_000, steps=5,
             repeats=3, crossover_ns=(32, 64, 96, 128, 256, 512, 1024, 2048))
 QUICK = dict(direct_n=2_000, fourier_ns=(2_000, 50_000), betas=(4.0,), sphere_n=4_000, steps=2, repeats=2,
              crossover_ns=(64, 256, 1024))

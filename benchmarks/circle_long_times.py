@@ -15,7 +15,9 @@ fitted over the uncensored states (Student-t interval) and over every state, the
 (:func:`attnflow.stats.censored_lognormal_fit`, the interval robust to the states of one cloud sharing it), and the
 mean of log(T / T_2) over them, pooled over clouds
 and betas, with its Student-t interval. The duration of the quasi-linear phase is the time of
-the first save with clusters.
+the first save with clusters. With several clouds per beta (``--seeds``) each kind of state, (beta, cluster count),
+gets the centre of its lifetimes and of their ratios to the law, with intervals, the censored states as lower
+bounds (:func:`attnflow.stats.censored_lognormal_mean`).
 
 ``--d 3``: the same study on the sphere S^2 (uniform tokens on S^2, the O(n L^2) harmonic path, the clusters of
 :func:`attnflow.observables.sphere_clusters`: the components of the threshold graph at angle ``--max-gap``, exact,
@@ -92,7 +94,7 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
         clusters, k_star = sphere_clusters, int(np.argmax(np.asarray(sphere_growth_rates(beta, 3, 64))))
     save_at = SaveLayers(octave_layers(layers, saves))
     # one loop body over the save intervals (loop="fori"): the octaves' runs as scan blocks compile for tens of
-    # seconds and, with checkpointing, ran 2x slower a layer here (benchmarks/NOTES.md); forward only
+    # seconds; forward only, so no checkpointing
     stepper = EulerStepper(dt, layers, shift=sphere_shift, save_at=save_at, loop="fori", checkpoint=None)
     start = time.perf_counter()
     traj = jax.jit(lambda x: stepper.solve(field, x))(x0)
@@ -122,13 +124,68 @@ def run(beta: float, n: int, t1: float, dt: float, saves: int, max_gap: float, s
             "t": ts.tolist(), "counts": counts.tolist(), "nonfinite_saves": int((~finite).sum()), "states": states}
 
 
+def two_cluster_time(beta: float, gap: float, end: float = MAX_SPREAD) -> float:
+    r"""The n = 2 reduction's merge time itself, not its Laplace estimate: two tokens at angle :math:`\Delta` close it
+    as :math:`\dot\Delta = -2\sin\Delta / (1 + e^{\beta(1-\cos\Delta)})` (softmax, Q = K = V = I, self-attention
+    included), so :math:`T = \int_{end}^{\Delta_0} \frac{1 + e^{\beta(1-\cos\Delta)}}{2\sin\Delta}\,d\Delta` (to
+    ``end``, the width below which two clusters count as one). Where :math:`\beta\sin\Delta_0` is large this is
+    :math:`T_2 = e^{\beta(1-\cos\Delta_0)}/(2\beta\sin^2\Delta_0)`; near the antipode :math:`T_2` diverges like
+    :math:`1/\sin^2`, the integral only like :math:`\log(1/(\pi - \Delta_0))` (the pair leaves the antipode at an
+    exponential rate, not at the law's vanishing speed).
+
+    Example:
+        >>> T = two_cluster_time(16.0, 1.2)
+        >>> law = math.exp(16.0 * (1 - math.cos(1.2))) / (2 * 16.0 * math.sin(1.2) ** 2)
+        >>> 1.0 < T / law < 1.2, two_cluster_time(4.0, 3.05) < 0.2 * math.exp(4.0 * (1 - math.cos(3.05))) / (8 * math.sin(3.05) ** 2)
+        (True, True)
+    """
+    from scipy.integrate import quad
+
+    if gap <= end:
+        return 0.0
+    rate = lambda a: (1.0 + math.exp(beta * (1.0 - math.cos(a)))) / (2.0 * math.sin(a))
+    return float(quad(rate, end, gap, limit=200)[0]) if gap < math.pi else math.inf
+
+
+def per_state(rows: list[dict], confidence: float = 0.95) -> list[dict]:
+    """Each kind of metastable state, (beta, cluster count), over the clouds that formed one: the centre of its
+    lifetimes T and of their ratios to the two-cluster law at each state's own smallest gap, T / T_2, with
+    intervals (:func:`attnflow.stats.censored_lognormal_mean`: log-normal, the censored states as lower bounds;
+    None with fewer than two merges)."""
+    from attnflow.stats import censored_lognormal_mean
+
+    groups: dict[tuple[float, int], list[dict]] = {}
+    for r in rows:
+        for s in r["states"]:
+            if s["lifetime"] > 0:
+                groups.setdefault((r["beta"], s["count"]), []).append(s)
+    out = []
+    for (beta, count), states in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        life = np.array([s["lifetime"] for s in states])
+        censored = np.array([s["censored"] for s in states])
+        law = np.array([s["two_cluster_law"] for s in states])
+        exact = np.array([two_cluster_time(beta, s["smallest_gap"]) for s in states])
+        T = censored_lognormal_mean(life, censored, confidence)
+        ratio = censored_lognormal_mean(life / law, censored, confidence)
+        ratio_exact = censored_lognormal_mean(life / exact, censored, confidence)
+        out.append({"beta": beta, "count": count, "states": len(states), "merges": int((~censored).sum()),
+                    "lifetime": [T["median"], T["median_lo"], T["median_hi"]], "sigma": T["sigma"],
+                    "ratio_to_law": [ratio["median"], ratio["median_lo"], ratio["median_hi"]],
+                    "ratio_to_exact": [ratio_exact["median"], ratio_exact["median_lo"], ratio_exact["median_hi"]],
+                    "exact_median": float(np.median(exact)),
+                    "law_median": float(np.median(law)),
+                    "smallest_gap": [float(np.min([s["smallest_gap"] for s in states])),
+                                     float(np.max([s["smallest_gap"] for s in states]))]})
+    return out
+
+
 def fit(rows: list[dict]) -> dict:
     from attnflow.stats import censored_lognormal_fit, fit_slope, mean_interval
 
     pts = [(s["barrier"], math.log(s["lifetime"]), math.log(s["two_cluster_law"])) for r in rows for s in r["states"]
            if not s["censored"] and s["lifetime"] > 0]
     if len(pts) < 3:
-        return {"points": len(pts)}
+        return {"points": len(pts), "per_state": per_state(rows)}
     b, logt, logl = (np.asarray(a) for a in zip(*pts))
     out = fit_slope(b, logt)
     mean, lo, hi = mean_interval((logt - logl)[:, None], 0.95)  # every merge of every cloud and beta, pooled
@@ -144,7 +201,8 @@ def fit(rows: list[dict]) -> dict:
                          "clouds": censored["clusters"], "interval": censored["interval"]},
             "log_ratio_to_law": {"median": float(np.median(logt - logl)), "min": float(np.min(logt - logl)),
                                  "max": float(np.max(logt - logl)), "mean": float(mean[0]), "mean_lo": float(lo[0]),
-                                 "mean_hi": float(hi[0])}}
+                                 "mean_hi": float(hi[0])},
+            "per_state": per_state(rows)}
 
 
 def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
@@ -164,6 +222,11 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
             laws.append(s["two_cluster_law"])
             right.plot(s["two_cluster_law"], s["lifetime"], ">" if s["censored"] else "o", color=line.get_color(),
                        ms=6, mfc="none" if s["censored"] else line.get_color())
+    for g in result.get("per_state", []):  # each kind of state with two merges or more: its median and interval
+        mid, lo, hi = g["lifetime"]
+        if mid is not None and lo is not None and hi is not None:
+            right.errorbar(g["law_median"], mid, yerr=[[mid - lo], [hi - mid]], fmt="s", color="k", ms=4, capsize=3,
+                           zorder=5)
     span = np.geomspace(min(laws + [10.0]) / 3, max(laws + [1e4]) * 3, 10)
     right.plot(span, span, "k--", lw=1, label=r"$T = T_2 = e^{\beta(1-\cos\Delta_{min})}/(2\beta\sin^2\Delta_{min})$")
     left.set_xscale("log")
@@ -172,7 +235,7 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
     left.legend(fontsize=7)
     right.set_xscale("log"), right.set_yscale("log")
     right.set_xlabel(r"two-cluster law $T_2$ at the state's smallest gap")
-    right.set_ylabel("lifetime T (open: censored at t1)")
+    right.set_ylabel("lifetime T (open: censored at t1; black: each kind of state's median, 95% interval)")
     if "slope" in result:
         right.set_title(f"log T against $\\beta(1-\\cos\\Delta_{{min}})$: slope {result['slope']:.2f} "
                         f"[{result['lo']:.2f}, {result['hi']:.2f}], {result['points']} merges", fontsize=8)

@@ -16,7 +16,8 @@ Host-side (numpy and scipy); each function's docstring states its formula.
 
 from ._intervals import difference_interval, mean_interval, standard_error, t_quantile, wilson_interval
 from ._regression import fit_slope
-from ._survival import censored_exponential_fit, censored_lognormal_fit, kaplan_meier, survival_quantile
+from ._survival import (censored_exponential_fit, censored_lognormal_fit, censored_lognormal_mean, kaplan_meier,
+                        survival_quantile)
 
 __all__ = ["t_quantile", "standard_error", "mean_interval", "difference_interval", "wilson_interval", "fit_slope", "kaplan_meier",
-           "survival_quantile", "censored_lognormal_fit", "censored_exponential_fit"]
+           "survival_quantile", "censored_lognormal_fit", "censored_lognormal_mean", "censored_exponential_fit"]
