@@ -195,7 +195,17 @@ def fit(rows: list[dict]) -> dict:
              if s["lifetime"] > 0]
     x_all, life, cens, cloud = (np.asarray(a) for a in zip(*every))
     censored = censored_lognormal_fit(x_all, life, cens.astype(bool), 0.95, clusters=cloud)
+    # the same merges against the n = 2 reduction's merge time itself (the law is its Laplace estimate, which fails
+    # near the antipode): log T on log T_exact, whose slope is 1 where the reduction holds
+    merged = [(r["beta"], s) for r in rows for s in r["states"] if not s["censored"] and s["lifetime"] > 0]
+    log_exact = np.log([two_cluster_time(beta, s["smallest_gap"]) for beta, s in merged])
+    on_exact = fit_slope(log_exact, logt)
+    e_mean, e_lo, e_hi = mean_interval((logt - log_exact)[:, None], 0.95)
     return {"points": len(pts), "slope": out["slope"], "lo": out["lo"], "hi": out["hi"],
+            "on_exact": {"slope": on_exact["slope"], "lo": on_exact["lo"], "hi": on_exact["hi"],
+                         "log_ratio_mean": float(e_mean[0]), "log_ratio_lo": float(e_lo[0]),
+                         "log_ratio_hi": float(e_hi[0]), "log_ratio_min": float(np.min(logt - log_exact)),
+                         "log_ratio_max": float(np.max(logt - log_exact))},
             "censored": {"slope": censored["slope"], "lo": censored["slope_lo"], "hi": censored["slope_hi"],
                          "sigma": censored["sigma"], "states": len(every), "censored_states": int(cens.sum()),
                          "clouds": censored["clusters"], "interval": censored["interval"]},
@@ -206,40 +216,64 @@ def fit(rows: list[dict]) -> dict:
 
 
 def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
-    """Left: the gathered cluster count against t. Right: each metastable state's lifetime T against the
-    two-cluster law T_2 at its smallest gap (open triangles: censored at t1, lower bounds), with T = T_2."""
+    """Left: the gathered cluster count against t (one colour per beta). Middle: each metastable state's lifetime
+    T against the n = 2 reduction's merge time at its smallest gap (:func:`two_cluster_time`; open triangles:
+    censored at t1, lower bounds), with T equal to it. Right, when some kind of state, (beta, count), merged in
+    two clouds or more: its median ratio T / (n = 2 time) with the 95% interval (censored states as lower bounds)."""
     import attnflow.plot as ap
 
-    fig, axes = ap.new_figure(2, panel=(5.0, 4.0))
-    left, right = axes[0]
-    laws = []
+    kinds = [g for g in result.get("per_state", []) if g.get("ratio_to_exact", [None])[0] is not None]
+    fig, axes = ap.new_figure(3 if kinds else 2, panel=(4.6, 3.8))
+    left, middle = axes[0][0], axes[0][1]
+    betas = sorted({r["beta"] for r in rows})
+    colour = {b: f"C{i % 10}" for i, b in enumerate(betas)}
+    laws, labelled = [], set()
     for r in rows:
         t, c = np.asarray(r["t"]), np.asarray(r["counts"])
         keep = (t > 0) & (c < r["n"])
         star = "k^*" if r.get("d", 2) == 2 else "l^*"
-        (line,) = left.step(t[keep], c[keep], where="post", label=f"$\\beta$ = {r['beta']:g} (${star}$ = {r['k_star']})")
+        label = None if r["beta"] in labelled else f"$\\beta$ = {r['beta']:g} (${star}$ = {r['k_star']})"
+        labelled.add(r["beta"])
+        left.step(t[keep], c[keep], where="post", color=colour[r["beta"]], alpha=0.8, label=label)
         for s in r["states"]:
-            laws.append(s["two_cluster_law"])
-            right.plot(s["two_cluster_law"], s["lifetime"], ">" if s["censored"] else "o", color=line.get_color(),
-                       ms=6, mfc="none" if s["censored"] else line.get_color())
-    for g in result.get("per_state", []):  # each kind of state with two merges or more: its median and interval
-        mid, lo, hi = g["lifetime"]
-        if mid is not None and lo is not None and hi is not None:
-            right.errorbar(g["law_median"], mid, yerr=[[mid - lo], [hi - mid]], fmt="s", color="k", ms=4, capsize=3,
-                           zorder=5)
+            exact = two_cluster_time(r["beta"], s["smallest_gap"])
+            if not math.isfinite(exact):
+                continue  # an exactly antipodal pair: no merge in the reduction
+            laws.append(exact)
+            middle.plot(exact, s["lifetime"], ">" if s["censored"] else "o", color=colour[r["beta"]],
+                        ms=6, mfc="none" if s["censored"] else colour[r["beta"]])
     span = np.geomspace(min(laws + [10.0]) / 3, max(laws + [1e4]) * 3, 10)
-    right.plot(span, span, "k--", lw=1, label=r"$T = T_2 = e^{\beta(1-\cos\Delta_{min})}/(2\beta\sin^2\Delta_{min})$")
+    middle.plot(span, span, "k--", lw=1, label="T = n = 2 merge time")
     left.set_xscale("log")
     left.yaxis.get_major_locator().set_params(integer=True)
-    left.set_xlabel("t"), left.set_ylabel("clusters (each with >= 1% of the tokens)")
+    left.set_xlabel("t"), left.set_ylabel("clusters (>= 1% of the tokens each)")
     left.legend(fontsize=7)
-    right.set_xscale("log"), right.set_yscale("log")
-    right.set_xlabel(r"two-cluster law $T_2$ at the state's smallest gap")
-    right.set_ylabel("lifetime T (open: censored at t1; black: each kind of state's median, 95% interval)")
-    if "slope" in result:
-        right.set_title(f"log T against $\\beta(1-\\cos\\Delta_{{min}})$: slope {result['slope']:.2f} "
-                        f"[{result['lo']:.2f}, {result['hi']:.2f}], {result['points']} merges", fontsize=8)
-    right.legend(fontsize=7)
+    middle.set_xscale("log"), middle.set_yscale("log")
+    middle.set_xlabel("n = 2 merge time at the smallest gap")
+    middle.set_ylabel("lifetime T (open: censored at t1)")
+    if "on_exact" in result:
+        e = result["on_exact"]
+        middle.set_title(f"log T on log(n = 2 time): slope {e['slope']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}], "
+                         f"{result['points']} merges", fontsize=8)
+    middle.legend(fontsize=7)
+    if kinds:
+        right = axes[0][2]
+        for i, g in enumerate(kinds):
+            mid, lo, hi = g["ratio_to_exact"]
+            low = mid - lo if lo is not None else 0.0
+            high = hi - mid if hi is not None else 0.0
+            right.errorbar(i, mid, yerr=[[low], [high]], fmt="o", color=colour.get(g["beta"], "k"), capsize=3)
+            right.annotate(f"{g['merges']}/{g['states']}", (i, mid), textcoords="offset points", xytext=(6, -3),
+                           fontsize=7)
+        right.axhline(1.0, color="k", ls="--", lw=1)
+        right.set_yscale("log")
+        ticks = [0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0]
+        right.set_yticks(ticks, [f"{v:g}" for v in ticks])
+        right.minorticks_off()
+        right.set_xticks(range(len(kinds)))
+        right.set_xticklabels([f"$\\beta$={g['beta']:g}\n{g['count']} cl." for g in kinds], fontsize=7)
+        right.set_ylabel("T / (n = 2 merge time), median and 95% interval")
+        right.set_title("each kind of state over clouds (merges / states)", fontsize=8)
     where = "the circle" if rows[0].get("d", 2) == 2 else "the sphere $S^2$"
     fig.suptitle(f"Metastable states on {where}, n = {rows[0]['n']} tokens, softmax; {machine}", fontsize=8)
     ap.save(fig, path, formats=("png",), dpi=130, close=True)
