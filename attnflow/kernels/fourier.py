@@ -427,10 +427,11 @@ def _polynomials(c: Float[Array, " n"], s: Float[Array, " n"], bre: Float[Array,
     return [_clenshaw_value(c, s, state) for state in states]
 
 
-def _in_blocks(fn, c, s):
+def _in_blocks(fn, c, s, pairs: bool = False):
     """``fn(c, s) -> tuple of (..., n) arrays`` over blocks of tokens in a ``lax.map``, always at least two
     blocks: the loop boundary keeps XLA from fusing the Clenshaw chains into each of their consumers, which
-    recomputes them (~10x the work at n = 10^6, and compiles for minutes under ``vmap``)."""
+    recomputes them (~10x the work at n = 10^6, and compiles for minutes under ``vmap``). ``pairs``: the first
+    array is (..., n, 2) instead (the token axis second to last)."""
     n = c.shape[0]
     blocks, size = _split(n, _EVAL_BLOCK, least=2)
     pad = blocks * size - n
@@ -438,10 +439,16 @@ def _in_blocks(fn, c, s):
     cb = jnp.pad(c, (0, pad), constant_values=1).reshape(blocks, size)
     sb = jnp.pad(s, (0, pad)).reshape(blocks, size)
     out = jax.lax.map(lambda blk: fn(*blk), (cb, sb))
-    return tuple(jnp.moveaxis(o, 0, -2).reshape(o.shape[1:-1] + (blocks * size,))[..., :n] for o in out)
+
+    def joined(o, trailing):  # (blocks, ..., size, *trailing) -> (..., n, *trailing)
+        lead = o.shape[1:o.ndim - 1 - trailing]
+        o = jnp.moveaxis(o, 0, len(lead)).reshape(lead + (blocks * size,) + o.shape[o.ndim - trailing:])
+        return o[..., :n, :] if trailing else o[..., :n]
+
+    return tuple(joined(o, int(pairs and i == 0)) for i, o in enumerate(out))
 
 
-def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: bool = False):
+def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: bool = False, pairs: bool = False):
     r"""``finish(sums, cb, sb)`` over blocks of tokens, where ``sums[k]`` is (re, im) of
     :math:`\sum_j f^h(\theta_i - \theta_j)\, z_j^k = \sum_{|m| \le K} c^h_m z_i^m S_{m-k}` for each k of ``shifts``
     (arrays (h, block); :math:`S_{-l} = \bar S_l`). Each sum is two polynomials,
@@ -483,7 +490,7 @@ def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: boo
 
     # the power tables are materialised (no fusion across degrees): blocks only bound their memory
     n = c.shape[0]
-    return block(c, s) if (rolled and n <= _EVAL_BLOCK) or n <= _TABLE_MAX else _in_blocks(block, c, s)
+    return block(c, s) if (rolled and n <= _EVAL_BLOCK) or n <= _TABLE_MAX else _in_blocks(block, c, s, pairs)
 
 
 def _mean_scale(p, q, n: int):
@@ -504,17 +511,25 @@ def _circle_sums(c, s, p, q, modes: int, normalisation: str, rolled: bool = Fals
     # outputs sharing chains became two fusions that both ran all the chains)
     as_complex = lambda part: jax.lax.complex(*part)
     if normalisation == "softmax":
-        def finish(sums, cb, sb):
+        def sums_of(sums):
             return tuple(as_complex(sums[k]) / sums[0][0] for k in shifts if k)  # N / D (and E / D)
     else:
         scale = _mean_scale(p, q, n)[:, None]
         shifts = (1, 2, 0) if with_E else (1,)
 
-        def finish(sums, cb, sb):  # (e^a / n) times N (and E, D)
+        def sums_of(sums):  # (e^a / n) times N (and E, D)
             return tuple((as_complex(sums[k]) if k else sums[k][0]) * scale for k in shifts)
-    out = _kernel_sums(c, s, cre, cim, S, shifts, finish, rolled)
-    means = jnp.stack([jnp.real(out[0]), jnp.imag(out[0])], axis=-1)
-    return (means, out[1:]) if with_E else means
+
+    def finish(sums, cb, sb):
+        # the means leave the block as (h, block, 2), split from the complex N / D inside it: splitting the whole
+        # (h, n) complex array afterwards was a pass over the cloud (16 MB at 10^6 float64 tokens): the means of
+        # 10^6 float64 tokens take 15-16 ms instead of 24-26 (an optimization barrier on the complex array, tried
+        # to keep the chains from being run once per part, made it 100 ms)
+        out = sums_of(sums)
+        return (jnp.stack([jnp.real(out[0]), jnp.imag(out[0])], axis=-1),) + out[1:]
+
+    out = _kernel_sums(c, s, cre, cim, S, shifts, finish, rolled, pairs=True)
+    return (out[0], out[1:]) if with_E else out[0]
 
 
 def _circle_means(c, s, p, q, modes: int, normalisation: str) -> Float[Array, "h n 2"]:
