@@ -11,8 +11,8 @@ projected update. Rows:
 * ``torch-direct``: the same layers in PyTorch (:func:`benchmarks.baselines.torch_sphere_euler`: the direct
   sum over blocks of 2048 queries, float64), at its fastest thread count (1 or 2, each timed).
 * ``fourier``: ``attention_impl="fourier"`` (:mod:`attnflow.kernels.fourier`, O(n K)) at n = 2 x 10^4 (same
-  problem as the direct rows: speed-up and agreement) and at n = 10^6, float64, for beta = 1 and 4
-  (K = 14 and 22 modes). Target: >= 10 steps/s at n = 10^6 (10^7 particle-steps/s) on a 2-core CPU.
+  problem as the direct rows: speed-up and agreement) and at n = 10^6, float64, for beta = 1, 4 and 5
+  (K = 14, 22 and 24 modes), 20 layers a call. Target: >= 30 steps/s at n = 10^6 and beta = 4-5 on a 2-core CPU.
 * ``sphere-tiled``: n = 10^5 on S^2 (d = 3), float32, the tiled path: time per step and the fraction of
   the machine's rates it reaches, :math:`(4 n^2 d / R_{mm} + n^2 / R_{exp}) / t_{step}` (score and value
   products at the measured matmul rate :func:`benchmarks.common.matmul_rate`, the n^2 exponentials at
@@ -46,9 +46,11 @@ if __package__ in (None, ""):  # allow `python benchmarks/bench_meanfield.py`
 from benchmarks.common import time_call  # noqa: E402
 
 DT = 0.1
+#: big_steps: layers per call at 10^6 tokens: a call costs about 12 ms besides its layers there (24 ms each in float64 at
+#: beta = 4 on a 2-core AMD EPYC: 134 ms for 5 layers, 470-550 for 20), a tenth of 5 layers' time (NOTES 52)
 FULL = dict(direct_n=20_000, fourier_ns=(20_000, 1_000_000), betas=(1.0, 4.0, 5.0), sphere_n=100_000, steps=5,
-            repeats=3, crossover_ns=(32, 64, 96, 128, 256, 512, 1024, 2048))
-QUICK = dict(direct_n=2_000, fourier_ns=(2_000, 50_000), betas=(4.0,), sphere_n=4_000, steps=2, repeats=2,
+            big_steps=20, repeats=3, crossover_ns=(32, 64, 96, 128, 256, 512, 1024, 2048))
+QUICK = dict(direct_n=2_000, fourier_ns=(2_000, 50_000), betas=(4.0,), sphere_n=4_000, steps=2, big_steps=2, repeats=2,
              crossover_ns=(64, 256, 1024))
 
 
@@ -227,7 +229,7 @@ def run(quick: bool = False, torch: bool = True, out: Path | None = None) -> dic
             rows.append({"name": "torch-direct", "note": f"skipped: {err}"})
     for n_big in cfg["fourier_ns"][1:]:
         for beta in cfg["betas"]:
-            add(attnflow_row(n_big, impl="fourier", beta=beta, steps=cfg["steps"], repeats=cfg["repeats"]))
+            add(attnflow_row(n_big, impl="fourier", beta=beta, steps=cfg["big_steps"], repeats=cfg["repeats"]))
     mm = matmul_rate("float32")
     ex = exp_rate("float32")
     summary.update(matmul_rate=mm, exp_rate=ex)
