@@ -267,7 +267,8 @@ def figure(rows: list[dict], result: dict, path: Path, machine: str) -> None:
                            fontsize=7)
         right.axhline(1.0, color="k", ls="--", lw=1)
         right.set_yscale("log")
-        ticks = [0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0]
+        low, high = right.get_ylim()
+        ticks = [v for v in (0.0625, 0.125, 0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0, 8.0, 16.0) if low <= v <= high]
         right.set_yticks(ticks, [f"{v:g}" for v in ticks])
         right.minorticks_off()
         right.set_xticks(range(len(kinds)))

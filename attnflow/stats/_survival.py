@@ -1,5 +1,6 @@
-r"""Lifetimes: the Kaplan-Meier curve of right-censored lifetimes, and the maximum-likelihood log-normal
-regression of lifetimes that are right-censored, left-truncated and clustered.
+r"""Lifetimes: the Kaplan-Meier curve of right-censored lifetimes, the maximum-likelihood log-normal
+regression of lifetimes that are right-censored, left-truncated and clustered, and the centre of one group of
+right-censored log-normal lifetimes (:func:`censored_lognormal_mean`, its interval from the profile likelihood).
 
 **Kaplan-Meier.** With :math:`d_i` events at the distinct event times :math:`t_i` and :math:`n_i` lifetimes
 still at risk there (:math:`T \ge t_i`, censored ones included),
@@ -359,8 +360,9 @@ def censored_lognormal_mean(lifetime, censored, confidence: float = 0.95) -> dic
     statistic is then :math:`m\log(1 + t^2/(m-1))`), and a small sample's honest width with censoring.
 
     ``lifetime``, ``censored``: one entry each (non-finite or non-positive lifetimes are left out). Returns
-    ``mu``, ``mu_lo``, ``mu_hi`` (an end the profile does not reach within 1000 sigma of the estimate is None), ``median`` :math:`e^{\hat\mu}`, ``median_lo``, ``median_hi``, ``sigma``, ``systems`` and ``events``;
-    the estimates are None with fewer than two observed lifetimes.
+    ``mu``, ``mu_lo``, ``mu_hi`` (an end the profile does not reach within 1000 sigma of the estimate is None),
+    ``median`` :math:`e^{\hat\mu}`, ``median_lo``, ``median_hi``, ``sigma``, ``systems`` and ``events``; the
+    estimates are None with fewer than two observed lifetimes.
 
     Example:
         >>> import numpy as np
