@@ -161,6 +161,23 @@ def test_large_cloud_matches_tiled_direct_sum(monkeypatch):
     assert rel_err(fast, evaluate(circle_flow(Q0, K0, np.eye(2), impl="chunked"), x)) < rounding_tol(n, jnp.float64)
 
 
+@pytest.mark.parametrize("normalisation", ["softmax", "mean"])
+def test_two_heads_of_a_large_cloud_match_tiled_direct_sum(normalisation):
+    """Two heads above the power-table size (8999 tokens: two evaluation blocks, the second padded): each head's
+    means leave the blocks as (head, block, 2) and are joined per head, for both normalisations."""
+    n = 8999
+    _, x = cloud(19, n)
+    rng = np.random.default_rng(20)
+    w = AttentionWeights(np.stack([Q0, 0.5 * rot(1.0)]), np.stack([K0, rot(1.1)]), rng.normal(size=(2, 2, 2)),
+                         np.array([BETA, 3.0]), axes=("head",))
+    fast = evaluate(AttentionFlow(w, attention_impl="fourier", normalisation=normalisation), x)
+    direct = evaluate(AttentionFlow(w, attention_impl="chunked", normalisation=normalisation), x)
+    loss = max(ALPHA_LOSS, math.exp(1.5 * (1 - math.cos(0.1))))  # the second head: a = 1.5, alpha = 0.1
+    assert rel_err(fast, direct) < rounding_tol(n, jnp.float64, loss)
+    one = evaluate(AttentionFlow(w.head(1), attention_impl="chunked", normalisation=normalisation), x)
+    assert rel_err(fast, one) > 1e-3  # both heads count
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 def test_long_recurrences_in_pieces_match_tiled_direct_sum(dtype):
     """beta = 32 needs 51 modes in float64 (33 in float32): in float64 the Clenshaw chains run past
