@@ -42,7 +42,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import add_record_arguments, machine_info  # noqa: E402
+from benchmarks.common import add_record_arguments, machine_info, redrawn  # noqa: E402
 
 #: a save counts as gathered when every cluster's half-width is at most this (rad)
 MAX_SPREAD = 0.1
@@ -296,10 +296,9 @@ def main(argv=None) -> dict:
     p.add_argument("--refit", type=Path, default=None, help="recompute the fits of this saved record, write it back")
     add_record_arguments(p, "circle_long_times")
     args = p.parse_args(argv)
-    if args.redraw is not None:
-        out = json.loads(args.redraw.read_text())
-        figure(out["rows"], out["fit"], args.figure, out["machine"].get("cpu", ""))
-        return out
+    record = redrawn(args, lambda rec, path: figure(rec["rows"], rec["fit"], path, rec["machine"].get("cpu", "")))
+    if record is not None:
+        return record
     if args.refit is not None:  # the fits of a saved record recomputed (and written back)
         out = json.loads(args.refit.read_text())
         out["fit"] = fit(out["rows"])

@@ -427,11 +427,11 @@ def _polynomials(c: Float[Array, " n"], s: Float[Array, " n"], bre: Float[Array,
     return [_clenshaw_value(c, s, state) for state in states]
 
 
-def _in_blocks(fn, c, s, pairs: bool = False):
-    """``fn(c, s) -> tuple of (..., n) arrays`` over blocks of tokens in a ``lax.map``, always at least two
-    blocks: the loop boundary keeps XLA from fusing the Clenshaw chains into each of their consumers, which
-    recomputes them (~10x the work at n = 10^6, and compiles for minutes under ``vmap``). ``pairs``: the first
-    array is (..., n, 2) instead (the token axis second to last)."""
+def _in_blocks(fn, c, s):
+    """``fn(c, s) -> tuple of arrays`` over blocks of tokens in a ``lax.map``: the first (..., n, 2) (the means,
+    the token axis second to last), the others (..., n); always at least two blocks: the loop boundary keeps XLA
+    from fusing the Clenshaw chains into each of their consumers, which recomputes them (~10x the work at
+    n = 10^6, and compiles for minutes under ``vmap``)."""
     n = c.shape[0]
     blocks, size = _split(n, _EVAL_BLOCK, least=2)
     pad = blocks * size - n
@@ -445,15 +445,16 @@ def _in_blocks(fn, c, s, pairs: bool = False):
         o = jnp.moveaxis(o, 0, len(lead)).reshape(lead + (blocks * size,) + o.shape[o.ndim - trailing:])
         return o[..., :n, :] if trailing else o[..., :n]
 
-    return tuple(joined(o, int(pairs and i == 0)) for i, o in enumerate(out))
+    return tuple(joined(o, int(i == 0)) for i, o in enumerate(out))
 
 
-def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: bool = False, pairs: bool = False):
+def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: bool = False):
     r"""``finish(sums, cb, sb)`` over blocks of tokens, where ``sums[k]`` is (re, im) of
     :math:`\sum_j f^h(\theta_i - \theta_j)\, z_j^k = \sum_{|m| \le K} c^h_m z_i^m S_{m-k}` for each k of ``shifts``
     (arrays (h, block); :math:`S_{-l} = \bar S_l`). Each sum is two polynomials,
     :math:`\sum_{m \ge 0} c_m S_{m-k} z^m + \overline{\sum_{m \ge 1} c_m S_{m+k} z^m}`; for k = 0 (real
-    sums: D) one, :math:`\mathrm{Re}(c_0 S_0 + 2\sum_{m\ge1} c_m S_m z^m)`."""
+    sums: D) one, :math:`\mathrm{Re}(c_0 S_0 + 2\sum_{m\ge1} c_m S_m z^m)`. ``finish`` returns a tuple whose first
+    array is (h, block, 2) and the others (..., block) (:func:`_in_blocks`)."""
     Sre, Sim = S
     h, K1 = cre.shape
     m = np.arange(K1)
@@ -490,7 +491,7 @@ def _kernel_sums(c, s, cre, cim, S, shifts: tuple[int, ...], finish, rolled: boo
 
     # the power tables are materialised (no fusion across degrees): blocks only bound their memory
     n = c.shape[0]
-    return block(c, s) if (rolled and n <= _EVAL_BLOCK) or n <= _TABLE_MAX else _in_blocks(block, c, s, pairs)
+    return block(c, s) if (rolled and n <= _EVAL_BLOCK) or n <= _TABLE_MAX else _in_blocks(block, c, s)
 
 
 def _mean_scale(p, q, n: int):
@@ -528,7 +529,7 @@ def _circle_sums(c, s, p, q, modes: int, normalisation: str, rolled: bool = Fals
         out = sums_of(sums)
         return (jnp.stack([jnp.real(out[0]), jnp.imag(out[0])], axis=-1),) + out[1:]
 
-    out = _kernel_sums(c, s, cre, cim, S, shifts, finish, rolled, pairs=True)
+    out = _kernel_sums(c, s, cre, cim, S, shifts, finish, rolled)
     return (out[0], out[1:]) if with_E else out[0]
 
 
