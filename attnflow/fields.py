@@ -23,7 +23,9 @@ end except the sphere's, whose state is read; the Euler shift is plain except on
 * ``sphere`` (raw, ``sphere_shift``): ``sphere_flow``, post-LN attention on the unit sphere (option
   ``normalisation``); ``identity_weights=True`` (Q = K = V = I given): ``IdentitySphereFlow``, the same
   field without the projections, whose ``vector_field_with_aux`` also returns the softmax row sums (the
-  energy's by-product), and whose 1/n field may be divided by :math:`s = e^{\text{log\_scale}}`.
+  energy's by-product), and whose 1/n field may be divided by :math:`s = e^{\text{log\_scale}}`; with
+  ``attention_impl="harmonic"`` and ``harmonic_max_score`` (an upper bound of beta) it takes the sphere path for a
+  traced beta as well.
 * ``continuity`` (raw, state read as it is): the n -> infinity limit of ``sphere`` with Q = K = V = I on the
   circle (the 2 x 2 identity given, with beta), the right-hand side
   :math:`-\partial_\theta(\rho\, v[\rho])` of the continuity equation on a density of ``num_points`` grid
@@ -322,12 +324,15 @@ def _layered(w, how, *, num_layers=REQUIRED, epsilon=REQUIRED, key=REQUIRED, t0=
 
 
 @register_field("sphere", shift=sphere_shift, rescaled_reading=False)
-def _sphere(w, how, *, normalisation="softmax", identity_weights=False, log_scale=None):
+def _sphere(w, how, *, normalisation="softmax", identity_weights=False, log_scale=None, harmonic_max_score=None):
     if identity_weights:
-        return _identity_sphere(w, how, normalisation, log_scale)
+        return _identity_sphere(w, how, normalisation, log_scale, harmonic_max_score)
     if log_scale is not None:
         raise InputError("field 'sphere' takes log_scale with identity_weights=True only (the 1/n field of "
                          "Q = K = V = I divided by e^log_scale): drop log_scale, or pass identity_weights=True.")
+    if harmonic_max_score is not None:
+        raise InputError("field 'sphere' takes harmonic_max_score with identity_weights=True only (the bound of a "
+                         "traced beta on the sphere path of Q = K = V = I): drop it, or pass identity_weights=True.")
     return sphere_flow(w, normalisation=normalisation, **how.attention)
 
 
@@ -340,7 +345,7 @@ def _identity_head(w) -> bool:
             b is not None for b in (w.q_bias, w.k_bias, w.v_bias)))
 
 
-def _identity_sphere(w, how, normalisation, log_scale):
+def _identity_sphere(w, how, normalisation, log_scale, harmonic_max_score=None):
     """The sphere's ``identity_weights=True``: :class:`~attnflow.dynamics.IdentitySphereFlow` of beta, once the
     weights are checked to be one head of Q = K = V = I (where concrete) and no mask is asked for."""
     if not _identity_head(w):
@@ -352,7 +357,7 @@ def _identity_sphere(w, how, normalisation, log_scale):
     if how.positions is not None:
         raise InputError("field 'sphere' with identity_weights=True takes no positions (ALiBi, rotary): drop them.")
     return IdentitySphereFlow(w.beta, normalisation=normalisation, log_scale=log_scale,
-                              attention_impl=how.attention_impl)
+                              attention_impl=how.attention_impl, harmonic_max_score=harmonic_max_score)
 
 
 @register_field("continuity", rescaled_reading=False)

@@ -1,4 +1,4 @@
-"""The phase job on large clouds in the plane (d = 2, n > CIRCLE_STATISTICS_ABOVE): statistics from the sorted
+"""The phase job on large clouds in the plane (d = 2, n > LARGE_CLOUD_ABOVE): statistics from the sorted
 angles and Fourier moments, the sphere's attention on the Fourier path, no n x n matrix; the same numbers as the
 dense Gram matrix and the dense identity sphere (to rounding: the fields are two exact evaluations of the same
 attention, the statistics two exact evaluations of the same pair sums; the counts are equal)."""
@@ -26,7 +26,7 @@ def test_large_circle_groups_equal_the_dense_statistics(monkeypatch):
     cfg = config()
     assert engine.circle_statistics_modes(check_phase_config(cfg), check_phase_config(cfg).groups[0]) is not None
     fast = ensemble(cfg)
-    monkeypatch.setattr(engine, "CIRCLE_STATISTICS_ABOVE", 10**9)
+    monkeypatch.setattr(engine, "LARGE_CLOUD_ABOVE", 10**9)
     assert engine.circle_statistics_modes(check_phase_config(cfg), check_phase_config(cfg).groups[0]) is None
     dense = ensemble(cfg)
     assert fast["finite"].all() and dense["finite"].all()
@@ -47,7 +47,8 @@ def test_which_groups_read_the_circle_statistics():
     assert modes[(100000, 2)] == fourier_modes(2 * np.log(100000), "float64")
 
 
-def test_large_clouds_in_the_plane_fit_in_memory_and_on_the_sphere_are_refused_naming_n():
+def test_large_clouds_in_the_plane_and_in_r3_fit_in_memory_and_in_r4_are_refused_naming_n():
     check_phase_sizes(check_phase_config(config(n=[100000])), 1)
+    check_phase_sizes(check_phase_config(config(n=[100000], d=[3])), 1)
     with pytest.raises(InputError, match="lower n to at most about"):
-        check_phase_sizes(check_phase_config(config(n=[100000], d=[3])), 1)
+        check_phase_sizes(check_phase_config(config(n=[100000], d=[4])), 1)

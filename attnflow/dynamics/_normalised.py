@@ -192,6 +192,24 @@ def sphere_flow(Q, K=None, V=None, beta=1.0, *, attention_impl: str = "auto", ma
 
 
 @final
+def _bounded_plan(beta, attention_impl: str, bound) -> HarmonicPlan:
+    """The sphere path's plan of :class:`IdentitySphereFlow` for a beta bounded by ``harmonic_max_score``."""
+    if attention_impl != "harmonic":
+        raise InputError(f"harmonic_max_score sets the sphere path's degree, which attention_impl='harmonic' takes; "
+                         f"got attention_impl={attention_impl!r}: set attention_impl='harmonic' or drop "
+                         "harmonic_max_score.")
+    v.check_real("harmonic_max_score", bound, "an upper bound of beta, a finite real scalar >= 0", positive=False)
+    if v.is_traced(bound) or float(bound) < 0:
+        raise InputError(f"harmonic_max_score must be a concrete number >= 0 (it fixes the sphere path's degree), got "
+                         f"{bound!r}.")
+    bound = float(bound)
+    if v.is_concrete(beta) and float(np.asarray(beta)) > bound * (1 + 1e-12):
+        raise InputError(f"harmonic_max_score = {bound:.6g} is below beta = {float(np.asarray(beta)):.6g}; raise "
+                         "it (it only sets the sphere path's degree).")
+    sphere_degree(bound)  # refuses a bound that needs more than MAX_DEGREE
+    return HarmonicPlan(bound, auto=False)
+
+
 class IdentitySphereFlow(AbstractAttentionDynamics):
     r"""Post-LN attention on the unit sphere with Q = K = V = I, without the projections.
 
@@ -216,7 +234,9 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     uses :func:`attnflow.attend` with ``attention_impl`` (dense or tiled by size). On S^(d-1), d >= 3, with a
     concrete beta, ``attention_impl="harmonic"`` computes both, the field and its row sums, in O(n H) for the H
     harmonics of degree <= L (:func:`attnflow.kernels.sphere.harmonic_sums`, exact to rounding; H = (L+1)^2 on
-    S^2), and ``"auto"`` takes that path from :math:`n \ge 4H` tokens on.
+    S^2), and ``"auto"`` takes that path from :math:`n \ge 4H` tokens on. A traced beta (a batch of temperatures
+    under vmap, a derivative in beta) takes it with ``harmonic_max_score``, an upper bound of beta that fixes the
+    degree (checked at run time: a larger beta is an error, inside jit too).
     The tokens must be of unit norm (step it with ``EulerStepper(..., shift=sphere_shift)``).
 
     Example:
@@ -241,7 +261,8 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
     #: the sphere path's plan on S^(d-1) (None: not taken; :mod:`attnflow.kernels.sphere`)
     harmonic: HarmonicPlan | None = eqx.field(static=True)
 
-    def __init__(self, beta=1.0, *, normalisation: str = "softmax", log_scale=None, attention_impl: str = "auto"):
+    def __init__(self, beta=1.0, *, normalisation: str = "softmax", log_scale=None, attention_impl: str = "auto",
+                 harmonic_max_score: float | None = None):
         v.check_beta("beta", beta)
         if normalisation not in NORMALISATIONS:
             raise InputError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}.")
@@ -252,7 +273,9 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
             raise InputError(f"attention_impl of the identity sphere must be one of "
                              f"{tuple(i for i in IMPLS if i != 'fourier')}, got {attention_impl!r}.")
         harmonic = None
-        if attention_impl in ("harmonic", "auto") and v.is_concrete(beta):
+        if harmonic_max_score is not None:
+            harmonic = _bounded_plan(beta, attention_impl, harmonic_max_score)
+        elif attention_impl in ("harmonic", "auto") and v.is_concrete(beta):
             b = float(np.asarray(beta))
             try:
                 sphere_degree(b)  # refuses a beta that needs more than MAX_DEGREE on S^2 (the lowest degree of any d)
@@ -262,7 +285,8 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
                     raise
         elif attention_impl == "harmonic":
             raise InputError("attention_impl='harmonic' chooses its degree from a concrete beta, and this beta is "
-                             "traced (jit/vmap/grad); build the field outside the transformation, or use 'auto'.")
+                             "traced (jit/vmap/grad); give harmonic_max_score=, an upper bound of beta, build the "
+                             "field outside the transformation, or use 'auto'.")
         if log_scale is not None:
             v.check_real("log_scale", log_scale, "the log of the step scale s, a finite real scalar")
         dtype = jnp.result_type(beta, float)
@@ -289,7 +313,12 @@ class IdentitySphereFlow(AbstractAttentionDynamics):
         """The field and the row sums :math:`r_i` of its max-shifted exponentials (one dense attention, or the
         sphere path's sums)."""
         if self._takes_harmonic(y):
-            row_sums, sums = harmonic_sums(y, self.beta, self.harmonic)
+            beta = self.beta
+            if not self.harmonic.auto:  # a bound given for a traced beta: the degree holds up to it only
+                beta = eqx.error_if(beta, beta > self.harmonic.bound * (1 + 1e-12),
+                                    "IdentitySphereFlow: beta exceeds harmonic_max_score, for which the sphere path's "
+                                    "degree was chosen; raise harmonic_max_score.")
+            row_sums, sums = harmonic_sums(y, beta, self.harmonic)
             if self.normalisation == "softmax":
                 out = sums / row_sums[:, None]
             else:  # P_ij / s = e^{beta <x_i, x_j>} / (n s): the max-shifted sums times e^{beta - log s} / n

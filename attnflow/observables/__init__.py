@@ -25,6 +25,7 @@ Example:
 
 from ._attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
 from ._circle_pairs import circle_gram_statistics
+from ._sphere_pairs import sphere_gram_statistics
 from ._clusters import (
     cluster_labels,
     cluster_tolerance,
@@ -97,7 +98,8 @@ from ._metastability import (
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",
     "connected_components", "count_components", "similar_pairs", "close_pairs", "pair_fraction",
-    "pairs_clustered", "clusters_above", "gram_statistics", "circle_gram_statistics", "interaction_energy", "sphere_energy_from_row_sums", "span_dimension", "inner_product_range",
+    "pairs_clustered", "clusters_above", "gram_statistics", "circle_gram_statistics", "sphere_gram_statistics",
+    "interaction_energy", "sphere_energy_from_row_sums", "span_dimension", "inner_product_range",
     "DEFAULT_THRESHOLD",
     "numerical_rank", "boolean_distance", "leaders", "off_leader_mass", "double_log_slope",
     "AffineHull", "affine_hull", "hull_vertices", "hull_violation", "hull_nesting", "classify_tokens",

@@ -51,16 +51,20 @@ from ..fields import build_field, field_entry
 from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
 from ..kernels.fourier import fourier_modes
 from ..observables import circle_gram_statistics, directions, gram_statistics, span_dimension
+from ..observables import sphere_gram_statistics
 from ..observables import sphere_energy_from_row_sums
 from ..runs import sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
 OBSERVABLES = ("pairs_clustered", "clusters", "energy", "span", "ip_min", "ip_mean", "ip_max")
-#: groups in the plane (d = 2) with more tokens read their statistics from the sorted angles and Fourier moments
-#: (:func:`attnflow.observables.circle_gram_statistics`, O(n log n + n K), no n x n matrix: n = 10^5 and more), and
-#: the sphere with Q^T K = I attends on the Fourier path; up to it the dense Gram matrix, as before
-CIRCLE_STATISTICS_ABOVE = 4096
+#: groups of more tokens hold no n x n matrix: in the plane (d = 2) they read their statistics from the sorted angles
+#: and Fourier moments (:func:`attnflow.observables.circle_gram_statistics`, O(n log n + n K)) and the sphere with
+#: Q^T K = I attends on the Fourier path; in R^3 (d = 3) from a k-d tree and an octree of cubes on the host
+#: (:func:`attnflow.observables.sphere_gram_statistics`, the energy from the sphere path's sums) and the identity
+#: sphere attends on the sphere path (:class:`attnflow.dynamics.IdentitySphereFlow`, its degree set by the group's
+#: largest beta): n = 10^5 and more. Up to it, and in d >= 4, the dense Gram matrix
+LARGE_CLOUD_ABOVE = 4096
 #: the relative tolerance of the span dimension (eigenvalues of the Gram matrix above it times the trace)
 SPAN_REL_TOL = 1e-6
 #: n x n arrays one pair holds at once while it steps and reads its statistics (scores, exponentials,
@@ -73,7 +77,8 @@ PAIR_MATRICES, PAIR_STATES = 8, 6
 NOISE_STREAM = 1
 
 
-def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = None) -> dict:
+def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = None,
+               sphere_bound: float | None = None) -> dict:
     r"""The observables of one cloud (n, d), read on its directions :math:`x_i/|x_i|` (:data:`OBSERVABLES`).
 
     The Gram matrix :math:`G_{ij} = \langle u_i, u_j\rangle` is formed once:
@@ -82,6 +87,9 @@ def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = No
     energy when the caller has it already (the identity sphere's, from its next layer's softmax).
     ``circle_modes`` (tokens in the plane): the same statistics without the Gram matrix,
     :func:`~attnflow.observables.circle_gram_statistics` with this many Fourier modes for the energy.
+    ``sphere_bound`` (tokens in R^3): the same statistics without the Gram matrix,
+    :func:`~attnflow.observables.sphere_gram_statistics`, its energy (where not given) at the sphere path's degree of
+    this upper bound of beta.
 
     Example:
         >>> import jax.numpy as jnp
@@ -91,8 +99,12 @@ def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = No
         (0.333333, 2, 2, 0.333333)
     """
     u = directions(x)
-    pairs = (circle_gram_statistics(u, beta, threshold, modes=circle_modes) if circle_modes is not None
-             else gram_statistics(u @ u.T, beta, threshold, energy=energy))
+    if circle_modes is not None:
+        pairs = circle_gram_statistics(u, beta, threshold, modes=circle_modes)
+    elif sphere_bound is not None:
+        pairs = sphere_gram_statistics(u, beta, threshold, energy=energy, max_beta=sphere_bound)
+    else:
+        pairs = gram_statistics(u @ u.T, beta, threshold, energy=energy)
     return {**pairs, "span": span_dimension(u, SPAN_REL_TOL).astype(u.dtype)}
 
 
@@ -190,14 +202,15 @@ def _pair_group(pairs: int, n: int, d: int, heads: int, itemsize: int) -> int:
 
 def _identity_sphere(config: PhaseConfig, group: PhaseGroup) -> bool:
     """Whether the group runs the sphere with Q = K = V = I (the projections are identities: skipped; not for
-    the large clouds of :func:`circle_statistics_modes`, whose Fourier path is the general field's)."""
+    the large clouds of :func:`circle_statistics_modes`, whose Fourier path is the general field's; the large clouds
+    in R^3 take its sphere path)."""
     return (group.dynamics.name == "sphere" and config.v_ensemble == "identity"
             and config.qk_ensemble == "identity" and not _large_circle(group))
 
 
 def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | None:
     """The Fourier modes K of a group whose statistics come from :func:`attnflow.observables.circle_gram_statistics`
-    (d = 2 and n > :data:`CIRCLE_STATISTICS_ABOVE`): exact to rounding for the group's largest beta; None for
+    (d = 2 and n > :data:`LARGE_CLOUD_ABOVE`): exact to rounding for the group's largest beta; None for
     the others (the dense Gram matrix).
 
     Example:
@@ -213,7 +226,24 @@ def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | Non
 
 
 def _large_circle(group: PhaseGroup) -> bool:
-    return group.d == 2 and group.n > CIRCLE_STATISTICS_ABOVE
+    return group.d == 2 and group.n > LARGE_CLOUD_ABOVE
+
+
+def sphere_statistics_bound(config: PhaseConfig, group: PhaseGroup) -> float | None:
+    """The upper bound of beta (the group's largest) of a group whose statistics come from
+    :func:`attnflow.observables.sphere_gram_statistics` (d = 3 and n > :data:`LARGE_CLOUD_ABOVE`); None for the
+    others.
+
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import sphere_statistics_bound
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(n=[64, 20000], d=3, beta=[1.0, 4.0])
+        >>> cfg = check_phase_config(cfg)
+        >>> [sphere_statistics_bound(cfg, g) for g in cfg.groups]
+        [None, 4.0]
+    """
+    return _largest_beta(config, group) if group.d == 3 and group.n > LARGE_CLOUD_ABOVE else None
 
 
 def _largest_beta(config: PhaseConfig, group: PhaseGroup) -> float:
@@ -295,7 +325,10 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     options = {"normalisation": config.normalisation} if spec.field == "sphere" else {}
     options.update(_attention_options(config, group))
     circle_modes = circle_statistics_modes(config, group)
+    sphere_bound = sphere_statistics_bound(config, group)
     identity = _identity_sphere(config, group)
+    if identity and sphere_bound is not None:  # the sphere path, its degree set by the group's largest beta
+        options.update(attention_impl="harmonic", harmonic_max_score=sphere_bound)
     mean = config.normalisation == "mean"
     eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
     noisy = group.sigma > 0
@@ -325,10 +358,11 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
                                    loop="fori")
         if identity:  # the energy of a checkpoint from the row sums of the layer that leaves it (unit tokens)
             def save(t, y, row_sums):
-                return statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta))
+                return statistics(y, beta, threshold, energy=sphere_energy_from_row_sums(row_sums, beta),
+                                  sphere_bound=sphere_bound)
         else:
             def save(t, y, args):
-                return statistics(y, beta, threshold, circle_modes=circle_modes)
+                return statistics(y, beta, threshold, circle_modes=circle_modes, sphere_bound=sphere_bound)
         traj = stepper.solve(field, x0, save_fn=save)
         stats = traj.ys
         t_bad = _rescaled_time(traj.t_nonfinite, step, dt) if mean and not identity else traj.t_nonfinite

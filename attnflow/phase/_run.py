@@ -31,11 +31,13 @@ import numpy as np
 from .. import runs
 from .._resources import check_fits
 from .._x64 import in_float64
+from ..kernels.sphere import sphere_degree
 from ..observables import ENERGY_REL_TOL, HOLD_RATIO, first_plateaus
 from ..plot._workers import FigureWorkers, worker_count
 from ..runs import check_table_memory, concat, plan_chunks, start_chunked, write_table, write_tables
 from ._config import DEFAULT_CONFIG, PhaseConfig, PhaseGroup, check_phase_config, log_step_scale
 from ._engine import OBSERVABLES, circle_statistics_modes, column_layout, group_pairs, make_chunk_fn
+from ._engine import sphere_statistics_bound
 from ._figures import MAPS
 from ._metastability import MIN_FIT_CELLS, MIN_FIT_CLUSTERS, MIN_RETAINED, lifetime_slope, lifetime_summary
 from ._tables import CELL_COLUMNS, cell_rows, finite_rows, grid_of
@@ -80,12 +82,16 @@ def check_phase_sizes(config: PhaseConfig, devices: int) -> dict:
     K = len(config.checkpoint_layers)
     saved = (config.num_layers + 1) * (len(OBSERVABLES) + 1) * item  # the save_fn's buffers
     # n x n arrays for the groups with a dense Gram matrix; the large clouds in the plane read their statistics from
-    # the sorted angles (attnflow.observables.circle_gram_statistics), with a few arrays of n K
+    # the sorted angles (attnflow.observables.circle_gram_statistics), with a few arrays of n K; those in R^3 from a
+    # k-d tree on the host (a few arrays of n), their sphere path's blocks of at most 4096 tokens x (L + 1)^2
     modes = {g.index: circle_statistics_modes(config, g) for g in config.groups}
-    dense_n = max((g.n for g in config.groups if modes[g.index] is None), default=0)
+    bounds = {g.index: sphere_statistics_bound(config, g) for g in config.groups}
+    dense_n = max((g.n for g in config.groups if modes[g.index] is None and bounds[g.index] is None), default=0)
     circle_nk = max((g.n * (modes[g.index] + 2) for g in config.groups if modes[g.index] is not None), default=0)
-    one = (STATE_COPIES * heads * n * d * item + heads * dense_n * dense_n * item + 4 * circle_nk * item + saved
-           + 3 * heads * d * d * 8)
+    sphere_nh = max((min(g.n, 4096) * (sphere_degree(bounds[g.index], config.dtype) + 1) ** 2 + 8 * g.n
+                     for g in config.groups if bounds[g.index] is not None), default=0)
+    one = (STATE_COPIES * heads * n * d * item + heads * dense_n * dense_n * item + 4 * circle_nk * item
+           + 4 * sphere_nh * 8 + saved + 3 * heads * d * d * 8)
     if config.dynamics.name == "layered":
         one += 2.0 * config.num_layers * 3 * d * d * item
     per_device = -(-min(config.run.chunk_size, group_pairs(config)) // devices)
