@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-r"""The (gamma, n) phase diagram of the circle at beta_n = gamma log n, read from an `attnflow phase` run of
-``configs/phase-long-context.toml`` (n = 10^2 .. 10^5), and the cost of a cloud-layer at each n.
+r"""The (gamma, n) phase diagram at beta_n = gamma log n on the circle or on S^2, read from an `attnflow phase` run of
+``configs/phase-long-context.toml`` (the circle) or ``configs/phase-long-context-sphere.toml`` (S^2, d = 3), n = 10^2
+.. 10^5, and the cost of a cloud-layer at each n.
 
 From the run folder's cells.csv (``--run DIR``): at the last checkpoint, per (gamma, n), the fraction of clustered
-pairs, the cluster count and the order parameter with their intervals, set against the mean field's fastest mode
-:math:`k^*(\beta_n) = \arg\max_k k^2 I_k(\beta_n)` (:func:`attnflow.meanfield.most_unstable_mode`): after the linear
-phase a cloud holds about :math:`k^*` clusters, so at large n the diagram is a function of :math:`\beta_n` alone.
-``--time``: each group's ensemble (:func:`attnflow.phase.ensemble`, the job's own program) with 2 systems per
-gamma, called twice, the second call timed: seconds per cloud-layer at each n (the groups above 4096 tokens run
-the Fourier path and the sorted-angle statistics).
+pairs, the cluster count and the order parameter with their intervals, set against the mean field's fastest mode.
+On the circle :math:`k^*(\beta_n) = \arg\max_k k^2 I_k(\beta_n)` (:func:`attnflow.meanfield.most_unstable_mode`):
+after the linear phase a cloud holds about :math:`k^*` clusters, so at large n the diagram is a function of
+:math:`\beta_n` alone. On S^2 the fastest degree :math:`l^*(\beta_n)` (:func:`attnflow.meanfield.sphere_growth_rates`)
+and the maxima of a random harmonic of that degree, 1 and 2 for l* = 1, 2 and about :math:`l^{*2}/(2\sqrt3)` above
+(a heuristic: the mean-field guide's degree selection). ``--time``: each group's ensemble
+(:func:`attnflow.phase.ensemble`, the job's own program) with 2 systems per gamma, called twice, the second call
+timed: seconds per cloud-layer at each n (the groups above 4096 tokens run the Fourier path and the sorted-angle
+statistics on the circle, the sphere path and the host's k-d tree statistics on S^2).
 
 Writes a JSON record and a figure (``--out``, ``--figure``), labelled with the machine.
 """
@@ -49,7 +53,8 @@ def read_cells(run: Path) -> list[dict]:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", type=Path, help="an `attnflow phase phase-long-context --out DIR` folder")
+    p.add_argument("--run", type=Path, help="an `attnflow phase phase-long-context --out DIR` folder (or of "
+                   "phase-long-context-sphere)")
     p.add_argument("--time", action="store_true", help="also time each group's ensemble (2 systems per gamma)")
     add_record_arguments(p, "long_context_phase")
     args = p.parse_args(argv)
@@ -57,19 +62,34 @@ def main(argv=None) -> dict:
     if record is not None:
         return record
     if args.run is None:
-        p.error("give --run DIR (an attnflow phase run of configs/phase-long-context.toml) or --redraw RECORD")
-    from attnflow.meanfield import most_unstable_mode
-
+        p.error("give --run DIR (an attnflow phase run of configs/phase-long-context.toml or "
+                "phase-long-context-sphere.toml) or --redraw RECORD")
+    d = int(json.loads((args.run / "config.json").read_text())["d"][0])
     rows = read_cells(args.run)
     for r in rows:
-        r["k_star"] = int(most_unstable_mode(r["beta"], num_modes=max(64, int(4 * math.sqrt(2 * r["beta"])))).k)
-    record = {"machine": machine_info(), "run": str(args.run), "rows": rows, "timing": None}
+        r.update(fastest_mode(r["beta"], d))
+    record = {"machine": machine_info(), "run": str(args.run), "d": d, "rows": rows, "timing": None}
     if args.time:
         record["timing"] = _timing(json.loads((args.run / "config.json").read_text()))
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     _print(record)
     _figure(record, args.figure)
     return record
+
+
+def fastest_mode(beta: float, d: int) -> dict:
+    """The mean field's fastest mode at beta and the cluster count it predicts: on the circle (d = 2) ``k_star`` =
+    k*, the count; on S^2 (d = 3) ``l_star``, the fastest degree, and ``k_star`` the maxima of a random harmonic of
+    that degree (1, 2, then about l*^2 / (2 sqrt 3))."""
+    if d == 2:
+        from attnflow.meanfield import most_unstable_mode
+
+        return {"k_star": int(most_unstable_mode(beta, num_modes=max(64, int(4 * math.sqrt(2 * beta)))).k)}
+    from attnflow.meanfield import sphere_growth_rates
+
+    top = max(16, int(4 * math.sqrt(2 * beta)))
+    l_star = int(np.argmax(np.asarray(sphere_growth_rates(beta, d, top))))
+    return {"l_star": l_star, "k_star": l_star if l_star <= 2 else l_star ** 2 / (2 * math.sqrt(3))}
 
 
 def _timing(config: dict) -> list[dict]:
@@ -95,16 +115,18 @@ def _timing(config: dict) -> list[dict]:
 def _print(r: dict) -> None:
     m = r["machine"]
     ns = sorted({row["n"] for row in r["rows"]})
-    print(f"(gamma, n) on the circle, beta_n = gamma log n, t = {r['rows'][0]['t']:g} ({m.get('cpu', '')}, "
+    where = "S^2" if r.get("d", 2) == 3 else "the circle"
+    print(f"(gamma, n) on {where}, beta_n = gamma log n, t = {r['rows'][0]['t']:g} ({m.get('cpu', '')}, "
           f"{m.get('cpu_count', '')} cores)")
-    print("clustered pairs / clusters / order parameter, and k*(beta_n), per n:")
+    print("clustered pairs / clusters / order parameter, and the fastest mode's count k*(beta_n), per n:")
     print(f"{'gamma':>6} " + " ".join(f"{'n = ' + str(n):>26}" for n in ns))
     for g in sorted({round(row["gamma"], 9) for row in r["rows"]}):
         cells = []
         for n in ns:
             row = next(x for x in r["rows"] if x["n"] == n and abs(x["gamma"] - g) < 1e-6)
-            cells.append(f"{row['pairs_clustered']:.3f} / {row['clusters']:4.1f} / {row['order']:.2f}  "
-                         f"k*={row['k_star']:<2}")
+            mode = f"l*={row['l_star']} " if "l_star" in row else ""
+            cells.append(f"{row['pairs_clustered']:.3f} / {row['clusters']:5.1f} / {row['order']:.2f}  "
+                         f"{mode}k*={row['k_star']:<4.3g}")
         print(f"{g:>6.2f} " + " ".join(f"{c:>26}" for c in cells))
     for t in r.get("timing") or []:
         print(f"n = {t['n']}: {t['per_cloud_layer_s'] * 1e3:.3f} ms per cloud-layer ({t['cloud_layers']} in "
@@ -129,8 +151,12 @@ def _figure(r: dict, path: Path) -> None:
                              [row["pairs_clustered_hi"] - row["pairs_clustered"] for row in rows]],
                        fmt="o-", ms=3, color=colour, label=f"n = {n}")
     grid = sorted({(row["beta"], row["k_star"]) for row in r["rows"]})
-    left.step([g[0] for g in grid], [g[1] for g in grid], "k--", where="mid", lw=1, label=r"$k^*(\beta_n)$")
+    sphere = r.get("d", 2) == 3
+    label = r"maxima of a degree-$l^*(\beta_n)$ harmonic" if sphere else r"$k^*(\beta_n)$"
+    left.step([g[0] for g in grid], [g[1] for g in grid], "k--", where="mid", lw=1, label=label)
     left.set_xscale("log")
+    if sphere:
+        left.set_yscale("log")
     left.set_xlabel(r"$\beta_n = \gamma \log n$")
     left.set_ylabel(f"clusters at t = {r['rows'][0]['t']:g}")
     left.legend(fontsize="x-small")
@@ -138,7 +164,8 @@ def _figure(r: dict, path: Path) -> None:
     right.set_ylabel(f"fraction of clustered pairs at t = {r['rows'][0]['t']:g}")
     right.legend(fontsize="x-small")
     m = r["machine"]
-    fig.suptitle(f"The circle at $\\beta_n = \\gamma\\log n$, n = {ns[0]}..{ns[-1]} ({m.get('cpu', '')})", fontsize=9)
+    where = "$S^2$" if sphere else "The circle"
+    fig.suptitle(f"{where} at $\\beta_n = \\gamma\\log n$, n = {ns[0]}..{ns[-1]} ({m.get('cpu', '')})", fontsize=9)
     ap.save(fig, path, formats=("png",), dpi=130, close=True)
 
 

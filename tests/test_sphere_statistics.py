@@ -41,6 +41,10 @@ def _clouds():
     zeros[rng.choice(n, 7, replace=False)] = 0.0
     yield "zero tokens", zeros
     yield "coincident tokens", np.repeat(rng.normal(size=(45, 3)), 40, axis=0)
+    # the farthest pair inside two clusters 120 degrees apart: the pruned search must split down to it
+    apart = np.array([np.sin(2 * np.pi / 3), 0.0, np.cos(2 * np.pi / 3)])
+    yield "clusters 120 degrees apart", np.where(label[:, None] % 2 == 0, [0.0, 0.0, 1.0], apart) + 0.05 * rng.normal(
+        size=(n, 3))
     pole = np.array([0.0, 0.0, 1.0])
     yield "antipodal clusters", np.where(label[:, None] % 2 == 0, pole, -pole) + 0.01 * rng.normal(size=(n, 3))
 
