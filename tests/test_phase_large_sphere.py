@@ -84,3 +84,19 @@ def test_the_bound_needs_identity_weights():
     I = np.eye(3)
     with pytest.raises(InputError, match="harmonic_max_score with identity_weights=True only"):
         build_field("sphere", I, I, I, beta=1.0, harmonic_max_score=2.0)
+
+
+def test_the_job_on_two_cpu_devices_finishes(tmp_path):
+    """The host statistics called back from a program sharded over two CPU devices hung (both callbacks waiting
+    for their arguments on the pool that runs the devices); the job runs such groups on one device. A subprocess,
+    so that it has two CPU devices (``--devices 2``), with a deadline far above its 10-20 s."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "large.toml"
+    config.write_text('kind = "phase"\nbeta = [0.5, 2.0]\nbeta_law = "log"\nn = [10000]\nd = 3\nsystems = 2\n'
+                      't1 = 0.2\ndt = 0.1\ncheckpoints = 2\ndtype = "float64"\n')
+    done = subprocess.run([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(tmp_path / "run"),
+                           "--devices", "2", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "run" / "cells.csv").exists()
