@@ -31,7 +31,6 @@ with every token, as in the dense statistics.
 from __future__ import annotations
 
 import math
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -135,27 +134,20 @@ def _sphere_statistics(x, beta, threshold: float, energy, max_beta) -> dict:
             "ip_min": ip_min, "ip_mean": ip_mean, "ip_max": ip_max}
 
 
-#: one host call at a time: a program sharded over several CPU devices calls back from each device's thread at once,
-#: and two concurrent calls into NumPy's BLAS from XLA's threads hung (both waiting, 0% CPU; 2-core AMD EPYC)
-_HOST_LOCK = threading.Lock()
-
-
 def _on_host(fn, u: Array, size: int) -> Array:
     """``fn(u)`` (NumPy float64, shape (size,)) called on the host through :func:`jax.pure_callback`, returned in u's
-    dtype, one call at a time (:data:`_HOST_LOCK`). Float64 arrays travel both ways as their bits in uint32 pairs: the
-    callback runs on XLA's thread, where a float64 mode that the caller set for its own thread (``jax.enable_x64`` as
-    a context) does not hold, and JAX would narrow float64 arguments and results to float32 there."""
-    def serial(a):
-        with _HOST_LOCK:
-            return fn(a)
-
+    dtype. Float64 arrays travel both ways as their bits in uint32 pairs: the callback runs on XLA's thread, where a
+    float64 mode that the caller set for its own thread (``jax.enable_x64`` as a context) does not hold, and JAX
+    would narrow float64 arguments and results to float32 there. (A program sharded over several CPU devices must
+    not call it: the callback waits for its argument on the pool that runs the devices; the phase job runs such
+    groups on one device.)"""
     if u.dtype != jnp.float64:
         spec = jax.ShapeDtypeStruct((size,), u.dtype)
-        return jax.pure_callback(lambda a: serial(np.asarray(a)).astype(u.dtype), spec, u, vmap_method="sequential")
+        return jax.pure_callback(lambda a: fn(np.asarray(a)).astype(u.dtype), spec, u, vmap_method="sequential")
 
     def host(bits):
         values = np.ascontiguousarray(np.asarray(bits, np.uint32)).view(np.float64)[..., 0]
-        return np.ascontiguousarray(serial(values), np.float64).view(np.uint32).reshape(size, 2)
+        return np.ascontiguousarray(fn(values), np.float64).view(np.uint32).reshape(size, 2)
 
     spec = jax.ShapeDtypeStruct((size, 2), jnp.uint32)
     bits = jax.pure_callback(host, spec, jax.lax.bitcast_convert_type(u, jnp.uint32), vmap_method="sequential")
