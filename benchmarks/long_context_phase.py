@@ -64,7 +64,7 @@ def main(argv=None) -> dict:
     if args.run is None:
         p.error("give --run DIR (an attnflow phase run of configs/phase-long-context.toml or "
                 "phase-long-context-sphere.toml) or --redraw RECORD")
-    d = int(json.loads((args.run / "config.json").read_text())["d"][0])
+    d = int(np.ravel(json.loads((args.run / "config.json").read_text())["d"])[0])
     rows = read_cells(args.run)
     for r in rows:
         r.update(fastest_mode(r["beta"], d))
