@@ -100,3 +100,17 @@ def test_the_job_on_two_cpu_devices_finishes(tmp_path):
                            "--devices", "2", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "cells.csv").exists()
+
+
+def test_the_study_reads_the_fastest_mode_of_each_geometry():
+    # S^2: the fastest degree of the mean field (1, 2, 5, 11 at beta = 1, 4, 16, 64, the mean-field guide's degree
+    # selection) and the maxima of a random harmonic of that degree; the circle: k* itself
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.long_context_phase import fastest_mode
+
+    assert [fastest_mode(b, 3)["l_star"] for b in (1.0, 4.0, 16.0, 64.0)] == [1, 2, 5, 11]
+    assert fastest_mode(64.0, 3)["k_star"] == pytest.approx(121 / (2 * np.sqrt(3)))
+    assert fastest_mode(4.0, 3)["k_star"] == 2 and fastest_mode(16.0, 2)["k_star"] == 6
