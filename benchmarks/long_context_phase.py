@@ -157,6 +157,17 @@ def _figure(r: dict, path: Path) -> None:
     left.set_xscale("log")
     if sphere:
         left.set_yscale("log")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    marks = np.array([1, 2, 3, 5, 10, 20, 30, 50, 100])  # plain numbers: the log axes span one or two decades
+    betas = np.array([row["beta"] for row in r["rows"]])
+    left.set_xticks(marks[(marks >= betas.min() / 1.2) & (marks <= betas.max() * 1.2)])
+    if sphere:
+        counts = np.array([row["clusters"] for row in r["rows"]] + [g[1] for g in grid])
+        left.set_yticks(marks[(marks >= counts.min() / 1.5) & (marks <= counts.max() * 1.5)])
+    for axis in (left.xaxis, left.yaxis):
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
     left.set_xlabel(r"$\beta_n = \gamma \log n$")
     left.set_ylabel(f"clusters at t = {r['rows'][0]['t']:g}")
     left.legend(fontsize="x-small")
