@@ -130,8 +130,10 @@ def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = 
         if size is None:
             n = tokens if tokens is not None else (shape[1] if len(shape) >= 3 else 1)
             size = group_size(shape[0], n, itemsize or jnp.dtype(leaf.dtype).itemsize, matrices, impl)
-        if size >= shape[0]:
+        if size >= shape[0] > 1:
             return jax.vmap(fn, in_axes=axes)(*args)
+        # groups of one system (and a batch of one) run unbatched: a vmap over one member cost the sphere path 4-6x
+        # the plain program on XLA:CPU (0.33 against 0.05-0.08 s a field at n = 20000, benchmarks/NOTES.md)
         return map_over_batch(fn, axes, int(size))(*args)
 
     return batched
