@@ -98,7 +98,8 @@ def vmap_systems(fn: Callable, in_axes: int | tuple = 0, *, group: int | None = 
     Same results as ``jax.vmap`` (to rounding); on XLA:CPU the batch runs as a ``lax.map``
     over groups of :func:`group_size` systems (from the first batched argument, taken as
     tokens (B, n, d), its dtype and the automatic attention path), each group vmapped; on
-    GPU/TPU, or when one group holds the whole batch, it is ``jax.vmap``. ``group`` fixes the
+    GPU/TPU, or when one group holds the whole batch, it is ``jax.vmap``. A batch of one and groups of one
+    run unbatched (a ``lax.map``: XLA:CPU ran some paths 4-6x slower vmapped over one member). ``group`` fixes the
     group size; ``tokens``, ``itemsize``, ``matrices`` and ``impl`` describe one system's
     attention for :func:`group_size` where the first batched argument is not its tokens.
     Traceable under jit, grad and vmap like ``jax.vmap``.
