@@ -69,8 +69,8 @@ def sphere_gram_statistics(x: Float[Array, "n 3"], beta, threshold=DEFAULT_THRES
                            max_beta=None) -> dict:
     r"""The keys of :func:`~attnflow.observables.gram_statistics` (``pairs_clustered``, ``clusters``, ``energy``,
     ``ip_min``, ``ip_mean``, ``ip_max``) for tokens in :math:`\mathbb{R}^3` (n, 3), n >= 2, read on their
-    directions, without an n x n matrix (module docstring): the pair statistics on the host (a k-d tree and a grid
-    of cubes, about O(n log n) for clouds of clusters or of uniform tokens), the energy from the sphere path's
+    directions, without an n x n matrix (module docstring): the pair statistics on the host (an octree of cubes and
+    a k-d tree, about O(n log n) for clouds of clusters or of uniform tokens), the energy from the sphere path's
     sums in O(n L^2). Traceable (jit, vmap: one host call per cloud).
 
     ``energy``: the energy when the caller has it already (the identity sphere's row sums,
@@ -142,8 +142,8 @@ def _on_host(fn, u: Array, size: int) -> Array:
     dtype. Float64 arrays travel both ways as their bits in uint32 pairs: the callback runs on XLA's thread, where a
     float64 mode that the caller set for its own thread (``jax.enable_x64`` as a context) does not hold, and JAX
     would narrow float64 arguments and results to float32 there. (A program sharded over several CPU devices must
-    not call it: the callback waits for its argument on the pool that runs the devices; the phase job runs such
-    groups on one device.)"""
+    not call it: the callback waits for its argument on the pool that runs the devices;
+    :func:`attnflow.runs.callback_mesh`.)"""
     if u.dtype != jnp.float64:
         spec = jax.ShapeDtypeStruct((size,), u.dtype)
         return jax.pure_callback(lambda a: fn(np.asarray(a)).astype(u.dtype), spec, u, vmap_method="sequential")
@@ -220,7 +220,8 @@ class _Octree:
     r"""Unit rows w (m, 3) sorted in the Morton order of a grid of cubes of edge ``edge / 2**depth``, so that the
     cubes of every coarser grid (edge ``edge / 2**k``, k = 0..depth, with the same origin) are runs of the sorted
     rows, each cube's eight children runs inside its own. Per level k: ``starts[k]`` (K_k + 1,) the runs,
-    ``lo[k]`` / ``hi[k]`` (K_k, 3) the bounding boxes of their rows, ``children[k]`` (K_k + 1,) the range of
+    ``mid[k]`` (K_k, 3) and ``radius[k]`` (K_k,) the balls around the bounding boxes of their rows (centre and half
+    diagonal), ``children[k]`` (K_k + 1,) the range of
     level k + 1 cubes inside each cube; ``keys0`` (K_0, 3) the integer coordinates of the level-0 cubes."""
 
     def __init__(self, w: np.ndarray, edge: float):
@@ -266,19 +267,12 @@ class _Octree:
         return np.concatenate(first), np.concatenate(second)
 
 
-def _box_gap(lo_a, hi_a, lo_b, hi_b) -> tuple[np.ndarray, np.ndarray]:
-    """The smallest and largest distance between points of two boxes (rows: pairs of boxes)."""
-    apart = np.maximum(np.maximum(lo_a - hi_b, lo_b - hi_a), 0.0)
-    across = np.maximum(hi_a - lo_b, hi_b - lo_a)
-    return np.sqrt(np.sum(apart ** 2, axis=1)), np.sqrt(np.sum(across ** 2, axis=1))
-
-
 def _threshold_graph(w: np.ndarray, threshold: float) -> tuple[int, int]:
     """(ordered pairs i != j with <w_i, w_j> >= theta, components of that graph) of unit rows w (m, 3).
 
     Cubes of diameter below the chord r are joined pieces. Occupied cubes at most two apart along every axis may
-    hold joined pairs; each such pair of cubes is walked down the octree of cubes (a dual-tree count): two boxes
-    farther apart than r hold no joined pair, two within r all of theirs, and the others are split into their
+    hold joined pairs; each such pair of cubes is walked down the octree of cubes (a dual-tree count): two bounding
+    balls farther apart than r hold no joined pair, two within r all of theirs, and the others are split into their
     children, or compared row by row once they are small. The components of the cubes joined by at least one pair
     are the graph's."""
     from scipy.sparse import coo_matrix

@@ -43,7 +43,6 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
 
 from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
@@ -54,7 +53,7 @@ from ..kernels.fourier import fourier_modes
 from ..observables import circle_gram_statistics, directions, gram_statistics, span_dimension
 from ..observables import sphere_gram_statistics
 from ..observables import sphere_energy_from_row_sums
-from ..runs import needs_per_system_loop, sharded
+from ..runs import callback_mesh, sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
@@ -381,10 +380,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     # the sphere's program has no LAPACK call (the span's reduction is jnp): vmapped on every device; the other
     # fields' solves and exponentials are batched LAPACK calls, which can deadlock several CPU devices' shared
     # pool, so there each device loops over its pairs (attnflow.runs.needs_per_system_loop)
-    if sphere_bound is not None and needs_per_system_loop(mesh):
-        # the statistics call back to the host, and a callback from a program sharded over several CPU devices
-        # waits for its argument on the thread pool that runs the devices (the job hung): one device runs the group
-        mesh = Mesh(mesh.devices.ravel()[:1], ("batch",))
+    if sphere_bound is not None:  # the statistics call back to the host
+        mesh = callback_mesh(mesh)
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
     betas = np.asarray(config.betas_at(group.n), np.float64)  # (a beta_law: gamma g(n) of the group's n)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second

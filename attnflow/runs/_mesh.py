@@ -11,7 +11,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from ..errors import InputError
 from .._batching import loop_over_systems
 
-__all__ = ["make_mesh", "needs_per_system_loop", "check_eig_route", "sharded"]
+__all__ = ["make_mesh", "needs_per_system_loop", "check_eig_route", "callback_mesh", "sharded"]
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
@@ -62,6 +62,20 @@ def check_eig_route(route: str, mesh: Mesh) -> None:
         raise InputError(
             f"run.eig_route = 'host' cannot run on {mesh.shape['batch']} CPU devices (the NumPy callback "
             "deadlocks XLA:CPU's thread pool); use 'auto' / 'device' (LAPACK), 'cpu', or run.devices = 1.")
+
+
+def callback_mesh(mesh: Mesh) -> Mesh:
+    """The mesh a program that calls back to the host runs on: ``mesh`` itself, except on several CPU devices,
+    where its first device alone. There a callback waits for its argument (JAX puts it on CPU device 0) on the
+    thread pool that runs the devices, and the program never ends (the phase job hung at n = 10^4 on two devices:
+    every thread asleep; the same pool as :func:`check_eig_route`'s deadlock).
+
+    Example:
+        >>> from attnflow.runs import callback_mesh, make_mesh
+        >>> callback_mesh(make_mesh(1)).shape["batch"]
+        1
+    """
+    return Mesh(mesh.devices.ravel()[:1], ("batch",)) if needs_per_system_loop(mesh) else mesh
 
 
 def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) -> Callable:
