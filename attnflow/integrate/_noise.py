@@ -23,6 +23,8 @@ so that a refined dt sees the same Brownian motion); the diffrax SDE solves alwa
 
 from __future__ import annotations
 
+from typing import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -31,9 +33,10 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate as v
 from ..errors import InputError
+from ._normals import normal_sampler
 
 __all__ = ["AbstractNoise", "TokenNoise", "CommonNoise", "check_noise", "BROWNIAN", "layer_increment",
-           "brownian_tree", "tangent"]
+           "brownian_tree", "tangent", "computed_once"]
 
 #: how a layer stepper draws its Brownian increments (module docstring)
 BROWNIAN = ("layers", "tree")
@@ -137,8 +140,18 @@ class AbstractNoise(eqx.Module):
         raise NotImplementedError
 
     def act(self, operand, dW):
-        """The diffusion applied to an increment ``dW`` (linear in ``dW``)."""
+        """The diffusion applied to an increment ``dW`` (linear in ``dW``):
+        ``finish(operand, coefficient(operand, dW))``."""
+        return self.finish(operand, self.coefficient(operand, dW))
+
+    def coefficient(self, operand, dW):
+        """The part of :meth:`act` that reads the increment: what a layer stepper computes once per layer
+        (:func:`computed_once`), the draw included; :meth:`finish` turns it into the state's change."""
         raise NotImplementedError
+
+    def finish(self, operand, coefficient):
+        """The state's change from :meth:`coefficient` (cheap, elementwise: fused into the step's update)."""
+        return coefficient
 
     def diffusion(self, field, t, y, dW) -> Float[Array, "n d"]:
         r""":math:`g(t, y)[dW]`: the state's change for the Brownian increment ``dW``."""
@@ -180,13 +193,19 @@ class TokenNoise(AbstractNoise):
     def operand(self, field, t, y):
         return y
 
-    def act(self, operand, dW):
+    def coefficient(self, operand, dW):
         w = self.sigma * dW
+        if self.sphere and dW.shape[-1] == 1 and operand.shape[-1] == 2:  # the circle: sigma dB / |y|, per token
+            y = operand
+            return w * jax.lax.rsqrt(y[..., :1] * y[..., :1] + y[..., 1:] * y[..., 1:])
+        return w
+
+    def finish(self, operand, coefficient):
         if not self.sphere:
-            return w
-        if dW.shape[-1] == 1 and operand.shape[-1] == 2:
-            return w * circle_tangent(operand)
-        return tangent(operand, w)
+            return coefficient
+        if coefficient.shape[-1] == 1 and operand.shape[-1] == 2:  # times (-y_2, y_1): the unit tangent's |y| is in
+            return coefficient * (operand[..., ::-1] * jnp.asarray([-1, 1], operand.dtype))
+        return tangent(operand, coefficient)
 
     def ito_correction(self, field, t, y):
         if not self.sphere:  # additive noise: the two forms agree
@@ -228,10 +247,12 @@ class CommonNoise(AbstractNoise):
         x = field.tokens(t, y)
         return y, P @ x
 
-    def act(self, operand, dW):
+    def coefficient(self, operand, dW):
         y, mean = operand
-        w = self.sigma * (mean @ dW.T)
-        return tangent(y, w) if self.sphere else w
+        return self.sigma * (mean @ dW.T)
+
+    def finish(self, operand, coefficient):
+        return tangent(operand[0], coefficient) if self.sphere else coefficient
 
     def check_field(self, field) -> None:
         """Refuse the pictures whose state is not the tokens (the common noise acts on x, not on z)."""
@@ -266,11 +287,51 @@ def layer_increment(noise: AbstractNoise, k, dt, shape, dtype) -> Array:
         >>> bool(jnp.all(a == layer_increment(noise, 3, 0.01, (4, 2), jnp.float32))), a.shape
         (True, (4, 2))
     """
+    return layer_increment_sampler(noise, k, dt, shape, dtype)()
+
+
+def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callable[[], Array]:
+    """:func:`layer_increment` as a function of nothing, its key schedule (``fold_in`` and the key's words)
+    computed now: a fence around the draw (:func:`computed_once`) then receives the words as scalars
+    (:func:`~attnflow.integrate._normals.normal_sampler`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.integrate import TokenNoise
+        >>> from attnflow.integrate._noise import layer_increment, layer_increment_sampler
+        >>> noise = TokenNoise(1.0, jax.random.key(0))
+        >>> draw = layer_increment_sampler(noise, 2, 0.5, (3, 2), jnp.float32)
+        >>> bool(jnp.all(draw() == layer_increment(noise, 2, 0.5, (3, 2), jnp.float32)))
+        True
+    """
     key = noise.key
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
-    draws = jax.random.normal(jax.random.fold_in(key, k), shape, jnp.float32).astype(dtype)
-    return jnp.sqrt(jnp.asarray(dt, dtype)) * draws
+    sample = normal_sampler(jax.random.fold_in(key, k))
+    scale = jnp.sqrt(jnp.asarray(dt, dtype))
+    return lambda: scale * sample(shape).astype(dtype)
+
+
+def computed_once(fn: Callable[[], Array], index) -> Array:
+    r"""``fn()``, computed in one pass and written out once, on XLA:CPU (elsewhere simply ``fn()``).
+
+    A draw's hash is cheap operation by operation, so XLA:CPU fuses it into every consumer: a renormalised
+    step reads the noise in two passes (the new norms, then the new tokens), and each recomputed the 20 rounds,
+    while the inverse error function's logarithm went to passes of its own (10^6 tokens on the circle: the
+    noise cost 0.9 of a deterministic layer). A conditional's branch is compiled as its own computation, and
+    its result is written once; both branches are ``fn``, so the predicate on the traced ``index`` (which XLA
+    cannot fold) never changes the value. GPUs and TPUs read a conditional's predicate on the host, so there
+    the fence is left out.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from attnflow.integrate._noise import computed_once
+        >>> jax.jit(lambda k: computed_once(lambda: jnp.arange(3.0) * k, k))(2).tolist()
+        [0.0, 2.0, 4.0]
+    """
+    if jax.default_backend() != "cpu":
+        return fn()
+    return jax.lax.cond(jnp.asarray(index) >= 0, fn, fn)
 
 
 def brownian_tree(noise: AbstractNoise, t0, t1, tol, shape, dtype):

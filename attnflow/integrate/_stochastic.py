@@ -26,7 +26,8 @@ from .. import _validate as v
 from ..dynamics import AbstractDynamics
 from ..errors import InputError
 from ._euler import EulerStepper, plain_shift, sphere_shift
-from ._noise import BROWNIAN, AbstractNoise, CommonNoise, brownian_tree, check_noise, layer_increment, tree_tolerance
+from ._noise import (BROWNIAN, AbstractNoise, CommonNoise, brownian_tree, check_noise, computed_once,
+                     layer_increment_sampler, tree_tolerance)
 from ._save import SaveLayers
 
 __all__ = ["EulerMaruyamaStepper"]
@@ -98,20 +99,31 @@ class EulerMaruyamaStepper(EulerStepper):
         self.noise.check_state(v.shape_of("y0", y0))
         return super().solve(dynamics, y0, save_fn=save_fn, args=args)
 
-    def _increment(self, t, y, dt):
+    def _layer_index(self, t, dt, dtype):
+        """The layer k with t = t0 + k dt."""
+        return jnp.round((t - jnp.asarray(self.t0, dtype)) / dt).astype(jnp.int32)
+
+    def _increment_sampler(self, t, y, dt):
+        """The layer's Brownian increment as a function of nothing, whatever can be computed before the draw
+        computed now (the key schedule, outside :func:`computed_once`'s fence)."""
         shape, dtype = self.noise.control_shape(y.shape), y.dtype
         if self.brownian == "layers":
-            k = jnp.round((t - jnp.asarray(self.t0, dtype)) / dt).astype(jnp.int32)
-            return layer_increment(self.noise, k, dt, shape, dtype)
+            return layer_increment_sampler(self.noise, self._layer_index(t, dt, dtype), dt, shape, dtype)
         t0 = float(self.t0) if v.is_concrete(self.t0) else self.t0
         t1 = t0 + self.num_layers * self.dt
         tol = self.tree_tol if self.tree_tol is not None else tree_tolerance(t0, t1)
-        return brownian_tree(self.noise, t0, t1, tol, shape, dtype).evaluate(t, t + dt)
+        return lambda: brownian_tree(self.noise, t0, t1, tol, shape, dtype).evaluate(t, t + dt)
 
     def _noisy_dy(self, field, t, y, dt, dy):
         if self.noise.is_zero():  # sigma = 0 given as a number: the deterministic layer, bit for bit
             return dt * dy
-        return dt * dy + self.noise.diffusion(field, t, y, self._increment(t, y, dt))
+        operand = self.noise.operand(field, t, y)
+        # the draw and its per-token factor in one pass, written once (computed_once: on XLA:CPU the update's
+        # passes would each recompute the draw)
+        increment = self._increment_sampler(t, y, dt)
+        coefficient = computed_once(lambda: self.noise.coefficient(operand, increment()),
+                                    self._layer_index(t, dt, y.dtype))
+        return dt * dy + self.noise.finish(operand, coefficient)
 
     def _step(self, field, t, y, dt, args):
         return self.shift(y, self._noisy_dy(field, t, y, dt, field.vector_field(t, y, args)))
