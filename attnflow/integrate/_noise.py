@@ -307,7 +307,7 @@ def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callab
     key = noise.key
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
-    sample = normal_sampler(jax.random.fold_in(key, k))
+    sample = normal_sampler(key, k, fence=lambda fn: computed_once(fn, k))
     scale = jnp.sqrt(jnp.asarray(dt, dtype))
     return lambda: scale * sample(shape).astype(dtype)
 

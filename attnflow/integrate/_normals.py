@@ -62,8 +62,13 @@ def _written_out(key) -> bool:
     return str(jax.random.key_impl(key)) == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
 
 
-def normal_sampler(key: PRNGKeyArray) -> Callable[[tuple[int, ...]], Float[Array, "..."]]:
-    """``shape -> standard_normal(key, shape)``, with the key's two words read now.
+def normal_sampler(key: PRNGKeyArray, fold=None, *, fence: Callable = lambda fn: fn()
+                   ) -> Callable[[tuple[int, ...]], Float[Array, "..."]]:
+    """``shape -> standard_normal(key, shape)`` (of ``jax.random.fold_in(key, fold)`` if ``fold`` is given, an
+    integer >= 0), with the key's two words read now.
+
+    ``fold_in(key, m)`` is the hash of the counter (0, m) under the key; written out here, it joins the
+    other small operations of a layer instead of running as JAX's loop of five blocks.
 
     Read inside a fused draw, the words are loaded again for every entry (XLA:CPU cannot tell that the
     key's buffer is not the output's): 10^6 draws took 15% longer. A caller that fences the draw
@@ -76,17 +81,24 @@ def normal_sampler(key: PRNGKeyArray) -> Callable[[tuple[int, ...]], Float[Array
         >>> key = jax.random.key(7)
         >>> bool(jnp.all(normal_sampler(key)((4,)) == jax.random.normal(key, (4,), jnp.float32)))
         True
+        >>> bool(jnp.all(normal_sampler(key, 3)((4,)) == jax.random.normal(jax.random.fold_in(key, 3), (4,))))
+        True
     """
     if not _written_out(key):
+        key = key if fold is None else jax.random.fold_in(key, fold)
         return lambda shape: jax.random.normal(key, shape, jnp.float32)
     words = jax.random.key_data(key)
     first, second = words[0], words[1]
+    if fold is not None:
+        # fenced by the caller (``fence(fn)`` returns ``fn()``), or XLA may fuse this scalar hash into every
+        # entry of a fused draw
+        first, second = fence(lambda: threefry2x32(first, second, jnp.uint32(0), jnp.asarray(fold).astype(np.uint32)))
 
     def sample(shape):
         shape = tuple(int(s) for s in shape)
         size = math.prod(shape)
         if size >= 2 ** 32 or size == 0:
-            return jax.random.normal(key, shape, jnp.float32)
+            return jax.random.normal(key if fold is None else jax.random.fold_in(key, fold), shape, jnp.float32)
         counter = lax.iota(np.uint32, size).reshape(shape)
         high, low = threefry2x32(first, second, jnp.zeros(shape, np.uint32), counter)
         bits = high ^ low
