@@ -44,6 +44,28 @@ def test_a_beta_sigma_diagram_keeps_the_noiseless_run_and_shares_clouds_and_path
     np.testing.assert_allclose(arrays["ip_mean"][:, :, -1].mean(axis=1), table, rtol=1e-12)
 
 
+def test_a_sigma_grid_compiles_one_program_and_each_sigma_is_its_own_run(tmp_path, caplog):
+    """The noisy groups of a (beta, sigma) grid share one compiled chunk program (sigma is one of its inputs):
+    one XLA compilation of it for three sigmas, and each sigma's rows equal those of a run with that sigma
+    alone (the shared program reads each group's own strength)."""
+    import jax
+
+    grid = (0.2, 0.4, 0.7)
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        run_phase(_config(sigma=list(grid)), tmp_path / "grid", figure_workers=0, dtype_check=False)
+    compiled = [r for r in caplog.records if "Finished XLA compilation" in r.getMessage() and "run_pairs" in
+                r.getMessage()]
+    assert len(compiled) == 1, [r.getMessage() for r in compiled]
+    rows = _rows(tmp_path / "grid" / "cells.csv")
+    last = {sigma: [r["ip_mean"] for r in rows if float(r["sigma"]) == sigma and float(r["t"]) == 2.0]
+            for sigma in grid}
+    assert len({tuple(v) for v in last.values()}) == 3  # each sigma moves the tokens its own way
+    for sigma in (0.4, 0.7):
+        run_phase(_config(sigma=sigma), tmp_path / f"alone{sigma}", figure_workers=0, dtype_check=False)
+        alone = _rows(tmp_path / f"alone{sigma}" / "cells.csv")
+        assert [r for r in rows if float(r["sigma"]) == sigma] == alone
+
+
 def test_noise_settings_are_refused_before_any_work():
     with pytest.raises(InputError, match="sigma .* must be a finite number >= 0"):
         check_phase_config(_config(sigma=-0.1))

@@ -35,7 +35,8 @@ NORMALISATIONS = ("softmax", "mean")
 
 @dataclass(frozen=True)
 class PhaseGroup:
-    """The cells of one (n, d, heads, epsilon, sigma): their betas run in one compiled program."""
+    """The cells of one (n, d, heads, epsilon, sigma): their betas run in one compiled program (the groups that
+    differ only in their sigma > 0 share it: the strength is one of its inputs)."""
 
     index: int
     n: int

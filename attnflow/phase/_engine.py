@@ -307,11 +307,14 @@ def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, .
             "t_nonfinite": (dtype, ()), "beta_index": (np.dtype(np.int64), ()), "system": (np.dtype(np.int64), ())}
 
 
-def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=None):
+def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=None, programs: dict | None = None):
     """``compute(start, stop, into=None) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
 
     ``cloud_dtype``: the precision the start clouds are drawn in (default the config's), then cast to the
     config's: a float64 run of float32 clouds isolates the effect of the arithmetic's precision.
+    ``programs``: a dict the caller keeps across the groups of one config; groups that differ only in their
+    noise strength sigma > 0 then share one compiled program (sigma is one of its inputs), so that a
+    (beta, sigma) grid compiles once.
 
     Columns (:func:`column_layout`): ``beta_index``, ``system`` (B,), ``finite`` (B,), ``t_nonfinite`` (B,)
     and every observable of :data:`OBSERVABLES` as (B, K) at the K checkpoint layers. ``into``: NumPy arrays
@@ -332,10 +335,14 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     mean = config.normalisation == "mean"
     eye = np.eye(d, dtype=dtype)  # Q = K = V = I of the identity sphere (concrete: its option checks them)
     noisy = group.sigma > 0
-    sigma = jnp.asarray(group.sigma, dtype) if noisy else None
+    program_key = (group.n, group.d, group.heads, group.epsilon, noisy, cloud_dtype)
+    if programs is not None and program_key in programs:
+        return _chunk_compute(config, group, identity, noisy, *programs[program_key])
 
-    def one(beta, seed, x0, *weights):
+    def one(beta, *arrays):
         beta = beta.astype(dtype)
+        # a noisy group's strength is an input (one program for every sigma of a grid)
+        (sigma, seed, x0, *weights) = arrays if noisy else (None, *arrays)
         # the 1/n normalisation steps f / s(beta) (step_scale): its layers advance the rescaled time by dt
         log_s = log_step_scale(beta) if mean else None
         if identity:  # f / s in the field (log_scale), the stepper's dt the rescaled time's
@@ -383,18 +390,27 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     if sphere_bound is not None:  # the statistics call back to the host
         mesh = callback_mesh(mesh)
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
-    betas = np.asarray(config.betas_at(group.n), np.float64)  # (a beta_law: gamma g(n) of the group's n)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
     draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.on_sphere,
                          _prepared_start(config))
-    compiled: set[int] = set()
+    program = (fn, draw, set())  # the program, the clouds' drawer, the chunk lengths compiled
+    if programs is not None:
+        programs[program_key] = program
+    return _chunk_compute(config, group, identity, noisy, *program)
+
+
+def _chunk_compute(config: PhaseConfig, group: PhaseGroup, identity: bool, noisy: bool, fn, draw, compiled: set):
+    """The chunk function of :func:`make_chunk_fn` for one group, running the compiled ``fn``."""
+    dtype, n, d = config.jax_dtype, group.n, group.d
+    betas = np.asarray(config.betas_at(group.n), np.float64)  # (a beta_law: gamma g(n) of the group's n)
 
     def compute(start: int, stop: int, into: dict | None = None) -> dict:
         b_idx, systems = pair_index(config, start, stop)
         weights = () if identity else _weights(config, group, systems)  # Q = K = V = I are not read
         seeds = np.asarray(system_seeds(config.seed, group.seed_label, 0, config.systems)[systems], np.uint32)
         beta_of = betas[b_idx].astype(dtype)
+        sigma_of = (np.full(len(seeds), group.sigma, dtype),) if noisy else ()
         x64 = float64_enabled()
 
         def clouds():
@@ -404,14 +420,15 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-start-clouds") as pool:
             x0 = pool.submit(clouds)
             if len(seeds) not in compiled:
-                fn.precompile(beta_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights)
+                fn.precompile(beta_of, *sigma_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights)
                 compiled.add(len(seeds))
             x0 = x0.result()
         if into is None:
-            cols = {k: np.asarray(v) for k, v in fn(beta_of, seeds, x0, *weights).items()}
+            cols = {k: np.asarray(v) for k, v in fn(beta_of, *sigma_of, seeds, x0, *weights).items()}
             cols.update(beta_index=b_idx, system=systems)
             return cols
-        cols = fn(beta_of, seeds, x0, *weights, into={k: v for k, v in into.items() if k not in ("beta_index", "system")})
+        cols = fn(beta_of, *sigma_of, seeds, x0, *weights,
+                  into={k: v for k, v in into.items() if k not in ("beta_index", "system")})
         into["beta_index"][:], into["system"][:] = b_idx, systems
         return {**cols, "beta_index": into["beta_index"], "system": into["system"]}
 

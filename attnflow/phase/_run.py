@@ -173,9 +173,11 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     by_group = {g.index: {k: np.empty((group_pairs(config), *shape), dtype) for k, (dtype, shape) in layout.items()}
                 for g in groups} if sw.process_index == 0 else {}
 
+    programs: dict = {}  # the compiled programs, shared by the groups of a (beta, sigma) grid
+
     def compute(c):
         if c.group not in fns:
-            fns[c.group] = make_chunk_fn(config, groups[c.group], sw.mesh)
+            fns[c.group] = make_chunk_fn(config, groups[c.group], sw.mesh, programs=programs)
         into = {k: v[c.start:c.stop] for k, v in by_group[c.group].items()} if by_group else None
         return fns[c.group](c.start, c.stop, into=into)
 
