@@ -132,3 +132,27 @@ def test_token_noise_acts_as_its_formula(d, sphere, x64_here):
         w = 0.3 * dW
         expected = w - jnp.sum(w * y, axis=1, keepdims=True) / jnp.sum(y * y, axis=1, keepdims=True) * y
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-13, atol=1e-15)
+
+
+def test_a_noise_model_that_defines_only_act_is_stepped_with_it():
+    """A user's noise model written against ``act`` alone (the whole change in one function) runs in the layer
+    stepper: its act is the fenced coefficient, finished as it is."""
+    from attnflow.integrate._noise import AbstractNoise
+
+    class Doubled(AbstractNoise):
+        def control_shape(self, y_shape):
+            return tuple(y_shape)
+
+        def operand(self, field, t, y):
+            return y
+
+        def act(self, operand, dW):
+            return 2.0 * self.sigma * dW
+
+    y0 = jax.random.normal(jax.random.key(1), (16, 2))
+    key = jax.random.key(6)
+    ys = EulerMaruyamaStepper(0.01, 1, noise=Doubled(0.5, key)).solve(Still(), y0).ys
+    expected = y0 + 2.0 * 0.5 * 0.1 * jax.random.normal(jax.random.fold_in(key, 0), (16, 2), jnp.float32)
+    np.testing.assert_allclose(np.asarray(ys[1]), np.asarray(expected), rtol=0, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="neither act nor coefficient"):
+        AbstractNoise(0.5, key).act(y0, y0)

@@ -146,8 +146,11 @@ class AbstractNoise(eqx.Module):
 
     def coefficient(self, operand, dW):
         """The part of :meth:`act` that reads the increment: what a layer stepper computes once per layer
-        (:func:`computed_once`), the draw included; :meth:`finish` turns it into the state's change."""
-        raise NotImplementedError
+        (:func:`computed_once`), the draw included; :meth:`finish` turns it into the state's change. A model
+        that defines only :meth:`act` has it all here."""
+        if type(self).act is not AbstractNoise.act:
+            return self.act(operand, dW)
+        raise NotImplementedError(f"{type(self).__name__} defines neither act nor coefficient")
 
     def finish(self, operand, coefficient):
         """The state's change from :meth:`coefficient` (cheap, elementwise: fused into the step's update)."""

@@ -104,8 +104,8 @@ class EulerMaruyamaStepper(EulerStepper):
         return jnp.round((t - jnp.asarray(self.t0, dtype)) / dt).astype(jnp.int32)
 
     def _increment_sampler(self, t, y, dt):
-        """The layer's Brownian increment as a function of nothing, whatever can be computed before the draw
-        computed now (the key schedule, outside :func:`computed_once`'s fence)."""
+        """The layer's Brownian increment as a function of no arguments, its key schedule computed now (outside
+        :func:`computed_once`'s fence)."""
         shape, dtype = self.noise.control_shape(y.shape), y.dtype
         if self.brownian == "layers":
             return layer_increment_sampler(self.noise, self._layer_index(t, dt, dtype), dt, shape, dtype)
