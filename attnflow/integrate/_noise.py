@@ -6,8 +6,8 @@ A noise model is the diffusion :math:`g(t, y)` of the SDE :math:`dy = f(t, y)\,d
 * :class:`TokenNoise`: independent Brownian motions :math:`W_i \in \mathbb R^d`, one per token,
   :math:`g(y)[dW]_i = \sigma\,dW_i` in :math:`\mathbb R^d` or, on the sphere,
   :math:`\sigma\,\Pi_{y_i^\perp} dW_i` with :math:`\Pi_{y^\perp} = I - y y^\top/|y|^2` (on the circle, d = 2,
-  the same law from one Brownian motion per token along the unit tangent: :func:`circle_tangent`). Its Ito form adds the
-  drift :math:`-(d-1)\frac{\sigma^2}{2}\,y_i/|y_i|^2` (:meth:`TokenNoise.ito_correction`: on the unit sphere
+  the same law from one Brownian motion per token along the unit tangent: :meth:`TokenNoise.coefficient`). Its Ito
+  form adds the drift :math:`-(d-1)\frac{\sigma^2}{2}\,y_i/|y_i|^2` (:meth:`TokenNoise.ito_correction`: on the unit sphere
   :math:`-(d-1)\frac{\sigma^2}2 y_i`, the heat kernel's :math:`E\langle y_t, y_0\rangle = e^{-(d-1)\sigma^2 t/2}`).
 * :class:`CommonNoise`: one :math:`d \times d` matrix of independent Brownian motions :math:`W`, shared by
   every token and acting through the value matrix, as in a transformer whose value matrix is
@@ -52,25 +52,6 @@ def tangent(y: Float[Array, "n d"], w: Float[Array, "n d"]) -> Float[Array, "n d
         [[0.0, 1.0]]
     """
     return w - (_row_sum(w * y) / _row_sum(y * y)) * y
-
-
-def circle_tangent(y: Float[Array, "n 2"]) -> Float[Array, "n 2"]:
-    r"""The unit tangent :math:`\hat t_i = (-y_{i2}, y_{i1})/|y_i|` of the circle at each token.
-
-    On the circle the tangent space is a line, so the projected increment of a plane Brownian motion,
-    :math:`\Pi_{y^\perp} dW = \langle dW, \hat t\rangle\,\hat t`, is :math:`dB\,\hat t` with one standard
-    Brownian motion :math:`B = \langle W, \hat t\rangle` per token (equal in law, as processes: the same
-    generator :math:`\frac{\sigma^2}2\partial_\theta^2`): :class:`TokenNoise` with ``sphere=True`` in d = 2 draws
-    one normal per token, not two.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from attnflow.integrate._noise import circle_tangent
-        >>> circle_tangent(jnp.array([[2.0, 0.0], [0.0, 1.0]])).tolist()
-        [[-0.0, 1.0], [-1.0, 0.0]]
-    """
-    inverse_norm = jax.lax.rsqrt(y[..., :1] * y[..., :1] + y[..., 1:] * y[..., 1:])
-    return jnp.concatenate([-y[..., 1:], y[..., :1]], axis=-1) * inverse_norm
 
 
 def _row_sum(a):
@@ -197,6 +178,21 @@ class TokenNoise(AbstractNoise):
         return y
 
     def coefficient(self, operand, dW):
+        r"""``sigma dW``; on the circle ``sigma dB / |y|`` per token, which :meth:`finish` multiplies by
+        :math:`(-y_2, y_1)`: the unit tangent :math:`\hat t = (-y_2, y_1)/|y|` times one Brownian increment.
+
+        On the circle the tangent space is a line, so the projected increment of a plane Brownian motion,
+        :math:`\Pi_{y^\perp} dW = \langle dW, \hat t\rangle\,\hat t`, is :math:`dB\,\hat t` with one standard
+        Brownian motion :math:`B = \langle W, \hat t\rangle` per token (equal in law, as processes: the same
+        generator :math:`\frac{\sigma^2}2\partial_\theta^2`): one normal per token, not two.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from attnflow.integrate import TokenNoise
+            >>> noise, y = TokenNoise(1.0, jax.random.key(0), sphere=True), jnp.array([[2.0, 0.0]])
+            >>> noise.finish(y, noise.coefficient(y, jnp.array([[0.5]]))).tolist()   # 0.5 along (0, 1)
+            [[-0.0, 0.5]]
+        """
         w = self.sigma * dW
         if self.sphere and dW.shape[-1] == 1 and operand.shape[-1] == 2:  # the circle: sigma dB / |y|, per token
             y = operand
