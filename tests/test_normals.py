@@ -156,3 +156,14 @@ def test_a_noise_model_that_defines_only_act_is_stepped_with_it():
     np.testing.assert_allclose(np.asarray(ys[1]), np.asarray(expected), rtol=0, atol=1e-6)
     with pytest.raises(NotImplementedError, match="neither act nor coefficient"):
         AbstractNoise(0.5, key).act(y0, y0)
+
+
+def test_off_the_cpu_the_draw_is_jax_s_own_and_unfenced(monkeypatch):
+    """Where the backend is not the CPU, the increments come from JAX's own ``fold_in`` and normals (the same
+    numbers) and the fence is ``fn()`` itself (no conditional in the program)."""
+    noise = TokenNoise(1.0, jax.random.key(8))
+    cpu = layer_increment(noise, 3, 0.25, (20, 3), jnp.float32)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    np.testing.assert_array_equal(np.asarray(layer_increment(noise, 3, 0.25, (20, 3), jnp.float32)), np.asarray(cpu))
+    program = jax.jit(lambda k: computed_once(lambda: jnp.arange(3.0) * k, k)).lower(2).as_text()
+    assert "case" not in program and "cond" not in program

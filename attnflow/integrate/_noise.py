@@ -7,8 +7,9 @@ A noise model is the diffusion :math:`g(t, y)` of the SDE :math:`dy = f(t, y)\,d
   :math:`g(y)[dW]_i = \sigma\,dW_i` in :math:`\mathbb R^d` or, on the sphere,
   :math:`\sigma\,\Pi_{y_i^\perp} dW_i` with :math:`\Pi_{y^\perp} = I - y y^\top/|y|^2` (on the circle, d = 2,
   the same law from one Brownian motion per token along the unit tangent: :meth:`TokenNoise.coefficient`). Its Ito
-  form adds the drift :math:`-(d-1)\frac{\sigma^2}{2}\,y_i/|y_i|^2` (:meth:`TokenNoise.ito_correction`: on the unit sphere
-  :math:`-(d-1)\frac{\sigma^2}2 y_i`, the heat kernel's :math:`E\langle y_t, y_0\rangle = e^{-(d-1)\sigma^2 t/2}`).
+  form adds the drift :math:`-(d-1)\frac{\sigma^2}{2}\,y_i/|y_i|^2` (:meth:`TokenNoise.ito_correction`: on the unit
+  sphere :math:`-(d-1)\frac{\sigma^2}2 y_i`, the heat kernel's
+  :math:`E\langle y_t, y_0\rangle = e^{-(d-1)\sigma^2 t/2}`).
 * :class:`CommonNoise`: one :math:`d \times d` matrix of independent Brownian motions :math:`W`, shared by
   every token and acting through the value matrix, as in a transformer whose value matrix is
   :math:`V\,dt + \sigma\,dW`: :math:`g(y)[dW]_i = \sigma\,dW\,\sum_j P_{ij}\,x_j` (tangent-projected on the
@@ -202,7 +203,7 @@ class TokenNoise(AbstractNoise):
     def finish(self, operand, coefficient):
         if not self.sphere:
             return coefficient
-        if coefficient.shape[-1] == 1 and operand.shape[-1] == 2:  # times (-y_2, y_1): the unit tangent's |y| is in
+        if coefficient.shape[-1] == 1 and operand.shape[-1] == 2:  # (-y_2, y_1); 1/|y| is in the coefficient
             return coefficient * (operand[..., ::-1] * jnp.asarray([-1, 1], operand.dtype))
         return tangent(operand, coefficient)
 
@@ -290,9 +291,10 @@ def layer_increment(noise: AbstractNoise, k, dt, shape, dtype) -> Array:
 
 
 def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callable[[], Array]:
-    """:func:`layer_increment` as a function of nothing, its key schedule (``fold_in`` and the key's words)
+    """:func:`layer_increment` as a function of no arguments, its key schedule (``fold_in`` and the key's words)
     computed now: a fence around the draw (:func:`computed_once`) then receives the words as scalars
-    (:func:`~attnflow.integrate._normals.normal_sampler`).
+    (:func:`~attnflow.integrate._normals.normal_sampler`). Off the CPU, JAX's own ``fold_in`` and normals (the
+    same numbers; the written-out rounds are measured on the CPU only, where the fence keeps them to one pass).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -306,8 +308,11 @@ def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callab
     key = noise.key
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
-    sample = normal_sampler(key, k, fence=lambda fn: computed_once(fn, k))
     scale = jnp.sqrt(jnp.asarray(dt, dtype))
+    if jax.default_backend() != "cpu":
+        draw_key = jax.random.fold_in(key, k)
+        return lambda: scale * jax.random.normal(draw_key, shape, jnp.float32).astype(dtype)
+    sample = normal_sampler(key, k, fence=lambda fn: computed_once(fn, k))
     return lambda: scale * sample(shape).astype(dtype)
 
 
