@@ -227,11 +227,11 @@ def draw_clustered_clouds(seed, n: int, d: int, clusters: int, spread: float, dt
     :func:`cluster_sizes` (n, ``masses``) consecutive tokens (equal masses by default). Traceable in ``seed``.
 
     Example:
-        >>> import jax.numpy as jnp
+        >>> import jax.numpy as jnp, numpy as np
         >>> from attnflow.ensembles import draw_clustered_clouds
-        >>> x = draw_clustered_clouds(3, 8, 2, 2, 0.0, jnp.float64, centres=[[1.0, 0.0], [0.0, 2.0]])
-        >>> x[:, 0].round(6).tolist(), bool(jnp.allclose(jnp.linalg.norm(x, axis=-1), 1.0))
-        ([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], True)
+        >>> x = np.asarray(draw_clustered_clouds(3, 8, 2, 2, 0.0, jnp.float64, centres=[[1.0, 0.0], [0.0, 2.0]]))
+        >>> x.dtype, x[:, 0].round(6).tolist(), bool(np.allclose(np.linalg.norm(x, axis=-1), 1.0))
+        (dtype('float64'), [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], True)
     """
     from .dynamics import normalise
 
