@@ -14,7 +14,7 @@ import pytest
 from attnflow.dynamics import AbstractDynamics
 from attnflow.integrate import EulerMaruyamaStepper, TokenNoise, sphere_shift
 from attnflow.integrate._noise import computed_once, layer_increment, layer_increment_sampler
-from attnflow.integrate._normals import normal_sampler, standard_normal, threefry2x32
+from attnflow._normals import normal_sampler, standard_normal, threefry2x32
 
 SHAPES = [(1,), (7,), (1000, 1), (33, 3), (4, 5, 6), (2, 1, 9)]
 
@@ -167,3 +167,41 @@ def test_off_the_cpu_the_draw_is_jax_s_own_and_unfenced(monkeypatch):
     np.testing.assert_array_equal(np.asarray(layer_increment(noise, 3, 0.25, (20, 3), jnp.float32)), np.asarray(cpu))
     program = jax.jit(lambda k: computed_once(lambda: jnp.arange(3.0) * k, k)).lower(2).as_text()
     assert "case" not in program and "cond" not in program
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (33, 3), (2, 5, 4)])
+def test_float64_draws_are_jax_s_float64_normal_bit_for_bit(shape, x64_here):
+    for seed in np.random.default_rng(12).integers(0, 2 ** 31, size=3):
+        key = jax.random.fold_in(jax.random.key(int(seed)), 5)
+        ours = jax.jit(lambda k: standard_normal(k, shape, jnp.float64))(key)
+        assert ours.dtype == jnp.float64
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(jax.random.normal(key, shape, jnp.float64)))
+    folded = normal_sampler(jax.random.key(3), 11)(shape, jnp.float64)
+    np.testing.assert_array_equal(np.asarray(folded), np.asarray(jax.random.normal(
+        jax.random.fold_in(jax.random.key(3), 11), shape, jnp.float64)))
+
+
+def test_start_clouds_are_jax_s_normals_of_the_token_key():
+    """``draw_clouds`` draws ``jax.random.normal(token_key(seed), ...)`` (written out, the same numbers) in both
+    precisions, for seeds up to 2^40, one cloud or several, on the sphere or not, vmapped over seeds."""
+    from attnflow.dynamics import normalise
+    from attnflow.ensembles import draw_clouds, token_key
+
+    def reference(seed, dtype, clouds=None, on_sphere=False):
+        shape = (9, 3) if clouds is None else (clouds, 9, 3)
+        x0 = jax.random.normal(token_key(seed), shape, dtype) / jnp.sqrt(jnp.asarray(3, dtype))
+        return normalise(x0) if on_sphere else x0
+
+    for x64, dtypes in ((False, (jnp.float32,)), (True, (jnp.float32, jnp.float64))):
+        with jax.enable_x64(x64):
+            for dtype in dtypes:
+                seeds = (0, 7, 2 ** 31 + 3, 2 ** 32 - 1) + ((2 ** 40 + 5,) if x64 else ())
+                for seed in seeds:
+                    for options in ({}, {"clouds": 3}, {"on_sphere": True}):
+                        got = draw_clouds(seed, 9, 3, dtype, **options)
+                        assert got.dtype == dtype
+                        np.testing.assert_array_equal(np.asarray(got), np.asarray(reference(seed, dtype, **options)))
+                batch = jnp.arange(20, dtype=jnp.uint32) * 7919
+                got = jax.jit(jax.vmap(lambda s: draw_clouds(s, 9, 3, dtype, on_sphere=True)))(batch)
+                want = jax.jit(jax.vmap(lambda s: reference(s, dtype, on_sphere=True)))(batch)  # both compiled
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

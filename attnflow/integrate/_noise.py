@@ -34,7 +34,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import _validate as v
 from ..errors import InputError
-from ._normals import normal_sampler
+from .._normals import normal_sampler
 
 __all__ = ["AbstractNoise", "TokenNoise", "CommonNoise", "check_noise", "BROWNIAN", "layer_increment",
            "brownian_tree", "tangent", "computed_once"]
@@ -293,7 +293,7 @@ def layer_increment(noise: AbstractNoise, k, dt, shape, dtype) -> Array:
 def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callable[[], Array]:
     """:func:`layer_increment` as a function of no arguments, its key schedule (``fold_in`` and the key's words)
     computed now: a fence around the draw (:func:`computed_once`) then receives the words as scalars
-    (:func:`~attnflow.integrate._normals.normal_sampler`). Off the CPU, JAX's own ``fold_in`` and normals (the
+    (:func:`~attnflow._normals.normal_sampler`). Off the CPU, JAX's own ``fold_in`` and normals (the
     same numbers; the written-out rounds are measured on the CPU only, where the fence keeps them to one pass).
 
     Example:
