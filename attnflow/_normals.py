@@ -67,22 +67,19 @@ def _written_out(key) -> bool:
     return str(jax.random.key_impl(key)) == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
 
 
-def _uniform_float32(high, low):
-    """The uniform in (-1, 1) of ``jax.random.uniform``'s float32 from the hash's two words."""
-    # the top 23 bits as the mantissa of a float in [1, 2), shifted to [0, 1), then scaled to (-1, 1)
-    mantissa = lax.shift_right_logical(high ^ low, np.uint32(9)) | np.uint32(0x3F800000)
-    one_to_two = lax.bitcast_convert_type(mantissa, np.float32)
-    lowest = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    return lax.max(lowest, (one_to_two - np.float32(1.0)) * (np.float32(1.0) - lowest) + lowest)
-
-
-def _uniform_float64(high, low):
-    """The uniform in (-1, 1) of ``jax.random.uniform``'s float64 from the hash's two words (float64 mode)."""
-    bits = lax.shift_left(high.astype(np.uint64), np.uint64(32)) | low.astype(np.uint64)
-    mantissa = lax.shift_right_logical(bits, np.uint64(12)) | np.uint64(0x3FF0000000000000)
-    one_to_two = lax.bitcast_convert_type(mantissa, np.float64)
-    lowest = np.nextafter(np.float64(-1.0), np.float64(0.0))
-    return lax.max(lowest, (one_to_two - np.float64(1.0)) * (np.float64(1.0) - lowest) + lowest)
+def _uniform(high, low, dtype: np.dtype):
+    """The uniform in (-1, 1) of ``jax.random.uniform`` in ``dtype`` (float32, or float64 in float64 mode) from the
+    hash's two words: their bits (float32: the xor; float64: the two as one 64-bit integer), the top mantissa bits
+    as a float in [1, 2), shifted to [0, 1), then scaled to (-1, 1)."""
+    if dtype == np.float64:
+        uint, bits = np.uint64, lax.shift_left(high.astype(np.uint64), np.uint64(32)) | low.astype(np.uint64)
+    else:
+        uint, bits = np.uint32, high ^ low
+    info = np.finfo(dtype)
+    mantissa = lax.shift_right_logical(bits, uint(info.bits - info.nmant)) | np.array(1.0, dtype).view(uint)
+    one = np.array(1.0, dtype)
+    lowest = np.nextafter(-one, np.array(0.0, dtype))
+    return lax.max(lowest, (lax.bitcast_convert_type(mantissa, dtype) - one) * (one - lowest) + lowest)
 
 
 def normal_sampler(key: PRNGKeyArray, fold=None, *, fence: Callable = lambda fn: fn()
@@ -119,12 +116,12 @@ def normal_sampler(key: PRNGKeyArray, fold=None, *, fence: Callable = lambda fn:
     def sample(shape, dtype=jnp.float32):
         shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
         size = math.prod(shape)
-        wide = dtype == np.float64
-        if size >= 2 ** 32 or size == 0 or dtype not in (np.float32, np.float64) or (wide and not float64_enabled()):
+        if size >= 2 ** 32 or size == 0 or dtype not in (np.float32, np.float64) or (
+                dtype == np.float64 and not float64_enabled()):
             return jax.random.normal(key if fold is None else jax.random.fold_in(key, fold), shape, dtype)
         counter = lax.iota(np.uint32, size).reshape(shape)
         high, low = threefry2x32(first, second, jnp.zeros(shape, np.uint32), counter)
-        u = _uniform_float64(high, low) if wide else _uniform_float32(high, low)
+        u = _uniform(high, low, dtype)
         return np.sqrt(2.0).astype(dtype) * lax.erf_inv(u)
 
     return sample

@@ -41,6 +41,9 @@ __all__ = ["AbstractNoise", "TokenNoise", "CommonNoise", "check_noise", "BROWNIA
 
 #: how a layer stepper draws its Brownian increments (module docstring)
 BROWNIAN = ("layers", "tree")
+#: the backends where a layer's draw is fenced (:func:`computed_once`) and written out (:mod:`attnflow._normals`):
+#: measured on XLA:CPU only; elsewhere JAX's own draw, unfenced
+FENCED_BACKENDS = ("cpu",)
 
 
 def tangent(y: Float[Array, "n d"], w: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -178,6 +181,10 @@ class TokenNoise(AbstractNoise):
     def operand(self, field, t, y):
         return y
 
+    def _along_circle(self, y, w) -> bool:
+        """Whether ``w`` is one Brownian motion per token along the circle's tangent (:meth:`control_shape`)."""
+        return self.sphere and w.shape[-1] == 1 and y.shape[-1] == 2
+
     def coefficient(self, operand, dW):
         r"""``sigma dW``; on the circle ``sigma dB / |y|`` per token, which :meth:`finish` multiplies by
         :math:`(-y_2, y_1)`: the unit tangent :math:`\hat t = (-y_2, y_1)/|y|` times one Brownian increment.
@@ -195,7 +202,7 @@ class TokenNoise(AbstractNoise):
             [[-0.0, 0.5]]
         """
         w = self.sigma * dW
-        if self.sphere and dW.shape[-1] == 1 and operand.shape[-1] == 2:  # the circle: sigma dB / |y|, per token
+        if self._along_circle(operand, dW):  # sigma dB / |y|, per token
             y = operand
             return w * jax.lax.rsqrt(y[..., :1] * y[..., :1] + y[..., 1:] * y[..., 1:])
         return w
@@ -203,7 +210,7 @@ class TokenNoise(AbstractNoise):
     def finish(self, operand, coefficient):
         if not self.sphere:
             return coefficient
-        if coefficient.shape[-1] == 1 and operand.shape[-1] == 2:  # (-y_2, y_1); 1/|y| is in the coefficient
+        if self._along_circle(operand, coefficient):  # (-y_2, y_1); 1/|y| is in the coefficient
             return coefficient * (operand[..., ::-1] * jnp.asarray([-1, 1], operand.dtype))
         return tangent(operand, coefficient)
 
@@ -309,7 +316,7 @@ def layer_increment_sampler(noise: AbstractNoise, k, dt, shape, dtype) -> Callab
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
     scale = jnp.sqrt(jnp.asarray(dt, dtype))
-    if jax.default_backend() != "cpu":
+    if jax.default_backend() not in FENCED_BACKENDS:
         draw_key = jax.random.fold_in(key, k)
         return lambda: scale * jax.random.normal(draw_key, shape, jnp.float32).astype(dtype)
     sample = normal_sampler(key, k, fence=lambda fn: computed_once(fn, k))
@@ -333,7 +340,7 @@ def computed_once(fn: Callable[[], Array], index) -> Array:
         >>> jax.jit(lambda k: computed_once(lambda: jnp.arange(3.0) * k, k))(2).tolist()
         [0.0, 2.0, 4.0]
     """
-    if jax.default_backend() != "cpu":
+    if jax.default_backend() not in FENCED_BACKENDS:
         return fn()
     return jax.lax.cond(jnp.asarray(index) >= 0, fn, fn)
 

@@ -103,12 +103,12 @@ class EulerMaruyamaStepper(EulerStepper):
         """The layer k with t = t0 + k dt."""
         return jnp.round((t - jnp.asarray(self.t0, dtype)) / dt).astype(jnp.int32)
 
-    def _increment_sampler(self, t, y, dt):
-        """The layer's Brownian increment as a function of no arguments, its key schedule computed now (outside
-        :func:`computed_once`'s fence)."""
+    def _increment_sampler(self, t, y, dt, k):
+        """Layer k's Brownian increment (t = t0 + k dt) as a function of no arguments, its key schedule computed now
+        (outside :func:`computed_once`'s fence)."""
         shape, dtype = self.noise.control_shape(y.shape), y.dtype
         if self.brownian == "layers":
-            return layer_increment_sampler(self.noise, self._layer_index(t, dt, dtype), dt, shape, dtype)
+            return layer_increment_sampler(self.noise, k, dt, shape, dtype)
         t0 = float(self.t0) if v.is_concrete(self.t0) else self.t0
         t1 = t0 + self.num_layers * self.dt
         tol = self.tree_tol if self.tree_tol is not None else tree_tolerance(t0, t1)
@@ -120,9 +120,9 @@ class EulerMaruyamaStepper(EulerStepper):
         operand = self.noise.operand(field, t, y)
         # the draw and its per-token factor in one pass, written once (computed_once: on XLA:CPU the update's
         # passes would each recompute the draw)
-        increment = self._increment_sampler(t, y, dt)
-        coefficient = computed_once(lambda: self.noise.coefficient(operand, increment()),
-                                    self._layer_index(t, dt, y.dtype))
+        k = self._layer_index(t, dt, y.dtype)
+        increment = self._increment_sampler(t, y, dt, k)
+        coefficient = computed_once(lambda: self.noise.coefficient(operand, increment()), k)
         return dt * dy + self.noise.finish(operand, coefficient)
 
     def _step(self, field, t, y, dt, args):
