@@ -1,5 +1,5 @@
-"""The `attnflow` command's compilation cache: where it is, that it is used, that a kept program gives the same
-bytes, that JAX's own settings and `attnflow --help` are left alone."""
+"""The `attnflow` command's compilation cache: where it is, that it is used (the compiled programs and the traced
+ones), that a kept program gives the same bytes, that JAX's own settings and `attnflow --help` are left alone."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from attnflow.runs import compile_cache_dir
@@ -68,6 +69,18 @@ def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
     # a second run reads the programs instead of writing new ones
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache")) == \
         [k for k in kept if k.endswith("-cache")]
+    # and the traced programs (the chunk program over the devices, the cloud draw) instead of tracing them
+    traced = sorted(p.name for p in (cache / "programs").iterdir())
+    assert len(traced) == 2 and all(name.endswith(".jaxexport") for name in traced), traced
+    chunks = sorted((tmp_path / "fresh" / "chunks").glob("*.npz"))
+    assert chunks
+    for chunk in chunks:
+        fresh = np.load(chunk)
+        for run in ("first", "again"):
+            kept_chunk = np.load(tmp_path / run / "chunks" / chunk.name)
+            assert sorted(kept_chunk.files) == sorted(fresh.files)
+            for key in fresh.files:
+                assert np.array_equal(kept_chunk[key], fresh[key], equal_nan=True), (run, chunk.name, key)
 
 
 def test_help_does_not_import_jax_and_jax_settings_are_left_alone(tmp_path):

@@ -36,6 +36,7 @@ Common random numbers: system s of a group starts from the same cloud (and, with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ from ..kernels.fourier import fourier_modes
 from ..observables import circle_gram_statistics, directions, gram_statistics, span_dimension
 from ..observables import sphere_gram_statistics
 from ..observables import sphere_energy_from_row_sums
-from ..runs import callback_mesh, sharded
+from ..runs import callback_mesh, kept_jit, sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
 #: the per-system statistics recorded at every checkpoint, in table order
@@ -169,6 +170,26 @@ def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool, prepared: tuple | None
         return jax.jit(jax.vmap(lambda s: draw_clustered_clouds(s, n, d, k, spread, dtype, centres=centres,
                                                                 masses=masses)))
     return jax.jit(jax.vmap(lambda s: draw_clouds(s, n, d, dtype, on_sphere=on_sphere)))
+
+
+def program_identity(config: PhaseConfig, group: PhaseGroup) -> str:
+    """Every field of the config and the group but the execution settings (``run``), as text: what the Python
+    code of a chunk program reads, the name of its traced program in the command's program store.
+
+    Example:
+        >>> from attnflow.phase import check_phase_config, load_phase_config
+        >>> from attnflow.phase._engine import program_identity
+        >>> cfg = load_phase_config(None)
+        >>> cfg.update(beta=[1.0], n=8, d=2, systems=2)
+        >>> cfg["run"]["progress"] = False
+        >>> quiet = check_phase_config(cfg)
+        >>> cfg["run"]["progress"] = True
+        >>> shown = check_phase_config(cfg)
+        >>> program_identity(quiet, quiet.groups[0]) == program_identity(shown, shown.groups[0])
+        True
+    """
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.repr and f.name != "run"}
+    return f"{type(config).__name__}{fields!r}|{group!r}"
 
 
 def pair_index(config: PhaseConfig, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -389,11 +410,13 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     # pool, so there each device loops over its pairs (attnflow.runs.needs_per_system_loop)
     if sphere_bound is not None:  # the statistics call back to the host
         mesh = callback_mesh(mesh)
-    fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None)
+    # the command keeps the traced program (attnflow.runs._programs): named by everything read above
+    keep = f"phase chunk|{program_identity(config, group)}|{cloud_dtype}"
+    fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None, keep=keep)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
-    draw = _cloud_drawer(n, d, dtype if cloud_dtype is None else cloud_dtype, spec.on_sphere,
-                         _prepared_start(config))
+    cloud_args = (n, d, dtype if cloud_dtype is None else cloud_dtype, spec.on_sphere, _prepared_start(config))
+    draw = kept_jit(_cloud_drawer(*cloud_args), f"phase start clouds|{cloud_args}")
     program = (fn, draw, set())  # the program, the clouds' drawer, the chunk lengths compiled
     if programs is not None:
         programs[program_key] = program

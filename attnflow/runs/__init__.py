@@ -20,7 +20,9 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
   rows), :func:`read_csv` reads
   them back, :func:`fmt` formats a number for a report;
 * :func:`enable_compile_cache` keeps the ``attnflow`` command's compiled programs between runs (JAX's
-  persistent compilation cache in ``~/.cache/attnflow/xla``; ``ATTNFLOW_COMPILE_CACHE`` moves or disables it);
+  persistent compilation cache in ``~/.cache/attnflow/xla``; ``ATTNFLOW_COMPILE_CACHE`` moves or disables it)
+  and its traced programs (:func:`kept_jit`, :func:`enable_program_store`: ``jax.export`` files in its
+  ``programs`` folder, so that a later run neither traces nor compiles a program it ran before);
 * :func:`load_config` reads a TOML config over its shipped default (the schema), :func:`count_kept`
   counts the work a job kept for the line an interrupted command prints.
 """
@@ -37,6 +39,7 @@ _LAZY = {
     **dict.fromkeys(("COMPILE_CACHE_ENV", "MAX_CACHE_BYTES", "compile_cache_dir", "enable_compile_cache"),
                     "._compile_cache"),
     "init_distributed": "._distributed",
+    **dict.fromkeys(("PROGRAMS_SUBDIR", "enable_program_store", "kept_jit", "program_store"), "._programs"),
     **dict.fromkeys(("EXECUTION_KEYS", "config_fingerprint", "execution_free", "fingerprint"), "._fingerprint"),
     **dict.fromkeys(("MARKER", "MIN_FREE_BYTES", "claim_output_dir", "discard_output_dir", "read_marker",
                      "releases_output_dirs", "write_marker"), "._folder"),
@@ -60,6 +63,7 @@ __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "COMPILE_CACHE_ENV", "MAX_CACHE_BYTES", "compile_cache_dir", "enable_compile_cache",
+    "PROGRAMS_SUBDIR", "enable_program_store", "program_store", "kept_jit",
     "open_run", "Run", "table_of", "JobConfig", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
     "claim_output_dir", "releases_output_dirs", "discard_output_dir", "write_marker", "read_marker", "MARKER",
     "MIN_FREE_BYTES", "provenance", "git_commit",

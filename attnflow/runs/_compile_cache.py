@@ -14,7 +14,8 @@ before any computation: importing attnflow, or calling its functions from Python
 Every program is kept, however short its compile (JAX's default keeps those of 1 s or more), in at most
 :data:`MAX_CACHE_BYTES` (least recently used programs are dropped first, where the ``filelock`` package that
 JAX's eviction needs is installed). A kept program is the same compiled code: results are bit for bit those of
-a fresh compile.
+a fresh compile. The process's traced programs are kept in its ``programs`` folder
+(:mod:`attnflow.runs._programs`), so that a later run skips tracing them too.
 """
 
 from __future__ import annotations
@@ -93,4 +94,8 @@ def enable_compile_cache(environ: dict | None = None) -> Path | None:
             jax.config.update(name, value)
         else:
             env[name.upper()] = str(value)
+    if environ is None:  # this process's own settings: its traced programs are kept beside the compiled ones
+        from ._programs import PROGRAMS_SUBDIR, enable_program_store
+
+        enable_program_store(path / PROGRAMS_SUBDIR)
     return path

@@ -6,7 +6,7 @@ from typing import Callable
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..errors import InputError
 from .._batching import loop_over_systems
@@ -78,7 +78,7 @@ def callback_mesh(mesh: Mesh) -> Mesh:
     return Mesh(mesh.devices.ravel()[:1], ("batch",)) if needs_per_system_loop(mesh) else mesh
 
 
-def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) -> Callable:
+def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None, keep: str | None = None) -> Callable:
     """Wrap a batched ``fn(*arrays) -> pytree`` (leading axis = systems) so that the batch is
     split over ``mesh`` with ``shard_map``; pads to a multiple of the device count.
 
@@ -90,6 +90,11 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
     ``call(*arrays, into=tree)`` writes the results into NumPy arrays of the caller's (a pytree
     like the output, leading axis = systems) straight from each device's buffer, and returns
     them: one copy of the results, instead of a gathered array and a second copy to the caller's.
+
+    ``keep``: the program's name in the ``attnflow`` command's program store
+    (:func:`attnflow.runs._programs.kept_jit`: everything ``fn``'s Python code reads to build it), so that a
+    later run of the command reads the traced program back instead of tracing ``fn`` again; None (default):
+    traced in every process.
 
     Example:
         >>> import jax.numpy as jnp
@@ -107,6 +112,14 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
         per_system_loop = needs_per_system_loop(mesh)
     body = loop_over_systems(fn) if per_system_loop else fn
     inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
+    if keep is not None:
+        from ._programs import kept_jit
+
+        split = NamedSharding(mesh, P("batch"))
+        program = kept_jit(inner, f"sharded|{keep}|{per_system_loop}|{mesh.devices.tolist()}",
+                           in_shardings=split, out_shardings=split)
+    else:
+        program = inner
 
     def padding(arrays) -> int:  # systems added so that every device gets as many
         return -np.shape(arrays[0])[0] % ndev
@@ -116,7 +129,7 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
         pad = padding(arrays)
         if pad:
             arrays = tuple(np.concatenate([np.asarray(a), np.repeat(np.asarray(a)[-1:], pad, axis=0)]) for a in arrays)
-        out = inner(*arrays)
+        out = program(*arrays)
         if into is None:
             return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
         return jax.tree_util.tree_map(lambda a, dest: _gather_into(a, dest, b), out, into)
@@ -125,7 +138,11 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None) ->
         """Compile the program ``call`` would run on arrays of these shapes and dtypes (arrays or
         ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled."""
         pad = padding(arrays)
-        inner.lower(*(jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays)).compile()
+        avals = [jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays]
+        if keep is not None:
+            program.precompile(*avals)
+        else:
+            inner.lower(*avals).compile()
 
     call.precompile = precompile
     return call

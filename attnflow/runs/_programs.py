@@ -1,0 +1,240 @@
+"""The ``attnflow`` command keeps its traced programs between runs (``jax.export``), next to XLA's compiled ones.
+
+XLA's persistent cache (:mod:`attnflow.runs._compile_cache`) skips the compile of a program seen before, but
+its key is the lowered program, so every run still traces the Python code and lowers it first: the phase job's
+chunk program and its start-cloud drawer took 0.5-0.6 s of a 3.8-second small phase diagram to trace and lower
+(2-core Intel Xeon) before the compile cache could answer. The store keeps each program as JAX exports it
+(``jax.export``: the lowered StableHLO with its input and output trees and shardings, in a few tens of KiB): a
+later run of the same program reads it back and lowers a call to it (about 0.05 s), and XLA's cache then
+holds its compiled code too.
+
+A stored program is only ever used for the exact program it was made from. Its name is a hash of
+
+* the caller's ``key``: everything its Python code reads to build the program (for the phase job, every
+  field of the parsed config and of the group), and the inputs' shapes, dtypes and shardings;
+* the source of the attnflow package itself (every ``.py`` file of it, read once a process), the versions of
+  Python, JAX, jaxlib, NumPy, equinox and diffrax, and every JAX setting in force (float64, the default
+  matmul precision, the PRNG, ...), the backend and its devices,
+
+so that any change of code, package or setting makes another program. Both a first run and the later ones run
+the exported program (never the directly traced one), so their results are the same bits; a test holds them
+equal to the directly traced program's on the phase job, too. Where a program cannot be exported (a host
+callback, a custom call without a stability guarantee), a marker says so and the program is traced as usual;
+an unreadable file is traced and written anew. The store is enabled by the ``attnflow`` command's process only
+(:func:`attnflow.runs.enable_compile_cache`); from Python every program is traced as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["PROGRAMS_SUBDIR", "compile_kept", "enable_program_store", "kept_jit", "program_store", "source_digest"]
+
+#: the store's folder inside the command's compilation cache folder (XLA's own files sit at its top level)
+PROGRAMS_SUBDIR = "programs"
+#: the store of this process (None: off)
+_STORE: list[Path | None] = [None]
+#: settings that name where things are kept or logged, not what a program computes
+_UNKEYED_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache", "jax_log_compiles",
+                     "jax_explain_cache_misses", "jax_traceback", "jax_include_full_tracebacks")
+
+
+def enable_program_store(path: str | Path | None) -> Path | None:
+    """Keep traced programs in ``path`` (None: stop); returns the folder, or None where JAX cannot serialise
+    programs here (its ``flatbuffers`` dependency missing) or the folder cannot be created.
+
+    Example:
+        >>> import tempfile
+        >>> from attnflow.runs._programs import enable_program_store, program_store
+        >>> folder = enable_program_store(tempfile.mkdtemp())
+        >>> program_store() == folder
+        True
+        >>> enable_program_store(None) is None, program_store() is None
+        (True, True)
+    """
+    if path is None or importlib.util.find_spec("flatbuffers") is None:
+        _STORE[0] = None
+        return None
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        _STORE[0] = None
+        return None
+    _STORE[0] = path
+    return path
+
+
+def program_store() -> Path | None:
+    """The folder traced programs are kept in by this process, or None (off: the default)."""
+    return _STORE[0]
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """SHA-256 of the attnflow package's source: every ``.py`` file under it, by relative path and content.
+
+    Example:
+        >>> from attnflow.runs._programs import source_digest
+        >>> len(source_digest()), source_digest() == source_digest()
+        (64, True)
+    """
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    found = []
+    for name in ("jax", "jaxlib", "numpy", "equinox", "diffrax"):
+        try:
+            found.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name}=-")
+    return f"python={sys.version}|" + "|".join(found)
+
+
+def _settings() -> str:
+    """Every JAX setting in force in this thread (a context such as ``jax.enable_x64`` included), by name."""
+    import jax
+
+    values = []
+    for name in sorted(jax.config.values):
+        if name.startswith(_UNKEYED_SETTINGS):
+            continue
+        try:
+            value = getattr(jax.config, name)
+        except AttributeError:
+            value = jax.config.values[name]
+        values.append(f"{name}={value!r}")
+    return "|".join(values)
+
+
+def _devices() -> str:
+    import jax
+
+    return "|".join(f"{d.platform}:{d.device_kind}:{d.id}" for d in jax.devices())
+
+
+def program_name(key: str, avals: tuple) -> str:
+    """The file name of a program: a hash of the caller's ``key``, the inputs' avals, the package source,
+    versions, settings and devices (see the module's docstring).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from attnflow.runs._programs import program_name
+        >>> a = (jax.ShapeDtypeStruct((4,), np.float32),)
+        >>> program_name("demo", a) == program_name("demo", a), program_name("demo", a) == program_name("other", a)
+        (True, False)
+    """
+    parts = [key, repr(tuple((tuple(a.shape), str(a.dtype)) for a in avals)), source_digest(), _versions(),
+             _settings(), _devices()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _avals(args: tuple) -> tuple:
+    import jax
+    import numpy as np
+
+    return tuple(a if isinstance(a, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(a), np.result_type(a))
+                 for a in args)
+
+
+def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any = None,
+                 out_shardings: Any = None) -> Callable | None:
+    """The stored program of ``key`` for ``avals`` (``jax.ShapeDtypeStruct``), compiled: read back, or exported
+    from ``jitted`` (a ``jax.jit`` function of positional arrays) and stored; None where the store is off
+    (:func:`program_store`) or the program cannot be exported (the caller then runs ``jitted`` itself).
+    ``in_shardings`` / ``out_shardings``: the shardings of the program's inputs and outputs (as for
+    ``jax.jit``; a program over several devices needs them), None for one device.
+
+    Example:
+        >>> import jax, numpy as np, tempfile
+        >>> from attnflow.runs._programs import compile_kept, enable_program_store
+        >>> f = jax.jit(lambda a: {"sq": a ** 2})
+        >>> avals = (jax.ShapeDtypeStruct((3,), np.float32),)
+        >>> compile_kept(f, avals, key="squares") is None  # the store is off
+        True
+        >>> _ = enable_program_store(tempfile.mkdtemp())
+        >>> compile_kept(f, avals, key="squares")(np.arange(3, dtype=np.float32))["sq"].tolist()
+        [0.0, 1.0, 4.0]
+        >>> _ = enable_program_store(None)
+    """
+    store = program_store()
+    if store is None:
+        return None
+    import jax
+
+    name = program_name(key, avals)
+    path, refused = store / f"{name}.jaxexport", store / f"{name}.refused"
+    exported = None
+    if path.is_file():
+        try:
+            exported = jax.export.deserialize(bytearray(path.read_bytes()))
+        except Exception:  # noqa: BLE001 - damaged or of another format: traced and written anew below
+            exported = None
+    if exported is None:
+        if refused.exists():
+            return None
+        from ._atomic import atomic_write_bytes
+
+        try:
+            exported = jax.export.export(jitted)(*avals)
+            data = exported.serialize()
+        except Exception as err:  # noqa: BLE001 - not exportable (a callback, an unstable custom call)
+            try:
+                atomic_write_bytes(refused, f"{type(err).__name__}: {err}"[:2000].encode())
+            except OSError:
+                pass
+            return None
+        try:
+            atomic_write_bytes(path, data)
+        except OSError:  # a full or read-only disk: this run still uses the exported program
+            pass
+    return jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals).compile()
+
+
+def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardings: Any = None) -> Callable:
+    """``jitted`` (a ``jax.jit`` function of positional arrays) as the program store runs it: ``f(*arrays)`` runs
+    the stored program of ``key`` for the arguments' shapes and dtypes (:func:`compile_kept`, compiled once per
+    shapes), or ``jitted`` itself where the store is off or the program cannot be exported;
+    ``f.precompile(*avals)`` compiles ahead of the call. ``key`` must name everything ``jitted``'s Python code
+    reads to build the program.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from attnflow.runs._programs import kept_jit
+        >>> f = kept_jit(jax.jit(lambda a: a + 1), "plus one")
+        >>> f(np.arange(3)).tolist()
+        [1, 2, 3]
+    """
+    compiled: dict = {}
+
+    def precompile(*avals) -> Callable | None:
+        avals = _avals(avals)
+        if program_store() is None:
+            jitted.lower(*avals).compile()
+            return None
+        signature = tuple((tuple(a.shape), str(a.dtype)) for a in avals)
+        if signature not in compiled:
+            compiled[signature] = compile_kept(jitted, avals, key=key, in_shardings=in_shardings,
+                                               out_shardings=out_shardings)
+        return compiled[signature]
+
+    def call(*arrays):
+        program = precompile(*arrays) if program_store() is not None else None
+        return jitted(*arrays) if program is None else program(*arrays)
+
+    call.precompile = precompile
+    return call

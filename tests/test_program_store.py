@@ -1,0 +1,118 @@
+"""The command's store of traced programs (attnflow.runs._programs): a program is read back instead of traced,
+only for the exact program it was made from, with the same results; what cannot be stored is traced as usual."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attnflow.runs._programs as programs
+from attnflow.runs import enable_program_store, kept_jit, make_mesh, program_store, sharded
+
+X = np.random.default_rng(5).normal(size=(7, 3)).astype(np.float32)
+
+
+@pytest.fixture
+def store(tmp_path):
+    folder = enable_program_store(tmp_path / "programs")
+    assert folder is not None and program_store() == folder
+    yield folder
+    enable_program_store(None)
+
+
+def _counted():
+    """``(new, traced)``: ``new()`` makes a new function object of the same code (as a new process would: JAX's
+    own caches do not know it), which records each time it is traced in ``traced``."""
+    traced = []
+
+    def new():
+        def f(a):
+            traced.append(a.shape)
+            return {"y": jnp.sin(a) * 2.0 + jnp.cumsum(a, axis=0)}
+        return f
+
+    return new, traced
+
+
+def _stored(folder):
+    return sorted(p.name for p in folder.glob("*.jaxexport"))
+
+
+def test_without_a_store_the_program_is_traced_as_usual():
+    assert program_store() is None
+    new, traced = _counted()
+    got = kept_jit(jax.jit(new()), "demo")(X)
+    assert np.array_equal(got["y"], jax.jit(new())(X)["y"])
+    assert len(traced) == 2  # two jits, two traces
+
+
+def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_bits(store):
+    new, traced = _counted()
+    first = kept_jit(jax.jit(new()), "demo")(X)
+    stored = _stored(store)
+    assert len(traced) == 1 and len(stored) == 1
+    again = kept_jit(jax.jit(new()), "demo")(X)  # a new jit of the same code, as a later process would make
+    assert len(traced) == 1, "the stored program was traced again"
+    assert _stored(store) == stored
+    plain = jax.jit(new())(X)
+    assert np.array_equal(first["y"], again["y"]) and np.array_equal(again["y"], plain["y"])
+
+
+def test_every_part_of_a_program_names_another_file(store, monkeypatch):
+    new, traced = _counted()
+    kept_jit(jax.jit(new()), "demo")(X)
+    kept_jit(jax.jit(new()), "another key")(X)
+    kept_jit(jax.jit(new()), "demo")(X[:4])  # other shapes
+    kept_jit(jax.jit(new()), "demo")(X.astype(np.int32))  # other dtypes
+    assert len(_stored(store)) == 4 and len(traced) == 4
+    with jax.enable_x64(True):  # another JAX setting
+        kept_jit(jax.jit(new()), "demo")(X)
+    monkeypatch.setattr(programs, "source_digest", lambda: "0" * 64)  # another version of the package
+    kept_jit(jax.jit(new()), "demo")(X)
+    assert len(_stored(store)) == 6 and len(traced) == 6
+    avals = (jax.ShapeDtypeStruct(X.shape, X.dtype),)
+    assert programs.program_name("demo", avals) != programs.program_name("demo ", avals)
+
+
+def test_a_damaged_file_is_traced_and_written_anew(store):
+    new, traced = _counted()
+    want = jax.jit(new())(X)["y"]
+    kept_jit(jax.jit(new()), "demo")(X)
+    (path,) = store.glob("*.jaxexport")
+    path.write_bytes(b"not a program")
+    assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
+    assert path.read_bytes() != b"not a program"
+    assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
+    assert len(traced) == 3  # the plain jit, the first store, the rewrite; not the last call
+
+
+def test_a_program_that_cannot_be_exported_is_traced_each_time_and_marked_once(store, monkeypatch):
+    def with_callback(a):
+        doubled = jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+        return doubled + 1.0
+
+    got = kept_jit(jax.jit(with_callback), "callback")(X)
+    assert np.array_equal(np.asarray(got), X * 2 + 1)
+    assert _stored(store) == [] and len(list(store.glob("*.refused"))) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("export tried again after the marker")
+
+    monkeypatch.setattr(jax.export, "export", refuse)
+    assert np.array_equal(np.asarray(kept_jit(jax.jit(with_callback), "callback")(X)), X * 2 + 1)
+
+
+def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arrays(store):
+    mesh = make_mesh()
+    new, traced = _counted()
+    want = sharded(new(), mesh)(X)["y"]
+    got = sharded(new(), mesh, keep="demo")(X)["y"]
+    into = {"y": np.empty_like(X)}
+    again = sharded(new(), mesh, keep="demo")
+    again.precompile(jax.ShapeDtypeStruct(X.shape, X.dtype))
+    filled = again(X, into=into)
+    assert filled["y"] is into["y"]
+    assert np.array_equal(want, got) and np.array_equal(want, into["y"])
+    assert len(_stored(store)) == 1 and len(traced) == 2  # the plain program and the stored one
