@@ -1,15 +1,17 @@
 """Figure worker processes (attnflow.plot._workers): the files they write equal those drawn in the caller's
 process, the caller's figure formats reach them, a failure comes back with its traceback, a worker that dies
-fails its calls instead of hanging, and an interrupted block leaves no process behind."""
+fails its calls instead of hanging (a forked one too), and an interrupted block leaves no process behind."""
 
 import os
 import signal
+import sys
+import time
 
 import pytest
 
 import attnflow.plot as ap
 from attnflow.plot._worker import example_figure
-from attnflow.plot._workers import FigureWorkerError, FigureWorkers
+from attnflow.plot._workers import FigureWorkerError, FigureWorkers, _Sibling
 
 EXAMPLE = "attnflow.plot._worker:example_figure"
 
@@ -82,3 +84,49 @@ def test_a_worker_draws_and_saves_a_figure_without_importing_jax(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
     assert (tmp_path / "line.png").stat().st_size > 0
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked from the first on Linux only")
+def test_the_second_worker_is_forked_from_the_first_and_ends_with_the_pool(tmp_path):
+    (tmp_path / "here").mkdir()
+    example_figure(tmp_path / "here" / "line.png")
+    with FigureWorkers(3) as pool:
+        first, *forked = pool._workers
+        assert pool.size == 3 and all(isinstance(w.process, _Sibling) for w in forked)
+        # two slow calls hold the first two workers: the third call goes to the last one
+        busy = [pool.submit("time:sleep", 0.5) for _ in range(2)]
+        drawn = pool.submit(EXAMPLE, tmp_path / "line.png")
+        assert drawn.result(timeout=30) == ["line.png"] and all(f.result(timeout=30) is None for f in busy)
+        pids = [w.process.pid for w in pool._workers]
+        assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert (tmp_path / "line.png").read_bytes() == (tmp_path / "here" / "line.png").read_bytes()
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked from the first on Linux only")
+def test_a_forked_worker_that_dies_fails_its_pending_calls_and_the_first_goes_on(tmp_path):
+    with FigureWorkers(2) as pool:
+        first, forked = pool._workers
+        hold = pool.submit("time:sleep", 0.3)  # the first worker's
+        pending = pool.submit("time:sleep", 60)  # the forked one's
+        deadline = time.monotonic() + 10
+        while forked.process.pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(forked.process.pid, signal.SIGKILL)
+        with pytest.raises(FigureWorkerError, match="exited"):
+            pending.result(timeout=30)
+        assert hold.result(timeout=30) is None
+        later = pool.submit(EXAMPLE, tmp_path / "line.png")
+        assert later.result(timeout=30) == ["line.png"] and first.process.poll() is None

@@ -7,6 +7,11 @@ pickles on its standard input until it closes, and answers each with ``(True, re
 ``(False, traceback)`` on its standard output, in order. Whatever the drawing code prints goes to
 standard error, so that the answers stay readable. Ctrl-C is left to the parent, which stops its
 workers by closing their input or killing them.
+
+``--siblings R:W ...`` (Linux): once ready, the worker forks one more worker per pair of pipe ends it was
+given, which reads its calls from R and answers on W (its process id first) with the modules already
+imported: a worker's start-up (0.5 s of one core, mostly matplotlib's import) is paid once, not once a
+worker, while the job that started them imports JAX on the same cores.
 """
 
 from __future__ import annotations
@@ -46,17 +51,11 @@ def _warm_up() -> None:
     plt.close(fig)
 
 
-def main(argv: list[str]) -> int:
-    answers = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # prints go to stderr, the answers to the original stdout
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from . import figure_formats  # attnflow.plot: imported before the first call
+def _serve(calls, answers) -> int:
+    """Answer the calls of the stream ``calls`` on ``answers``, in order, until ``calls`` closes."""
+    from . import figure_formats
     from ._workers import _call
 
-    for module in argv:
-        importlib.import_module(module)
-    _warm_up()
-    calls = sys.stdin.buffer
     while True:
         try:
             target, formats, args, kwargs = pickle.load(calls)
@@ -73,6 +72,49 @@ def main(argv: list[str]) -> int:
             data = pickle.dumps((False, traceback.format_exc()), protocol=pickle.HIGHEST_PROTOCOL)
         answers.write(data)
         answers.flush()
+
+
+def _fork_siblings(siblings: list[tuple[int, int]], own: list[int]) -> None:
+    """Fork one worker per pipe pair (calls read end, answers write end); ``own``: this worker's own pipe
+    descriptors, which a sibling closes (the caller must see this worker's pipes close when it ends)."""
+    for i, (calls_fd, answers_fd) in enumerate(siblings):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the sibling: its own two pipe ends only
+            code = 1
+            try:
+                for fd in own + [fd for pair in siblings[i + 1:] for fd in pair]:
+                    os.close(fd)
+                answers = os.fdopen(answers_fd, "wb")
+                pickle.dump(os.getpid(), answers, protocol=pickle.HIGHEST_PROTOCOL)
+                answers.flush()
+                code = _serve(os.fdopen(calls_fd, "rb"), answers)
+            finally:
+                os._exit(code)  # never this worker's own exit path (its streams, its atexit handlers)
+        os.close(calls_fd)
+        os.close(answers_fd)
+    # the siblings end when their caller is done: the kernel reaps them (no zombie under this worker)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+
+def main(argv: list[str]) -> int:
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # prints go to stderr, the answers to the original stdout
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from . import figure_formats  # noqa: F401 - attnflow.plot: imported before the first call
+
+    modules, siblings = list(argv), []
+    if "--siblings" in modules:
+        at = modules.index("--siblings")
+        siblings = [tuple(int(fd) for fd in pair.split(":")) for pair in modules[at + 1:]]
+        modules = modules[:at]
+    for module in modules:
+        importlib.import_module(module)
+    _warm_up()
+    if siblings:
+        _fork_siblings(siblings, [0, answers.fileno()])
+    return _serve(sys.stdin.buffer, answers)
 
 
 if __name__ == "__main__":

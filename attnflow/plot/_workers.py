@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +35,9 @@ __all__ = ["FigureWorkers", "FigureWorkerError", "worker_count"]
 WORKER_MODULE = "attnflow.plot._worker"
 #: seconds :meth:`FigureWorkers.close` waits for a worker's calls to be answered before it ends the worker
 CLOSE_TIMEOUT = 60.0
+#: start one worker and fork the others from it once it has imported matplotlib (Linux; elsewhere each worker is
+#: a process of its own): on a 2-core machine a second worker's own start-up took 0.2 s from the job's imports
+FORK_SIBLINGS = sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 class FigureWorkerError(RuntimeError):
@@ -64,15 +68,68 @@ def _call(target: str, args: tuple, kwargs: dict):
     return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
-class _Worker:
-    """One worker process, its pipe and its calls in flight (answered in the order they were sent)."""
+class _Sibling:
+    """The handle of a worker that another worker forked (not this process's child): its pipes, its process id
+    (its first answer) and its end, which is when its answer pipe closes."""
 
-    def __init__(self, preload: tuple[str, ...]):
+    def __init__(self, calls_fd: int, answers_fd: int):
+        self.stdin = os.fdopen(calls_fd, "wb")
+        self.stdout = os.fdopen(answers_fd, "rb")
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.pid is not None and self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # ended already
+                pass
+
+    def ended(self) -> None:
+        """Its answer pipe closed: the process has ended (killed, or done); its code is not ours to read."""
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
+        self._ended.set()
+
+
+class _Worker:
+    """One worker process, its pipe and its calls in flight (answered in the order they were sent).
+
+    ``siblings``: pipe pairs ``((calls_r, calls_w), (answers_r, answers_w))`` of the workers this one forks
+    once it has imported its modules (:meth:`sibling` makes their handles here)."""
+
+    def __init__(self, preload: tuple[str, ...], siblings: tuple = ()):
         package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds attnflow/
         env = dict(os.environ, MPLBACKEND="agg")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        self.process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *preload], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env)
+        theirs = [(calls[0], answers[1]) for calls, answers in siblings]  # the ends the forked workers use
+        extra = ["--siblings", *(f"{r}:{w}" for r, w in theirs)] if theirs else []
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *preload, *extra],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                            pass_fds=[fd for pair in theirs for fd in pair])
+        finally:
+            for fd in (fd for pair in theirs for fd in pair):
+                os.close(fd)
+        self._start()
+
+    @classmethod
+    def sibling(cls, calls_w: int, answers_r: int) -> "_Worker":
+        """The handle of a worker forked by another one, from this process's ends of its pipes."""
+        worker = cls.__new__(cls)
+        worker.process = _Sibling(calls_w, answers_r)
+        worker._start()
+        return worker
+
+    def _start(self) -> None:
         self.pending: collections.deque[Future] = collections.deque()
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, name="attnflow-figure-worker", daemon=True)
@@ -92,6 +149,12 @@ class _Worker:
 
     def _read(self) -> None:
         stream = self.process.stdout
+        if isinstance(self.process, _Sibling):  # a forked worker says who it is first
+            try:
+                self.process.pid = pickle.load(stream)
+            except Exception:  # it never started: its pipe closed
+                self._fail_pending()
+                return
         while True:
             try:
                 ok, value = pickle.load(stream)
@@ -103,6 +166,11 @@ class _Worker:
                 future.set_result(value)
             else:
                 future.set_exception(FigureWorkerError(f"a figure failed in its worker process:\n{value}"))
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        if isinstance(self.process, _Sibling):
+            self.process.ended()
         code = self.process.wait()
         with self.lock:
             left, self.pending = list(self.pending), collections.deque()
@@ -159,7 +227,23 @@ class FigureWorkers:
 
     def __init__(self, workers: int = 2, preload: tuple[str, ...] | list[str] = ()):
         self._workers: list[_Worker] = []
-        for _ in range(max(0, int(workers))):
+        count = max(0, int(workers))
+        if count > 1 and FORK_SIBLINGS:  # one worker starts, the others are forked from it once it is ready
+            try:
+                pipes = [(os.pipe(), os.pipe()) for _ in range(count - 1)]
+            except OSError:
+                pipes = []
+            try:
+                self._workers.append(_Worker(tuple(preload), siblings=tuple(pipes)))
+            except OSError:  # no subprocesses here: draw in this process (the forked workers' ends are closed)
+                for calls, answers in pipes:
+                    os.close(calls[1])
+                    os.close(answers[0])
+                return
+            for calls, answers in pipes:
+                self._workers.append(_Worker.sibling(calls[1], answers[0]))
+            return
+        for _ in range(count):
             try:
                 self._workers.append(_Worker(tuple(preload)))
             except OSError:  # no subprocesses here: draw in this process
