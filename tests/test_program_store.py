@@ -3,6 +3,8 @@ only for the exact program it was made from, with the same results; what cannot 
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,3 +118,18 @@ def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arra
     assert filled["y"] is into["y"]
     assert np.array_equal(want, got) and np.array_equal(want, into["y"])
     assert len(_stored(store)) == 1 and len(traced) == 2  # the plain program and the stored one
+
+
+def test_the_store_keeps_the_most_recently_used_programs(store, monkeypatch):
+    monkeypatch.setattr(programs, "MAX_PROGRAMS", 2)
+    new, traced = _counted()
+    kept_jit(jax.jit(new()), "a")(X)
+    first = _stored(store)
+    kept_jit(jax.jit(new()), "b")(X)
+    for path in store.glob("*.jaxexport"):  # "a" older than "b"
+        os.utime(path, (1.0, 1.0) if path.name in first else (2.0, 2.0))
+    kept_jit(jax.jit(new()), "a")(X)  # read back: now the most recent
+    kept_jit(jax.jit(new()), "c")(X)  # a third: "b", the least recently used, goes
+    assert len(_stored(store)) == 2 and first[0] in _stored(store) and len(traced) == 3
+    kept_jit(jax.jit(new()), "b")(X)
+    assert len(traced) == 4  # "b" was traced again

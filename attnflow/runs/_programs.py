@@ -20,7 +20,8 @@ so that any change of code, package or setting makes another program. Both a fir
 the exported program (never the directly traced one), so their results are the same bits; a test holds them
 equal to the directly traced program's on the phase job, too. Where a program cannot be exported (a host
 callback, a custom call without a stability guarantee), a marker says so and the program is traced as usual;
-an unreadable file is traced and written anew. The store is enabled by the ``attnflow`` command's process only
+an unreadable file is traced and written anew. At most :data:`MAX_PROGRAMS` programs are kept (the least
+recently used go first). The store is enabled by the ``attnflow`` command's process only
 (:func:`attnflow.runs.enable_compile_cache`); from Python every program is traced as usual.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +39,8 @@ __all__ = ["PROGRAMS_SUBDIR", "compile_kept", "enable_program_store", "kept_jit"
 
 #: the store's folder inside the command's compilation cache folder (XLA's own files sit at its top level)
 PROGRAMS_SUBDIR = "programs"
+#: the most programs kept (a few tens of KiB each): past it, the least recently used are removed as one is added
+MAX_PROGRAMS = 1000
 #: the store of this process (None: off)
 _STORE: list[Path | None] = [None]
 #: settings that name where things are kept or logged, not what a program computes
@@ -182,6 +186,7 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     if path.is_file():
         try:
             exported = jax.export.deserialize(bytearray(path.read_bytes()))
+            os.utime(path)  # used now: the last to be removed
         except Exception:  # noqa: BLE001 - damaged or of another format: traced and written anew below
             exported = None
     if exported is None:
@@ -200,9 +205,30 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
             return None
         try:
             atomic_write_bytes(path, data)
+            _bound(store)
         except OSError:  # a full or read-only disk: this run still uses the exported program
             pass
     return jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals).compile()
+
+
+def _bound(store: Path, most: int | None = None) -> None:
+    """Remove the least recently used programs (and refusal markers) of ``store`` beyond ``most`` (default
+    :data:`MAX_PROGRAMS`)."""
+    most = MAX_PROGRAMS if most is None else most
+    files = [p for p in store.iterdir() if p.suffix in (".jaxexport", ".refused")]
+    if len(files) <= most:
+        return
+    dated = []
+    for p in files:
+        try:
+            dated.append((p.stat().st_mtime, p))
+        except FileNotFoundError:  # removed by another process meanwhile
+            pass
+    for _, p in sorted(dated)[:max(0, len(dated) - most)]:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardings: Any = None) -> Callable:
