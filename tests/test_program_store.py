@@ -133,3 +133,23 @@ def test_the_store_keeps_the_most_recently_used_programs(store, monkeypatch):
     assert len(_stored(store)) == 2 and first[0] in _stored(store) and len(traced) == 3
     kept_jit(jax.jit(new()), "b")(X)
     assert len(traced) == 4  # "b" was traced again
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_on_lowered_is_called_once_a_precompile_whatever_the_path(tmp_path, with_store):
+    enable_program_store(tmp_path / "programs" if with_store else None)
+    try:
+        new, _ = _counted()
+        calls = []
+        aval = jax.ShapeDtypeStruct(X.shape, X.dtype)
+        f = kept_jit(jax.jit(new()), "demo")
+        f.precompile(aval, on_lowered=lambda: calls.append("first"))  # traced (and stored)
+        f.precompile(aval, on_lowered=lambda: calls.append("compiled"))  # compiled already
+        kept_jit(jax.jit(new()), "demo").precompile(aval, on_lowered=lambda: calls.append("again"))  # read back
+        refused = kept_jit(jax.jit(lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)),
+                           "callback")
+        refused.precompile(aval, on_lowered=lambda: calls.append("refused"))
+        assert calls == ["first", "compiled", "again", "refused"]
+        assert np.allclose(np.asarray(refused(X)), np.sin(X))
+    finally:
+        enable_program_store(None)

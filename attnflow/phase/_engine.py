@@ -441,11 +441,20 @@ def _chunk_compute(config: PhaseConfig, group: PhaseGroup, identity: bool, noisy
                 return np.asarray(draw(seeds), dtype)
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-start-clouds") as pool:
-            x0 = pool.submit(clouds)
+            drawn = []
+
+            def draw_now() -> None:
+                drawn.append(pool.submit(clouds))
+
+            # the clouds' program is traced once the chunk's is lowered: both trace in Python (one at a time),
+            # and the drawer's tracing then runs while XLA compiles the chunk's program
             if len(seeds) not in compiled:
-                fn.precompile(beta_of, *sigma_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights)
+                fn.precompile(beta_of, *sigma_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights,
+                              on_lowered=draw_now)
                 compiled.add(len(seeds))
-            x0 = x0.result()
+            if not drawn:
+                draw_now()
+            x0 = drawn[0].result()
         if into is None:
             cols = {k: np.asarray(v) for k, v in fn(beta_of, *sigma_of, seeds, x0, *weights).items()}
             cols.update(beta_index=b_idx, system=systems)

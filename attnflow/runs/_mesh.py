@@ -134,15 +134,19 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None, ke
             return jax.tree_util.tree_map(lambda a: np.asarray(a)[:b], out)
         return jax.tree_util.tree_map(lambda a, dest: _gather_into(a, dest, b), out, into)
 
-    def precompile(*arrays) -> None:
+    def precompile(*arrays, on_lowered: Callable[[], None] | None = None) -> None:
         """Compile the program ``call`` would run on arrays of these shapes and dtypes (arrays or
-        ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled."""
+        ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled. ``on_lowered()`` is called
+        once the program is traced and lowered, as XLA's compile (which releases Python's lock) begins."""
         pad = padding(arrays)
         avals = [jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays]
         if keep is not None:
-            program.precompile(*avals)
-        else:
-            inner.lower(*avals).compile()
+            program.precompile(*avals, on_lowered=on_lowered)
+            return
+        lowered = inner.lower(*avals)
+        if on_lowered is not None:
+            on_lowered()
+        lowered.compile()
 
     call.precompile = precompile
     return call

@@ -156,12 +156,14 @@ def _avals(args: tuple) -> tuple:
 
 
 def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any = None,
-                 out_shardings: Any = None) -> Callable | None:
+                 out_shardings: Any = None, on_lowered: Callable[[], None] | None = None) -> Callable | None:
     """The stored program of ``key`` for ``avals`` (``jax.ShapeDtypeStruct``), compiled: read back, or exported
     from ``jitted`` (a ``jax.jit`` function of positional arrays) and stored; None where the store is off
     (:func:`program_store`) or the program cannot be exported (the caller then runs ``jitted`` itself).
     ``in_shardings`` / ``out_shardings``: the shardings of the program's inputs and outputs (as for
-    ``jax.jit``; a program over several devices needs them), None for one device.
+    ``jax.jit``; a program over several devices needs them), None for one device. ``on_lowered()`` is called
+    once the program is lowered, before XLA compiles it (which releases Python's lock): a caller can start
+    Python work of its own on another thread there (not called when None is returned).
 
     Example:
         >>> import jax, numpy as np, tempfile
@@ -208,7 +210,10 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
             _bound(store)
         except OSError:  # a full or read-only disk: this run still uses the exported program
             pass
-    return jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals).compile()
+    lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
+    if on_lowered is not None:
+        on_lowered()
+    return lowered.compile()
 
 
 def _bound(store: Path, most: int | None = None) -> None:
@@ -235,8 +240,9 @@ def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardi
     """``jitted`` (a ``jax.jit`` function of positional arrays) as the program store runs it: ``f(*arrays)`` runs
     the stored program of ``key`` for the arguments' shapes and dtypes (:func:`compile_kept`, compiled once per
     shapes), or ``jitted`` itself where the store is off or the program cannot be exported;
-    ``f.precompile(*avals)`` compiles ahead of the call. ``key`` must name everything ``jitted``'s Python code
-    reads to build the program.
+    ``f.precompile(*avals, on_lowered=None)`` compiles ahead of the call (``on_lowered()``: called once, when
+    the program is lowered and XLA's compile begins, or at once where it was compiled already). ``key`` must
+    name everything ``jitted``'s Python code reads to build the program.
 
     Example:
         >>> import jax, numpy as np
@@ -247,15 +253,29 @@ def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardi
     """
     compiled: dict = {}
 
-    def precompile(*avals) -> Callable | None:
+    def precompile(*avals, on_lowered: Callable[[], None] | None = None) -> Callable | None:
         avals = _avals(avals)
+        called = []
+
+        def lowered() -> None:
+            if on_lowered is not None and not called:
+                called.append(True)
+                on_lowered()
+
         if program_store() is None:
-            jitted.lower(*avals).compile()
+            plain = jitted.lower(*avals)
+            lowered()
+            plain.compile()
             return None
         signature = tuple((tuple(a.shape), str(a.dtype)) for a in avals)
         if signature not in compiled:
             compiled[signature] = compile_kept(jitted, avals, key=key, in_shardings=in_shardings,
-                                               out_shardings=out_shardings)
+                                               out_shardings=out_shardings, on_lowered=lowered)
+            if compiled[signature] is None:  # not exportable: traced as usual
+                plain = jitted.lower(*avals)
+                lowered()
+                plain.compile()
+        lowered()
         return compiled[signature]
 
     def call(*arrays):
