@@ -49,9 +49,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="attnflow", description=_DESCRIPTION,
-        epilog="Compiled XLA programs are kept between runs in ~/.cache/attnflow/xla ($XDG_CACHE_HOME/attnflow/xla): "
-        "a command that compiles the same programs again skips XLA's compile. Set ATTNFLOW_COMPILE_CACHE to a "
-        "folder to move it, or to off to compile every time.")
+        epilog="Compiled XLA programs are kept between runs in ~/.cache/attnflow/xla ($XDG_CACHE_HOME/attnflow/xla), "
+        "and the phase job's traced programs in its programs/ folder: a command that runs the same programs again "
+        "skips tracing and XLA's compile. Set ATTNFLOW_COMPILE_CACHE to a folder to move it, or to off to trace and "
+        "compile every time.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     wanted = list(COMMANDS) if argv is None else [c for c in [_chosen_command(argv)] if c]
@@ -117,7 +118,8 @@ def run() -> None:
     leaves through Python's normal exit (traceback, full teardown).
 
     The command keeps its compiled XLA programs between runs (:func:`attnflow.runs.enable_compile_cache`:
-    ``~/.cache/attnflow/xla``; ``ATTNFLOW_COMPILE_CACHE=off`` disables it, a folder moves it); :func:`main`
+    ``~/.cache/attnflow/xla``, its traced programs in ``programs/`` there; ``ATTNFLOW_COMPILE_CACHE=off`` disables
+    both, a folder moves them); :func:`main`
     called from Python does not.
     """
     from ..runs import enable_compile_cache
