@@ -197,6 +197,10 @@ class _Worker:
             self.process.kill()
         self.process.wait()
         self.reader.join()
+        try:  # the answers' pipe, read to its end by the reader
+            self.process.stdout.close()
+        except OSError:
+            pass
 
     def kill(self) -> None:
         if self.process.poll() is None:

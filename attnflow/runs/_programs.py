@@ -97,6 +97,7 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> str:
     from importlib import metadata
 
