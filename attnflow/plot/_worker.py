@@ -90,7 +90,10 @@ def _fork_siblings(siblings: list[tuple[int, int]], own: list[int]) -> None:
                 pickle.dump(os.getpid(), answers, protocol=pickle.HIGHEST_PROTOCOL)
                 answers.flush()
                 code = _serve(os.fdopen(calls_fd, "rb"), answers)
+            except BaseException:  # noqa: BLE001 - said on stderr; its caller sees its pipe close
+                traceback.print_exc()
             finally:
+                sys.stderr.flush()
                 os._exit(code)  # never this worker's own exit path (its streams, its atexit handlers)
         os.close(calls_fd)
         os.close(answers_fd)
