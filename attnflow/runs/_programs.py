@@ -75,7 +75,14 @@ def enable_program_store(path: str | Path | None) -> Path | None:
 
 
 def program_store() -> Path | None:
-    """The folder traced programs are kept in by this process, or None (off: the default)."""
+    """The folder traced programs are kept in by this process, or None (off: the default; the ``attnflow``
+    command turns it on, :func:`attnflow.runs.enable_compile_cache`).
+
+    Example:
+        >>> from attnflow.runs import program_store
+        >>> program_store() is None  # from Python, every program is traced as usual
+        True
+    """
     return _STORE[0]
 
 
