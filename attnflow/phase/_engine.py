@@ -173,8 +173,8 @@ def _cloud_drawer(n: int, d: int, dtype, on_sphere: bool, prepared: tuple | None
 
 
 def program_identity(config: PhaseConfig, group: PhaseGroup) -> str:
-    """Every field of the config and the group but the execution settings (``run``), as text: what the Python
-    code of a chunk program reads, the name of its traced program in the command's program store.
+    """Every field of the config and the group, as text (of the run settings all but the progress bar and the table
+    formats, which no program reads): the name of a chunk program in the command's program store.
 
     Example:
         >>> from attnflow.phase import check_phase_config, load_phase_config
@@ -187,8 +187,13 @@ def program_identity(config: PhaseConfig, group: PhaseGroup) -> str:
         >>> shown = check_phase_config(cfg)
         >>> program_identity(quiet, quiet.groups[0]) == program_identity(shown, shown.groups[0])
         True
+        >>> cfg["n"] = 9
+        >>> other = check_phase_config(cfg)
+        >>> program_identity(other, other.groups[0]) == program_identity(shown, shown.groups[0])
+        False
     """
-    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.repr and f.name != "run"}
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.repr}
+    fields["run"] = {k: v for k, v in dataclasses.asdict(config.run).items() if k not in ("progress", "table_formats")}
     return f"{type(config).__name__}{fields!r}|{group!r}"
 
 
