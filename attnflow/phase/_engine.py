@@ -187,9 +187,18 @@ def program_identity(config: PhaseConfig, group: PhaseGroup) -> str:
         >>> shown = check_phase_config(cfg)
         >>> program_identity(quiet, quiet.groups[0]) == program_identity(shown, shown.groups[0])
         True
+        >>> cfg["run"]["eig_route"] = "cpu"  # a run setting a program could read
+        >>> routed = check_phase_config(cfg)
+        >>> program_identity(routed, routed.groups[0]) == program_identity(shown, shown.groups[0])
+        False
+        >>> cfg["run"]["eig_route"] = "auto"
         >>> cfg["n"] = 9
         >>> other = check_phase_config(cfg)
         >>> program_identity(other, other.groups[0]) == program_identity(shown, shown.groups[0])
+        False
+        >>> cfg["sigma"] = [0.0, 0.5]  # two groups of one config (the same shapes): two programs
+        >>> grid = check_phase_config(cfg)
+        >>> program_identity(grid, grid.groups[0]) == program_identity(grid, grid.groups[1])
         False
     """
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.repr}
