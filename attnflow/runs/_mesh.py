@@ -112,14 +112,11 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None, ke
         per_system_loop = needs_per_system_loop(mesh)
     body = loop_over_systems(fn) if per_system_loop else fn
     inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
-    if keep is not None:
-        from ._programs import kept_jit
+    from ._programs import kept_jit
 
-        split = NamedSharding(mesh, P("batch"))
-        program = kept_jit(inner, f"sharded|{keep}|{per_system_loop}|{mesh.devices.tolist()}",
-                           in_shardings=split, out_shardings=split)
-    else:
-        program = inner
+    split = NamedSharding(mesh, P("batch"))
+    program = kept_jit(inner, None if keep is None else f"sharded|{keep}|{per_system_loop}|{mesh.devices.tolist()}",
+                       in_shardings=split, out_shardings=split)
 
     def padding(arrays) -> int:  # systems added so that every device gets as many
         return -np.shape(arrays[0])[0] % ndev
@@ -139,14 +136,8 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None, ke
         ``jax.ShapeDtypeStruct``), ahead of the call, which then finds it compiled. ``on_lowered()`` is called
         once the program is traced and lowered, as XLA's compile (which releases Python's lock) begins."""
         pad = padding(arrays)
-        avals = [jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays]
-        if keep is not None:
-            program.precompile(*avals, on_lowered=on_lowered)
-            return
-        lowered = inner.lower(*avals)
-        if on_lowered is not None:
-            on_lowered()
-        lowered.compile()
+        program.precompile(*(jax.ShapeDtypeStruct((a.shape[0] + pad, *a.shape[1:]), a.dtype) for a in arrays),
+                           on_lowered=on_lowered)
 
     call.precompile = precompile
     return call

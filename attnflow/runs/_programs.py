@@ -150,9 +150,13 @@ def program_name(key: str, avals: tuple) -> str:
         >>> program_name("demo", a) == program_name("demo", a), program_name("demo", a) == program_name("other", a)
         (True, False)
     """
-    parts = [key, repr(tuple((tuple(a.shape), str(a.dtype)) for a in avals)), source_digest(), _versions(),
-             _settings(), _devices()]
+    parts = [key, repr(_signature(avals)), source_digest(), _versions(), _settings(), _devices()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _signature(avals: tuple) -> tuple:
+    """The shapes and dtypes of ``avals``, hashable."""
+    return tuple((tuple(a.shape), str(a.dtype)) for a in avals)
 
 
 def _avals(args: tuple) -> tuple:
@@ -244,13 +248,13 @@ def _bound(store: Path, most: int | None = None) -> None:
             pass
 
 
-def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardings: Any = None) -> Callable:
+def kept_jit(jitted: Callable, key: str | None, *, in_shardings: Any = None, out_shardings: Any = None) -> Callable:
     """``jitted`` (a ``jax.jit`` function of positional arrays) as the program store runs it: ``f(*arrays)`` runs
     the stored program of ``key`` for the arguments' shapes and dtypes (:func:`compile_kept`, compiled once per
-    shapes), or ``jitted`` itself where the store is off or the program cannot be exported;
-    ``f.precompile(*avals, on_lowered=None)`` compiles ahead of the call (``on_lowered()``: called once, when
-    the program is lowered and XLA's compile begins, or at once where it was compiled already). ``key`` must
-    name everything ``jitted``'s Python code reads to build the program.
+    shapes), or ``jitted`` itself where the store is off, ``key`` is None (a program never stored) or the program
+    cannot be exported; ``f.precompile(*avals, on_lowered=None)`` compiles ahead of the call (``on_lowered()``:
+    called once, when the program is lowered and XLA's compile begins, or at once where it was compiled
+    already). ``key`` must name everything ``jitted``'s Python code reads to build the program.
 
     Example:
         >>> import jax, numpy as np
@@ -261,6 +265,9 @@ def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardi
     """
     compiled: dict = {}
 
+    def stored() -> bool:
+        return key is not None and program_store() is not None
+
     def precompile(*avals, on_lowered: Callable[[], None] | None = None) -> Callable | None:
         avals = _avals(avals)
         called = []
@@ -270,24 +277,20 @@ def kept_jit(jitted: Callable, key: str, *, in_shardings: Any = None, out_shardi
                 called.append(True)
                 on_lowered()
 
-        if program_store() is None:
-            plain = jitted.lower(*avals)
-            lowered()
-            plain.compile()
-            return None
-        signature = tuple((tuple(a.shape), str(a.dtype)) for a in avals)
-        if signature not in compiled:
-            compiled[signature] = compile_kept(jitted, avals, key=key, in_shardings=in_shardings,
-                                               out_shardings=out_shardings, on_lowered=lowered)
-            if compiled[signature] is None:  # not exportable: traced as usual
+        signature = _signature(avals)
+        if signature not in compiled:  # the first precompile of these shapes
+            program = compile_kept(jitted, avals, key=key, in_shardings=in_shardings, out_shardings=out_shardings,
+                                   on_lowered=lowered) if stored() else None
+            if program is None:  # traced as usual (no store, or not exportable)
                 plain = jitted.lower(*avals)
                 lowered()
                 plain.compile()
+            compiled[signature] = program
         lowered()
-        return compiled[signature]
+        return compiled[signature] if stored() else None
 
     def call(*arrays):
-        program = precompile(*arrays) if program_store() is not None else None
+        program = precompile(*arrays) if stored() else None
         return jitted(*arrays) if program is None else program(*arrays)
 
     call.precompile = precompile
