@@ -53,13 +53,28 @@ def test_a_failure_in_a_worker_comes_back_with_its_traceback_and_the_worker_goes
             missing.result()
 
 
+def test_a_call_goes_to_the_first_worker_that_is_free_not_behind_a_long_one(tmp_path):
+    """Three calls on two workers: the third waits for the first worker free (the one with the short call), not
+    behind the long call it would have been queued after by a count of the calls each holds."""
+    with FigureWorkers(2) as pool:
+        long = pool.submit("time:sleep", 3.0)
+        short = pool.submit("time:sleep", 0.05)
+        drawn = pool.submit(EXAMPLE, tmp_path / "line.png")
+        assert drawn.result(timeout=60) == ["line.png"] and short.done()
+        assert not long.done()  # drawn beside it, not after it
+    assert long.result() is None
+
+
 def test_a_worker_that_dies_fails_its_pending_calls_and_later_calls_run_here(tmp_path):
     with FigureWorkers(1) as pool:
         worker = pool._workers[0]
         pending = pool.submit("time:sleep", 60)  # any "module:function" call: this one waits
+        queued = pool.submit(EXAMPLE, tmp_path / "queued.png")  # waits for the worker to be free
         os.kill(worker.process.pid, signal.SIGKILL)
         with pytest.raises(FigureWorkerError, match="exited"):
             pending.result(timeout=30)
+        with pytest.raises(FigureWorkerError, match="exited"):
+            queued.result(timeout=30)
         later = pool.submit(EXAMPLE, tmp_path / "line.png")
         assert later.done() and later.result() == ["line.png"]
 
@@ -121,6 +136,7 @@ def test_a_forked_worker_that_dies_fails_its_pending_calls_and_the_first_goes_on
         first, forked = pool._workers
         hold = pool.submit("time:sleep", 0.3)  # the first worker's
         pending = pool.submit("time:sleep", 60)  # the forked one's
+        queued = pool.submit(EXAMPLE, tmp_path / "queued.png")  # the first free worker's: the first, after hold
         deadline = time.monotonic() + 10
         while forked.process.pid is None and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -128,5 +144,6 @@ def test_a_forked_worker_that_dies_fails_its_pending_calls_and_the_first_goes_on
         with pytest.raises(FigureWorkerError, match="exited"):
             pending.result(timeout=30)
         assert hold.result(timeout=30) is None
+        assert queued.result(timeout=30) == ["queued.png"]
         later = pool.submit(EXAMPLE, tmp_path / "line.png")
         assert later.result(timeout=30) == ["line.png"] and first.process.poll() is None

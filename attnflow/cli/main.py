@@ -8,6 +8,7 @@ in :mod:`attnflow.cli._commands`, and only the chosen sub-command's module is im
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -91,12 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         command = args.command
         from ..errors import AttnflowError
-        from .._x64 import float64_scope
 
         try:
-            with float64_scope(), _figures_in(getattr(args, "figure_formats", None)):
-                # the jobs compute their checks in float64; scoped, not global
-                return int(args.func(args) or 0)
+            # a command's ``before_jax(args)`` (a context manager: the phase job's figure workers) starts before
+            # JAX is imported, so that its processes start on the cores this one leaves idle meanwhile; its value
+            # is the command's second argument
+            before_jax = getattr(args, "before_jax", None)
+            with before_jax(args) if before_jax else contextlib.nullcontext() as early:
+                from .._x64 import float64_scope
+
+                with float64_scope(), _figures_in(getattr(args, "figure_formats", None)):
+                    # the jobs compute their checks in float64; scoped, not global
+                    return int((args.func(args, early) if before_jax else args.func(args)) or 0)
         except AttnflowError as err:
             print(f"attnflow {command}: error: {err}", file=sys.stderr)
             return 2
@@ -141,8 +148,6 @@ def run() -> None:
 def _figures_in(formats: tuple[str, ...] | None):
     """Every figure saved with :func:`attnflow.plot.save` inside is written in ``formats``."""
     if formats is None:
-        import contextlib
-
         return contextlib.nullcontext()
     from ..plot import figure_formats
 

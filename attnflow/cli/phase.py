@@ -23,18 +23,21 @@ def add_parser(subparsers) -> None:
                    help="TOML config (a path, or the name of a shipped config); default: configs/phase.toml")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
     add_run_options(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, before_jax=_figure_workers)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _figure_workers(args: argparse.Namespace):
+    """The figure workers (:class:`attnflow.plot._workers.FigureWorkers`), started before JAX is imported: they
+    import matplotlib on the cores this process leaves idle while it imports JAX (a process other than the first
+    of a multi-process run draws nothing)."""
     from ..plot._workers import FigureWorkers, worker_count
 
-    options = run_options(args)
-    # the figure workers start first, and import matplotlib on the cores this process leaves idle while it
-    # imports JAX and compiles (a process other than the first of a multi-process run draws nothing)
-    drawing = (options["processes"] or {}).get("process_id", 0) == 0
-    with FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",)) as pool:
-        return _phase(args, options, pool)
+    drawing = (run_options(args)["processes"] or {}).get("process_id", 0) == 0
+    return FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",))
+
+
+def _run(args: argparse.Namespace, pool) -> int:
+    return _phase(args, run_options(args), pool)
 
 
 def _phase(args: argparse.Namespace, options: dict, pool) -> int:

@@ -4,8 +4,9 @@ A job's figures cost it seconds of matplotlib on one core (importing it, laying 
 PNGs), after the computation, when the other cores are idle. :class:`FigureWorkers` starts worker
 processes (``python -m attnflow.plot._worker``) at the start of a job, where they import matplotlib
 while the job compiles; the job then hands each figure to them as a call ``"module:function"`` with
-picklable arguments (arrays, numbers, paths) and collects the file names when it needs them. Each
-worker draws its calls in order, one at a time, with the caller's :func:`~attnflow.plot.figure_formats`.
+picklable arguments (arrays, numbers, paths) and collects the file names when it needs them. The calls
+wait in one queue and go, in the order submitted, to the first worker that is free; each worker draws one
+at a time, with the caller's :func:`~attnflow.plot.figure_formats`.
 
 Nothing changes in the caller's process (no backend, no ``rcParams``); the workers use matplotlib's
 non-interactive Agg backend, since they only write files. Where no worker can start (a platform
@@ -106,7 +107,8 @@ class _Worker:
     ``siblings``: pipe pairs ``((calls_r, calls_w), (answers_r, answers_w))`` of the workers this one forks
     once it has imported its modules (:meth:`sibling` makes their handles here)."""
 
-    def __init__(self, preload: tuple[str, ...], siblings: tuple = ()):
+    def __init__(self, preload: tuple[str, ...], siblings: tuple = (), on_free=None):
+        self.on_free = on_free
         package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds attnflow/
         env = dict(os.environ, MPLBACKEND="agg")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -122,30 +124,36 @@ class _Worker:
         self._start()
 
     @classmethod
-    def sibling(cls, calls_w: int, answers_r: int) -> "_Worker":
+    def sibling(cls, calls_w: int, answers_r: int, on_free=None) -> "_Worker":
         """The handle of a worker forked by another one, from this process's ends of its pipes."""
         worker = cls.__new__(cls)
+        worker.on_free = on_free
         worker.process = _Sibling(calls_w, answers_r)
         worker._start()
         return worker
 
     def _start(self) -> None:
         self.pending: collections.deque[Future] = collections.deque()
+        self.broken = False
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, name="attnflow-figure-worker", daemon=True)
         self.reader.start()
 
-    def send(self, message: tuple) -> Future:
-        future: Future = Future()
+    def alive(self) -> bool:
+        """Whether the worker can take a call (running, and its pipe took the last one)."""
+        return not self.broken and self.process.poll() is None
+
+    def send(self, future: Future, data: bytes) -> None:
+        """Hand the pickled call ``data`` to the worker; ``future`` gets its answer."""
         with self.lock:  # the order of the pipe and of the queue must agree
             self.pending.append(future)
             try:
-                pickle.dump(message, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                self.process.stdin.write(data)
                 self.process.stdin.flush()
             except (BrokenPipeError, OSError) as exc:  # the worker is gone: _read fails what it left
                 self.pending.remove(future)
+                self.broken = True
                 raise FigureWorkerError(f"a figure worker could not take a call: {exc}") from exc
-        return future
 
     def _read(self) -> None:
         stream = self.process.stdout
@@ -166,6 +174,8 @@ class _Worker:
                 future.set_result(value)
             else:
                 future.set_exception(FigureWorkerError(f"a figure failed in its worker process:\n{value}"))
+            if self.on_free is not None:
+                self.on_free()
         self._fail_pending()
 
     def _fail_pending(self) -> None:
@@ -176,6 +186,8 @@ class _Worker:
             left, self.pending = list(self.pending), collections.deque()
         for future in left:
             future.set_exception(FigureWorkerError(f"a figure worker exited (code {code}) before drawing its figure"))
+        if self.on_free is not None:
+            self.on_free()
 
     def close(self, timeout: float) -> None:
         """Wait until every call is answered (at most ``timeout`` seconds), then end the process: each answer
@@ -215,9 +227,11 @@ class FigureWorkers:
 
     ``workers``: processes to start (0: every call runs in this process when submitted); ``preload``:
     modules each worker imports when it starts (the drawing functions' modules, matplotlib's pyplot is
-    always imported), so that the first call does not pay for them. Calls go to the worker with the
-    fewest in flight; where none is left alive (or none could start), the call runs here. Leaving the ``with``
-    block waits for every call; an exception in the block kills the workers instead.
+    always imported), so that the first call does not pay for them. A call's arguments are pickled when it is
+    submitted; the calls wait in one queue, in the order submitted, and each goes to the first worker that is
+    free (a long figure holds one worker, not the calls behind it); where none is left alive (or none could
+    start), a call runs here when submitted, and the calls still queued fail. Leaving the ``with`` block waits for
+    every call; an exception in the block kills the workers instead.
 
     Example:
         >>> import tempfile, pathlib
@@ -231,6 +245,9 @@ class FigureWorkers:
 
     def __init__(self, workers: int = 2, preload: tuple[str, ...] | list[str] = ()):
         self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._queue: collections.deque[tuple[Future, bytes]] = collections.deque()
+        self._submitted: list[Future] = []
         count = max(0, int(workers))
         if count > 1 and FORK_SIBLINGS:  # one worker starts, the others are forked from it once it is ready
             try:
@@ -238,18 +255,18 @@ class FigureWorkers:
             except OSError:
                 pipes = []
             try:
-                self._workers.append(_Worker(tuple(preload), siblings=tuple(pipes)))
+                self._workers.append(_Worker(tuple(preload), siblings=tuple(pipes), on_free=self._dispatch))
             except OSError:  # no subprocesses here: draw in this process (the forked workers' ends are closed)
                 for calls, answers in pipes:
                     os.close(calls[1])
                     os.close(answers[0])
                 return
             for calls, answers in pipes:
-                self._workers.append(_Worker.sibling(calls[1], answers[0]))
+                self._workers.append(_Worker.sibling(calls[1], answers[0], on_free=self._dispatch))
             return
         for _ in range(count):
             try:
-                self._workers.append(_Worker(tuple(preload)))
+                self._workers.append(_Worker(tuple(preload), on_free=self._dispatch))
             except OSError:  # no subprocesses here: draw in this process
                 break
 
@@ -261,23 +278,59 @@ class FigureWorkers:
     def submit(self, target: str, *args, **kwargs) -> Future:
         """Draw ``target(*args, **kwargs)`` (``"module:function"``) in a worker, with this context's figure formats."""
         formats = current_formats()
-        live = [w for w in self._workers if w.process.poll() is None]
-        if live:
-            worker = min(live, key=lambda w: len(w.pending))
-            try:
-                return worker.send((target, formats, args, kwargs))
-            except FigureWorkerError:  # it died since: this call is drawn here
-                pass
-        future: Future = Future()
+        if any(w.alive() for w in self._workers):
+            future: Future = Future()
+            data = pickle.dumps((target, formats, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+            with self._lock:
+                self._queue.append((future, data))
+                self._submitted.append(future)
+            self._dispatch()
+            return future
+        future = Future()
         with figure_formats(*formats):
             future.set_result(_call(target, args, kwargs))  # an error is raised here, where it happens
         return future
 
+    def _dispatch(self) -> None:
+        """Hand the queued calls, oldest first, to the workers that are free; where no worker is alive, the calls
+        left fail (called on every submit and by each worker's reader when it answers or ends)."""
+        with self._lock:
+            while self._queue:
+                live = [w for w in self._workers if w.alive()]
+                if not live:
+                    left, self._queue = list(self._queue), collections.deque()
+                    for future, _ in left:
+                        future.set_exception(FigureWorkerError(
+                            "every figure worker exited before this figure was drawn"))
+                    return
+                free = [w for w in live if not w.pending]
+                if not free:
+                    return
+                future, data = self._queue.popleft()
+                try:
+                    free[0].send(future, data)
+                except FigureWorkerError:  # it died since: the call waits for another (or fails with the last)
+                    self._queue.appendleft((future, data))
+
     def close(self) -> None:
-        """Wait for every call to be answered (at most :data:`CLOSE_TIMEOUT` seconds a worker), then end the workers;
-        a call still unanswered then fails with :class:`FigureWorkerError`."""
+        """Wait for every call to be answered (at most :data:`CLOSE_TIMEOUT` seconds for any one of them), then
+        end the workers; a call still unanswered then fails with :class:`FigureWorkerError`."""
+        with self._lock:
+            waiting, self._submitted = self._submitted, []
+        for future in waiting:
+            try:
+                future.exception(CLOSE_TIMEOUT)
+            except TimeoutError:
+                break
+        self._end(0.0)
+
+    def _end(self, timeout: float) -> None:
+        with self._lock:
+            left, self._queue = list(self._queue), collections.deque()
+        for future, _ in left:
+            future.set_exception(FigureWorkerError("the figure workers were ended before this figure was drawn"))
         for w in self._workers:
-            w.close(CLOSE_TIMEOUT)
+            w.close(timeout)
         self._workers = []
 
     def __enter__(self) -> "FigureWorkers":
@@ -289,4 +342,4 @@ class FigureWorkers:
         else:  # interrupted or failed: the figures are not wanted
             for w in self._workers:
                 w.kill()
-            self._workers = []
+            self._end(0.0)
