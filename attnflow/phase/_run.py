@@ -189,8 +189,10 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         elif figure_workers is None:
             figure_workers = worker_count(4 * len(groups))
         pool = FigureWorkers(figure_workers, preload=(FIGURE_MODULE,))
-    with pool as drawing:  # they import matplotlib while the chunks compile
-        parts, processes_info = sw.run_chunks(chunks, compute, "phase diagram")
+    # they import matplotlib while the chunks compile; the last chunk's file is written while the tables and
+    # figures are made (leaving the block waits for it)
+    with pool as drawing, runs.WriteBehind() as chunk_writer:
+        parts, processes_info = sw.run_chunks(chunks, compute, "phase diagram", writer=chunk_writer)
         if sw.process_index != 0:
             return processes_info
         for c, part in zip(chunks, parts):  # chunks resumed from their files, or recomputed after a damage

@@ -13,7 +13,8 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
   file and a rename; :func:`save_verified_npz` / :func:`load_verified_npz` store arrays with their
   identity and a checksum; :class:`UnitStore` loads a verified unit or computes and saves it, and
   :func:`wait_for_units` waits for the units other processes of a multi-process run store in a shared folder;
-* :func:`start_chunked` / :func:`run_chunks` run a plan of chunks (:func:`plan_chunks`) resumably,
+* :func:`start_chunked` / :func:`run_chunks` run a plan of chunks (:func:`plan_chunks`) resumably (their files
+  written behind the computation, :class:`WriteBehind`),
   sharded over the local devices (:func:`make_mesh`, :func:`sharded`) and over processes
   (:func:`init_distributed`);
 * :func:`write_table` / :func:`write_tables` write tidy CSV / Parquet tables (:func:`write_rows` a list of
@@ -34,7 +35,7 @@ from .._lazy import lazy_names as _lazy_names
 _LAZY = {
     **dict.fromkeys(("atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
                      "remove_stale_temporaries", "temp_target"), "._atomic"),
-    **dict.fromkeys(("Chunk", "plan_chunks", "run_chunks"), "._chunks"),
+    **dict.fromkeys(("Chunk", "plan_chunks", "run_chunks", "WriteBehind"), "._chunks"),
     "JobConfig": "._config",
     **dict.fromkeys(("COMPILE_CACHE_ENV", "MAX_CACHE_BYTES", "compile_cache_dir", "enable_compile_cache"),
                     "._compile_cache"),
@@ -69,7 +70,8 @@ __all__ = [
     "MIN_FREE_BYTES", "provenance", "git_commit",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path", "remove_stale_temporaries",
     "temp_target", "save_verified_npz", "load_verified_npz", "npz_problem", "set_aside", "UnitStore", "wait_for_units",
-    "Chunk", "plan_chunks", "run_chunks", "ChunkedRun", "start_chunked", "check_table_memory", "make_mesh",
+    "Chunk", "plan_chunks", "run_chunks", "WriteBehind", "ChunkedRun", "start_chunked", "check_table_memory",
+    "make_mesh",
     "needs_per_system_loop", "check_eig_route", "callback_mesh", "sharded", "init_distributed", "RunSettings",
     "run_settings",
     "check_job_table", "DTYPES",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,7 +15,7 @@ from ._folder import read_marker
 from ._kept import count_kept
 from ._units import UnitStore, wait_for_units
 
-__all__ = ["Chunk", "plan_chunks", "run_chunks"]
+__all__ = ["Chunk", "plan_chunks", "run_chunks", "WriteBehind"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class Chunk:
 
 def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict], *, progress: bool = True,
                process_index: int = 0, process_count: int = 1, desc: str = "sweep",
-               poll_s: float = 2.0, on_start: Callable[[int, int], None] | None = None) -> tuple[list[dict], int]:
+               poll_s: float = 2.0, on_start: Callable[[int, int], None] | None = None,
+               writer: "WriteBehind | None" = None) -> tuple[list[dict], int]:
     """Compute the missing chunks (this process's share); return all chunks' columns in plan
     order (process 0 waits for the other processes' files; the others get ``[]``) and the
     number of chunks this process computed.
@@ -56,6 +58,11 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     lock of this share: :func:`attnflow.runs.open_run`). ``on_start(stored, share)`` is
     called once the stored chunks of this share are known (before any is computed). The chunks of this share
     stored so far are counted (:func:`attnflow.runs.count_kept`), for the line an interrupted command prints.
+
+    Each chunk file is written on a thread of its own while the next chunk computes (:class:`WriteBehind`), and the
+    last is waited for before this returns; with the caller's ``writer`` (an open :class:`WriteBehind`) the last is
+    left to it, so that the caller's tables and figures start meanwhile (leaving its block waits for it, also when
+    the block ends in an error or Ctrl-C).
 
     Example:
         >>> import tempfile, pathlib
@@ -84,7 +91,10 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
 
     def make(c: Chunk, write: Callable | None = None) -> dict:
         cols = {k: np.asarray(v) for k, v in compute(c).items()}
-        (write or store.save)(c.name, cols, **where(c))
+        if write is None:
+            store.save(c.name, cols, **where(c))
+        else:
+            write(save_and_count, c.name, cols, **where(c))
         return cols
 
     mine = [c for i, c in enumerate(chunks) if i % process_count == process_index]
@@ -109,7 +119,7 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     done = total - sum(c.stop - c.start for c in todo)
     bar = tqdm(total=total, initial=done, unit="sys", desc=desc, disable=not progress, smoothing=0.1,
                dynamic_ncols=True)
-    with bar, _WriteBehind(save_and_count) as write:
+    with bar, WriteBehind() if writer is None else contextlib.nullcontext(writer) as write:
         for c in todo:
             cols = make(c, write)
             if keep:
@@ -118,7 +128,9 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     computed = len(todo)
     if process_index != 0:
         return [], computed
-    wait_for_units(store, [c.name for c in chunks], process_count=process_count, what="chunk", poll_s=poll_s)
+    # the other processes' chunks (this process's own are held, their files perhaps still being written)
+    wait_for_units(store, [c.name for c in chunks if c.name not in held], process_count=process_count,
+                   what="chunk", poll_s=poll_s)
     parts = []
     for c in chunks:
         cols = held.pop(c.name, None)
@@ -133,38 +145,38 @@ def run_chunks(out: Path, chunks: list[Chunk], compute: Callable[[Chunk], dict],
     return parts, computed
 
 
-class _WriteBehind:
-    """``write(*args)`` on one background thread, so that the next chunk computes meanwhile: calling it waits
-    for the previous write (raising its error) and hands this one over; leaving the block waits for the
-    last, also when the block ends in an error (an interrupted run keeps its finished chunks).
+class WriteBehind:
+    """``write(fn, *args, **kwargs)`` runs ``fn(*args, **kwargs)`` (a file's write) on one background thread, so
+    that the caller computes meanwhile: calling it waits for the previous write (raising its error) and hands this
+    one over; :meth:`wait` waits for the last; leaving the block waits for it too, also when the block ends in an
+    error (an interrupted run keeps its finished chunks).
 
     Example:
-        >>> from attnflow.runs._chunks import _WriteBehind
+        >>> from attnflow.runs import WriteBehind
         >>> done = []
-        >>> with _WriteBehind(done.append) as write:
-        ...     write("chunk 0")
-        ...     write("chunk 1")
+        >>> with WriteBehind() as write:
+        ...     write(done.append, "chunk 0")
+        ...     write(done.append, "chunk 1")
         >>> done
         ['chunk 0', 'chunk 1']
     """
 
-    def __init__(self, write: Callable):
+    def __init__(self):
         from concurrent.futures import ThreadPoolExecutor
 
-        self._write = write
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-chunk-writer")
         self._pending = None
 
-    def __call__(self, *args, **kwargs) -> None:
+    def __call__(self, write: Callable, *args, **kwargs) -> None:
         self.wait()
-        self._pending = self._pool.submit(self._write, *args, **kwargs)
+        self._pending = self._pool.submit(write, *args, **kwargs)
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
 
-    def __enter__(self) -> "_WriteBehind":
+    def __enter__(self) -> "WriteBehind":
         return self
 
     def __exit__(self, *exc) -> None:

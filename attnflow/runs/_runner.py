@@ -64,11 +64,13 @@ class ChunkedRun:
     #: the work estimate printed before the chunks run (with the progress bar, or for a long sweep), or None
     estimate: str | None = None
 
-    def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str) -> tuple[list[dict], dict]:
+    def run_chunks(self, chunks: list[Chunk], compute: Callable[[Chunk], dict], desc: str,
+                   writer=None) -> tuple[list[dict], dict]:
         """:func:`run_chunks` for this sweep; returns the parts (``[]`` on processes other than 0)
         and what this process did (index, count, chunks resumed from an earlier run and chunks
         computed here, chunks in all). A run that finds finished chunks of its share says so on
-        stderr before it computes the others."""
+        stderr before it computes the others. ``writer``: an open :class:`~attnflow.runs.WriteBehind` of the
+        caller's, which is left to write the last chunk's file."""
         resumed = [0]
         if self.estimate:
             print(self.estimate, file=sys.stderr, flush=True)
@@ -82,7 +84,7 @@ class ChunkedRun:
 
         parts, computed = run_chunks(self.out, chunks, compute, progress=self.progress, desc=desc,
                                      process_index=self.process_index, process_count=self.process_count,
-                                     on_start=on_start)
+                                     on_start=on_start, writer=writer)
         return parts, {"process_index": self.process_index, "process_count": self.process_count,
                        "chunks_resumed_here": resumed[0], "chunks_computed_here": computed, "chunks": len(chunks)}
 
