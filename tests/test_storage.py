@@ -193,6 +193,39 @@ def test_process_0_reads_back_only_the_chunks_it_did_not_compute_or_verify(tmp_p
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
 
 
+def test_a_callers_writer_keeps_the_last_chunk_file_and_its_block_writes_it(tmp_path):
+    """run_chunks(writer=...) returns without waiting for the last chunk's file (held closed here until the
+    caller's block goes on: a run that waited for it would never return) and leaving the block writes it: a second
+    run resumes every chunk."""
+    import threading
+
+    gate = threading.Event()
+
+    chunks = plan_chunks([30], 10)
+
+    class Gated(runs.WriteBehind):  # the last chunk's write waits for the gate
+        def __call__(self, write, name, *args, **kwargs):
+            held = name == chunks[-1].name
+            super().__call__(lambda: (held and gate.wait(60), write(name, *args, **kwargs)))
+
+    def compute(c: Chunk) -> dict:
+        return {"row": np.arange(c.start, c.stop)}
+
+    returned = []
+    with Gated() as writer:
+        worker = threading.Thread(target=lambda: returned.append(
+            run_chunks(tmp_path, chunks, compute, progress=False, writer=writer)))
+        worker.start()
+        worker.join(30)
+        assert returned, "run_chunks waited for the chunk file its caller's writer holds"
+        parts, computed = returned[0]
+        assert computed == 3 and np.concatenate([p["row"] for p in parts]).tolist() == list(range(30))
+        assert not (tmp_path / "chunks" / chunks[-1].file).exists()  # still the writer's
+        gate.set()
+    assert all((tmp_path / "chunks" / c.file).is_file() for c in chunks)
+    assert run_chunks(tmp_path, chunks, compute, progress=False)[1] == 0  # every chunk resumed
+
+
 KILLED_WRITE = textwrap.dedent("""
     import os, signal, sys
     from attnflow import runio
