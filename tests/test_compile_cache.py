@@ -69,9 +69,10 @@ def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
     # a second run reads the programs instead of writing new ones
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache")) == \
         [k for k in kept if k.endswith("-cache")]
-    # and the traced programs (the chunk program over the devices, the cloud draw) instead of tracing them
-    traced = sorted(p.name for p in (cache / "programs").iterdir())
-    assert len(traced) == 2 and all(name.endswith(".jaxexport") for name in traced), traced
+    # and the traced programs (the chunk program over the devices, the cloud draw) and their compiled executables
+    # instead of tracing them
+    traced = sorted(p.suffix for p in (cache / "programs").iterdir())
+    assert traced == [".executable"] * 2 + [".jaxexport"] * 2, traced
     chunks = sorted((tmp_path / "fresh" / "chunks").glob("*.npz"))
     assert chunks
     for chunk in chunks:

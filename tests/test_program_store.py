@@ -42,6 +42,18 @@ def _stored(folder):
     return sorted(p.name for p in folder.glob("*.jaxexport"))
 
 
+def _executables(folder):
+    return sorted(p.name for p in folder.glob("*.executable"))
+
+
+def _no_export_read(monkeypatch):
+    """Fail any reading back of an exported program (a program then comes from its stored executable)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("an exported program was read back")
+
+    monkeypatch.setattr(jax.export, "deserialize", refuse)
+
+
 def test_without_a_store_the_program_is_traced_as_usual():
     assert program_store() is None
     new, traced = _counted()
@@ -82,12 +94,83 @@ def test_a_damaged_file_is_traced_and_written_anew(store):
     new, traced = _counted()
     want = jax.jit(new())(X)["y"]
     kept_jit(jax.jit(new()), "demo")(X)
-    (path,) = store.glob("*.jaxexport")
+    (path,), (executable,) = store.glob("*.jaxexport"), store.glob("*.executable")
     path.write_bytes(b"not a program")
+    executable.write_bytes(b"not an executable")
     assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
-    assert path.read_bytes() != b"not a program"
+    assert path.read_bytes() != b"not a program" and executable.read_bytes() != b"not an executable"
     assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
     assert len(traced) == 3  # the plain jit, the first store, the rewrite; not the last call
+
+
+def test_a_compiled_executable_is_loaded_without_reading_the_export_and_gives_the_same_bits(store, monkeypatch):
+    new, traced = _counted()
+    first = kept_jit(jax.jit(new()), "demo")(X)
+    assert len(_executables(store)) == 1 and len(_stored(store)) == 1
+    with monkeypatch.context() as m:
+        _no_export_read(m)
+        again = kept_jit(jax.jit(new()), "demo")(X)
+    assert len(traced) == 1 and np.array_equal(first["y"], again["y"])
+    (executable,) = store.glob("*.executable")  # a damaged executable: the export serves, no tracing
+    executable.write_bytes(b"damaged")
+    assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], first["y"])
+    assert len(traced) == 1 and executable.read_bytes() != b"damaged"  # compiled anew, and written again
+
+
+def test_an_executable_is_kept_for_its_processor(store, monkeypatch):
+    new, traced = _counted()
+    want = kept_jit(jax.jit(new()), "demo")(X)["y"]
+    monkeypatch.setattr(programs, "_processor", lambda: "another processor")
+    reads = []
+    deserialize = jax.export.deserialize
+    monkeypatch.setattr(jax.export, "deserialize", lambda *a, **k: reads.append(1) or deserialize(*a, **k))
+    assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
+    assert reads == [1] and len(traced) == 1  # the export, read back: this processor had no executable
+    assert len(_executables(store)) == 2 and len(_stored(store)) == 1
+
+
+def test_an_executable_is_kept_for_its_shardings(store):
+    """One exported program, lowered with and without shardings: an executable is compiled for its shardings, so
+    each has its own."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    new, traced = _counted()
+    split = NamedSharding(make_mesh(1), PartitionSpec("batch"))
+    plain = kept_jit(jax.jit(new()), "demo")(X)["y"]
+    placed = kept_jit(jax.jit(new()), "demo", in_shardings=split, out_shardings=split)(X)["y"]
+    assert np.array_equal(plain, placed) and placed.sharding == split
+    assert len(_stored(store)) == 1 and len(_executables(store)) == 2 and len(traced) == 1
+
+
+EXECUTABLE_FROM_XLA_CACHE = """
+import sys, jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+from attnflow.runs._programs import enable_program_store, kept_jit
+store = enable_program_store(sys.argv[2])
+y = kept_jit(jax.jit(lambda a: jnp.where(a > 0, a * 3.0, 0.0).sum()), "demo")(np.arange(-5.0, 5.0))
+print(float(y), len(list(store.glob("*.executable"))))
+"""
+
+
+def test_an_executable_that_xla_read_from_its_cache_is_not_written(tmp_path):
+    """XLA's cache answers the second process's compile (its program files removed first): such an executable
+    cannot be serialised again (it would fail when run), so none is written; the export serves that program."""
+    import shutil
+    import subprocess
+    import sys
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", EXECUTABLE_FROM_XLA_CACHE, str(tmp_path / "xla"),
+                               str(tmp_path / "programs")], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert run() == ["30.0", "1"]  # compiled anew: its executable written
+    shutil.rmtree(tmp_path / "programs")
+    assert run() == ["30.0", "0"]  # read from XLA's cache: none
+    assert run() == ["30.0", "0"]  # and the export read back serves it
 
 
 def test_a_program_that_cannot_be_exported_is_traced_each_time_and_marked_once(store, monkeypatch):
@@ -106,7 +189,7 @@ def test_a_program_that_cannot_be_exported_is_traced_each_time_and_marked_once(s
     assert np.array_equal(np.asarray(kept_jit(jax.jit(with_callback), "callback")(X)), X * 2 + 1)
 
 
-def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arrays(store):
+def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arrays(store, monkeypatch):
     mesh = make_mesh()
     new, traced = _counted()
     want = sharded(new(), mesh)(X)["y"]
@@ -118,19 +201,23 @@ def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arra
     assert filled["y"] is into["y"]
     assert np.array_equal(want, got) and np.array_equal(want, into["y"])
     assert len(_stored(store)) == 1 and len(traced) == 2  # the plain program and the stored one
+    assert len(_executables(store)) == 1
+    _no_export_read(monkeypatch)  # the executable, on the mesh's devices
+    assert np.array_equal(sharded(new(), mesh, keep="demo")(X)["y"], want) and len(traced) == 2
 
 
 def test_the_store_keeps_the_most_recently_used_programs(store, monkeypatch):
     monkeypatch.setattr(programs, "MAX_PROGRAMS", 2)
     new, traced = _counted()
     kept_jit(jax.jit(new()), "a")(X)
-    first = _stored(store)
+    first, first_executable = _stored(store), _executables(store)
     kept_jit(jax.jit(new()), "b")(X)
-    for path in store.glob("*.jaxexport"):  # "a" older than "b"
-        os.utime(path, (1.0, 1.0) if path.name in first else (2.0, 2.0))
+    for path in [*store.glob("*.jaxexport"), *store.glob("*.executable")]:  # "a" older than "b"
+        os.utime(path, (1.0, 1.0) if path.name in first + first_executable else (2.0, 2.0))
     kept_jit(jax.jit(new()), "a")(X)  # read back: now the most recent
     kept_jit(jax.jit(new()), "c")(X)  # a third: "b", the least recently used, goes
     assert len(_stored(store)) == 2 and first[0] in _stored(store) and len(traced) == 3
+    assert len(_executables(store)) == 2 and first_executable[0] in _executables(store)
     kept_jit(jax.jit(new()), "b")(X)
     assert len(traced) == 4  # "b" was traced again
 

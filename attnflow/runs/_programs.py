@@ -20,8 +20,17 @@ so that any change of code, package or setting makes another program. Both a fir
 the exported program (never the directly traced one), so their results are the same bits; a test holds them
 equal to the directly traced program's on the phase job, too. Where a program cannot be exported (a host
 callback, a custom call without a stability guarantee), a marker says so and the program is traced as usual;
-an unreadable file is traced and written anew. At most :data:`MAX_PROGRAMS` programs are kept (the least
-recently used go first). The store is enabled by the ``attnflow`` command's process only
+an unreadable file is traced and written anew.
+
+Reading the export back still lowers it and hashes the result for XLA's cache (0.15-0.2 s of the phase job's
+chunk program). So where XLA compiled a program anew (not from its cache: an executable read from it cannot be
+written out again), the store also keeps the compiled executable
+(:func:`jax.experimental.serialize_executable.serialize`, as XLA's cache does), named by the program, its
+shardings and this machine's processor (XLA:CPU's code is this processor's); a later run loads it directly
+(about 0.03 s) and falls back to the export where it cannot. It is the same compiled code, so the same bits.
+
+At most :data:`MAX_PROGRAMS` programs are kept, and as many executables (the least recently used go first). The
+store is enabled by the ``attnflow`` command's process only
 (:func:`attnflow.runs.enable_compile_cache`); from Python every program is traced as usual.
 """
 
@@ -31,7 +40,9 @@ import functools
 import hashlib
 import importlib.util
 import os
+import platform
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,6 +150,23 @@ def _devices() -> str:
     return "|".join(f"{d.platform}:{d.device_kind}:{d.id}" for d in jax.devices())
 
 
+@functools.lru_cache(maxsize=1)
+def _processor() -> str:
+    """This machine's processor: its architecture, and on Linux the model and feature flags of /proc/cpuinfo
+    (XLA:CPU compiles for the features of the processor it runs on)."""
+    found = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "flags", "Features", "CPU implementer", "CPU part") and name not in found:
+                    found[name] = value.strip()
+    except OSError:
+        pass
+    return "|".join([platform.machine(), platform.processor(), *(f"{k}={v}" for k, v in sorted(found.items()))])
+
+
 def program_name(key: str, avals: tuple) -> str:
     """The file name of a program: a hash of the caller's ``key``, the inputs' avals, the package source,
     versions, settings and devices (see the module's docstring).
@@ -196,6 +224,16 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
 
     name = program_name(key, avals)
     path, refused = store / f"{name}.jaxexport", store / f"{name}.refused"
+    executable = store / f"{_executable_name(name, in_shardings, out_shardings)}.executable"
+    program = _load_executable(executable)
+    if program is not None:
+        try:  # its export is used too (the fallback): as recent as the executable
+            os.utime(path)
+        except OSError:
+            pass
+        if on_lowered is not None:
+            on_lowered()
+        return program
     exported = None
     if path.is_file():
         try:
@@ -225,14 +263,130 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
     if on_lowered is not None:
         on_lowered()
-    return lowered.compile()
+    with _compiles_anew() as anew:
+        compiled = lowered.compile()
+    if anew():
+        _save_executable(executable, compiled)
+    return compiled
 
 
-def _bound(store: Path, most: int | None = None) -> None:
-    """Remove the least recently used programs (and refusal markers) of ``store`` beyond ``most`` (default
-    :data:`MAX_PROGRAMS`)."""
+def _executable_name(name: str, in_shardings: Any, out_shardings: Any) -> str:
+    """The file name of a program's compiled executable: the program's ``name``, its shardings (an executable is
+    compiled for them) and this machine's processor (:func:`_processor`)."""
+    parts = [name, repr(in_shardings), repr(out_shardings), _processor()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+#: the threads compiling under :func:`_compiles_anew`, each with the XLA cache requests it made meanwhile, and the
+#: XLA cache hits of the whole process so far
+_COMPILING: dict[int, list] = {}
+_HITS: list[int] = [0]
+_LISTENING: list[bool] = [False]
+_LISTEN_LOCK = threading.Lock()
+
+
+def _on_jax_event(event: str, **kwargs) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _HITS[0] += 1
+    elif event == "/jax/compilation_cache/compile_requests_use_cache":
+        requests = _COMPILING.get(threading.get_ident())
+        if requests is not None:
+            requests.append(event)
+
+
+class _compiles_anew:
+    """``with _compiles_anew() as anew:`` around a compile in this thread: ``anew()`` says that XLA compiled it
+    anew, not read it from its persistent cache (an executable read from it cannot be serialised again, and one
+    written so would fail when run): no cache hit anywhere in the process meanwhile, and either this thread asked
+    the cache (and missed) or the cache is off. Where JAX's events cannot tell, it says False."""
+
+    def __enter__(self):
+        import jax
+
+        with _LISTEN_LOCK:
+            if not _LISTENING[0]:  # one listener for the process, registered on first use
+                jax.monitoring.register_event_listener(_on_jax_event)
+                _LISTENING[0] = True
+        cache_off = not (jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache)
+        requests = _COMPILING[threading.get_ident()] = []
+        hits = _HITS[0]
+        return lambda: _HITS[0] == hits and (bool(requests) or cache_off)
+
+    def __exit__(self, *exc) -> None:
+        _COMPILING.pop(threading.get_ident(), None)
+
+
+def _devices_of(sharding: Any) -> list | None:
+    """The devices an executable runs on, in its order, from one of its inputs' or outputs' shardings (a mesh's
+    devices, or the single device); None for other layouts."""
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is not None and hasattr(mesh, "devices"):
+        return list(mesh.devices.flat)
+    devices = getattr(sharding, "device_set", None)
+    return list(devices) if devices is not None and len(devices) == 1 else None
+
+
+def _save_executable(path: Path, compiled: Any) -> None:
+    """Write ``compiled`` (a ``jax.stages.Compiled`` compiled anew) with the ids of its devices, atomically;
+    nothing where it cannot be serialised or the disk refuses."""
+    import pickle
+
+    import jax
+    from jax.experimental import serialize_executable
+
+    from ._atomic import atomic_write_bytes
+
+    shardings = [*compiled.input_shardings[0], *jax.tree_util.tree_leaves(compiled.output_shardings)]
+    devices = _devices_of(shardings[0]) if shardings else None
+    if devices is None:
+        return
+    try:
+        payload = serialize_executable.serialize(compiled)
+        data = pickle.dumps(([d.id for d in devices], payload), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - not serialisable here: the export serves the later runs
+        return
+    try:
+        atomic_write_bytes(path, data)
+        _bound(path.parent, kind=_KINDS[1])
+    except OSError:
+        pass
+
+
+def _load_executable(path: Path) -> Callable | None:
+    """The compiled executable stored at ``path`` loaded on its devices, or None (no file, other devices, or a
+    file that cannot be read back: the caller then goes through the export)."""
+    import pickle
+
+    import jax
+    from jax.experimental import serialize_executable
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        ids, (serialized, in_tree, out_tree) = pickle.loads(data)
+        by_id = {d.id: d for d in jax.devices()}
+        program = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree,
+                                                            execution_devices=[by_id[i] for i in ids])
+    except Exception:  # noqa: BLE001 - damaged, or of another jaxlib: the export path writes it anew
+        return None
+    try:
+        os.utime(path)  # used now: the last to be removed
+    except OSError:
+        pass
+    return program
+
+
+#: the kinds of file the store bounds, each on its own: exported programs (and refusal markers), executables
+_KINDS = ((".jaxexport", ".refused"), (".executable",))
+
+
+def _bound(store: Path, most: int | None = None, kind: tuple[str, ...] = _KINDS[0]) -> None:
+    """Remove the least recently used files of one ``kind`` (exported programs and refusal markers, or compiled
+    executables) of ``store`` beyond ``most`` (default :data:`MAX_PROGRAMS`)."""
     most = MAX_PROGRAMS if most is None else most
-    files = [p for p in store.iterdir() if p.suffix in (".jaxexport", ".refused")]
+    files = [p for p in store.iterdir() if p.suffix in kind]
     if len(files) <= most:
         return
     dated = []
