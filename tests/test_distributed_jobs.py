@@ -210,3 +210,27 @@ def test_probe_two_processes_split_the_independent_units_and_write_the_one_proce
         assert line in stdout, stdout
     assert "report in" in done[0][1] and "report in" not in done[1][1]
     _check_same_results(one, two)
+
+
+def test_phase_two_processes_with_the_program_store_read_their_own_programs_back(runs, tmp_path):
+    """The command's program store shared by the two processes (their exports, and each process's executables on
+    its own devices): a second two-process run reads them back and writes the one-process tables (an executable of
+    process 0's device loaded in process 1 failed there: its output was not process 1's to read)."""
+    one = runs["phase"][0]
+    config = tmp_path / "phase.toml"
+    config.write_text(PHASE_TOML)
+    cache = tmp_path / "xla"
+    for run in ("first", "again"):
+        port = _free_port()
+        env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}",
+                   MPLBACKEND="Agg", ATTNFLOW_COMPILE_CACHE=str(cache))
+        procs = [subprocess.Popen([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(tmp_path / run),
+                                   "--no-progress", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                   "--process-id", str(i)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+        _check_same_results(one, tmp_path / run)
+    kept = sorted(p.suffix for p in (cache / "programs").iterdir())
+    assert ".jaxexport" in kept and ".executable" in kept, kept

@@ -272,8 +272,11 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
 
 def _executable_name(name: str, in_shardings: Any, out_shardings: Any) -> str:
     """The file name of a program's compiled executable: the program's ``name``, its shardings (an executable is
-    compiled for them) and this machine's processor (:func:`_processor`)."""
-    parts = [name, repr(in_shardings), repr(out_shardings), _processor()]
+    compiled for them), this machine's processor (:func:`_processor`) and the process's index (each process of a
+    multi-process run runs on its own devices)."""
+    import jax
+
+    parts = [name, repr(in_shardings), repr(out_shardings), _processor(), f"process={jax.process_index()}"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
@@ -338,7 +341,8 @@ def _save_executable(path: Path, compiled: Any) -> None:
 
     shardings = [*compiled.input_shardings[0], *jax.tree_util.tree_leaves(compiled.output_shardings)]
     devices = _devices_of(shardings[0]) if shardings else None
-    if devices is None:
+    local = {d.id for d in jax.local_devices()}
+    if devices is None or any(d.id not in local for d in devices):  # a program over several processes: not kept
         return
     try:
         payload = serialize_executable.serialize(compiled)
@@ -366,7 +370,7 @@ def _load_executable(path: Path) -> Callable | None:
         return None
     try:
         ids, (serialized, in_tree, out_tree) = pickle.loads(data)
-        by_id = {d.id: d for d in jax.devices()}
+        by_id = {d.id: d for d in jax.local_devices()}  # this process's own (another's: not loaded)
         program = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree,
                                                             execution_devices=[by_id[i] for i in ids])
     except Exception:  # noqa: BLE001 - damaged, or of another jaxlib: the export path writes it anew
