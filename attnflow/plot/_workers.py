@@ -294,23 +294,23 @@ class FigureWorkers:
     def _dispatch(self) -> None:
         """Hand the queued calls, oldest first, to the workers that are free; where no worker is alive, the calls
         left fail (called on every submit and by each worker's reader when it answers or ends)."""
+        left = []
         with self._lock:
             while self._queue:
                 live = [w for w in self._workers if w.alive()]
                 if not live:
                     left, self._queue = list(self._queue), collections.deque()
-                    for future, _ in left:
-                        future.set_exception(FigureWorkerError(
-                            "every figure worker exited before this figure was drawn"))
-                    return
+                    break
                 free = [w for w in live if not w.pending]
                 if not free:
-                    return
+                    break
                 future, data = self._queue.popleft()
                 try:
                     free[0].send(future, data)
                 except FigureWorkerError:  # it died since: the call waits for another (or fails with the last)
                     self._queue.appendleft((future, data))
+        for future, _ in left:  # outside the lock: a future's callbacks may submit again
+            future.set_exception(FigureWorkerError("every figure worker exited before this figure was drawn"))
 
     def close(self) -> None:
         """Wait for every call to be answered (at most :data:`CLOSE_TIMEOUT` seconds for any one of them), then

@@ -28,6 +28,8 @@ written out again), the store also keeps the compiled executable
 (:func:`jax.experimental.serialize_executable.serialize`, as XLA's cache does), named by the program, its
 shardings and this machine's processor (XLA:CPU's code is this processor's); a later run loads it directly
 (about 0.03 s) and falls back to the export where it cannot. It is the same compiled code, so the same bits.
+An executable is machine code read back as a pickle, as XLA's own cache reads its files: the store's folder must
+be as much yours as that cache's (the command keeps both in ``~/.cache/attnflow/xla``).
 
 At most :data:`MAX_PROGRAMS` programs are kept, and as many executables (the least recently used go first). The
 store is enabled by the ``attnflow`` command's process only
