@@ -109,3 +109,28 @@ print("never printed")
     lines = r.stdout.splitlines()
     assert len(lines) == 20000 and lines[-1] == "line 19999"
     assert "to stderr" in r.stderr and marker.read_text() == "yes"
+
+
+_WORKERS_BEFORE_JAX = """
+import sys
+import attnflow.cli.phase as phase
+seen = []
+start = phase._figure_workers
+def hook(args):
+    seen.append("jax" in sys.modules)
+    return start(args)
+phase._figure_workers = hook
+from attnflow.cli.main import main
+code = main(["phase", {config!r}, "--out", {out!r}, "--no-progress"])
+print(code, seen)
+"""
+
+
+def test_the_phase_commands_figure_workers_start_before_jax_is_imported(tmp_path):
+    """The workers import matplotlib on the cores the command leaves idle while it imports JAX; started after it
+    (the command's float64 scope imported JAX first), their start-up ran into the program's load and computation."""
+    config = tmp_path / "phase.toml"
+    config.write_text('kind = "phase"\nbeta = [1.0]\nn = 4\nd = 2\nsystems = 2\nt1 = 0.5\ncheckpoints = 2\n')
+    r = _run(_WORKERS_BEFORE_JAX.format(config=str(config), out=str(tmp_path / "out")))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "0 [False]", r.stdout
