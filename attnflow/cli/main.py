@@ -3,6 +3,11 @@
 The top-level parser is lazy: the sub-commands' names and one-line help come from the table
 in :mod:`attnflow.cli._commands`, and only the chosen sub-command's module is imported, so
 ``attnflow --help`` does not load JAX.
+
+A sub-command's module registers ``func(args)`` with ``set_defaults``; with ``before_jax(args)`` beside it (a
+context manager, entered before JAX is imported: the phase command's figure workers, which then start on the
+cores this process leaves idle while it imports JAX) it registers ``func(args, early)``, ``early`` the value of
+that context.
 """
 
 from __future__ import annotations
