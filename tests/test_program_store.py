@@ -240,3 +240,14 @@ def test_on_lowered_is_called_once_a_precompile_whatever_the_path(tmp_path, with
         assert np.allclose(np.asarray(refused(X)), np.sin(X))
     finally:
         enable_program_store(None)
+
+
+def test_the_executables_are_kept_within_their_byte_bound(store, monkeypatch):
+    new, traced = _counted()
+    kept_jit(jax.jit(new()), "a")(X)
+    (first,) = store.glob("*.executable")
+    monkeypatch.setattr(programs, "MAX_EXECUTABLE_BYTES", first.stat().st_size + 1)  # room for one
+    os.utime(first, (1.0, 1.0))
+    kept_jit(jax.jit(new()), "b")(X)
+    assert len(_executables(store)) == 1 and not first.exists()  # the older one went
+    assert len(_stored(store)) == 2  # the exports are bounded by their count only

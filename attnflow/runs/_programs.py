@@ -31,7 +31,8 @@ shardings and this machine's processor (XLA:CPU's code is this processor's); a l
 An executable is machine code read back as a pickle, as XLA's own cache reads its files: the store's folder must
 be as much yours as that cache's (the command keeps both in ``~/.cache/attnflow/xla``).
 
-At most :data:`MAX_PROGRAMS` programs are kept, and as many executables (the least recently used go first). The
+At most :data:`MAX_PROGRAMS` programs are kept, and as many executables in :data:`MAX_EXECUTABLE_BYTES` (the
+least recently used go first). The
 store is enabled by the ``attnflow`` command's process only
 (:func:`attnflow.runs.enable_compile_cache`); from Python every program is traced as usual.
 """
@@ -54,6 +55,8 @@ __all__ = ["PROGRAMS_SUBDIR", "compile_kept", "enable_program_store", "kept_jit"
 PROGRAMS_SUBDIR = "programs"
 #: the most programs kept (a few tens of KiB each): past it, the least recently used are removed as one is added
 MAX_PROGRAMS = 1000
+#: the most bytes of compiled executables kept (the phase job's chunk program: about 370 KiB), besides their count
+MAX_EXECUTABLE_BYTES = 2**28
 #: the store of this process (None: off)
 _STORE: list[Path | None] = [None]
 #: settings that name where things are kept or logged, not what a program computes
@@ -353,7 +356,7 @@ def _save_executable(path: Path, compiled: Any) -> None:
         return
     try:
         atomic_write_bytes(path, data)
-        _bound(path.parent, kind=_KINDS[1])
+        _bound(path.parent, kind=_KINDS[1], most_bytes=MAX_EXECUTABLE_BYTES)
     except OSError:
         pass
 
@@ -388,24 +391,30 @@ def _load_executable(path: Path) -> Callable | None:
 _KINDS = ((".jaxexport", ".refused"), (".executable",))
 
 
-def _bound(store: Path, most: int | None = None, kind: tuple[str, ...] = _KINDS[0]) -> None:
+def _bound(store: Path, most: int | None = None, kind: tuple[str, ...] = _KINDS[0],
+           most_bytes: int | None = None) -> None:
     """Remove the least recently used files of one ``kind`` (exported programs and refusal markers, or compiled
-    executables) of ``store`` beyond ``most`` (default :data:`MAX_PROGRAMS`)."""
+    executables) of ``store`` beyond ``most`` (default :data:`MAX_PROGRAMS`) files and ``most_bytes`` bytes (None:
+    no byte bound)."""
     most = MAX_PROGRAMS if most is None else most
-    files = [p for p in store.iterdir() if p.suffix in kind]
-    if len(files) <= most:
-        return
     dated = []
-    for p in files:
-        try:
-            dated.append((p.stat().st_mtime, p))
-        except FileNotFoundError:  # removed by another process meanwhile
-            pass
-    for _, p in sorted(dated)[:max(0, len(dated) - most)]:
+    for p in store.iterdir():
+        if p.suffix in kind:
+            try:
+                info = p.stat()
+            except FileNotFoundError:  # removed by another process meanwhile
+                continue
+            dated.append((info.st_mtime, info.st_size, p))
+    dated.sort(key=lambda entry: entry[0])
+    total = sum(size for _, size, _ in dated)
+    for i, (_, size, p) in enumerate(dated):
+        if len(dated) - i <= most and (most_bytes is None or total <= most_bytes):
+            break
         try:
             p.unlink()
         except FileNotFoundError:
             pass
+        total -= size
 
 
 def kept_jit(jitted: Callable, key: str | None, *, in_shardings: Any = None, out_shardings: Any = None) -> Callable:
