@@ -39,6 +39,7 @@ store is enabled by the ``attnflow`` command's process only
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -232,10 +233,7 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     executable = store / f"{_executable_name(name, in_shardings, out_shardings)}.executable"
     program = _load_executable(executable)
     if program is not None:
-        try:  # its export is used too (the fallback): as recent as the executable
-            os.utime(path)
-        except OSError:
-            pass
+        _touch(path)  # its export is used too (the fallback): as recent as the executable
         if on_lowered is not None:
             on_lowered()
         return program
@@ -243,9 +241,10 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     if path.is_file():
         try:
             exported = jax.export.deserialize(bytearray(path.read_bytes()))
-            os.utime(path)  # used now: the last to be removed
         except Exception:  # noqa: BLE001 - damaged or of another format: traced and written anew below
             exported = None
+        else:
+            _touch(path)
     if exported is None:
         if refused.exists():
             return None
@@ -302,25 +301,24 @@ def _on_jax_event(event: str, **kwargs) -> None:
             requests.append(event)
 
 
-class _compiles_anew:
+@contextlib.contextmanager
+def _compiles_anew():
     """``with _compiles_anew() as anew:`` around a compile in this thread: ``anew()`` says that XLA compiled it
     anew, not read it from its persistent cache (an executable read from it cannot be serialised again, and one
     written so would fail when run): no cache hit anywhere in the process meanwhile, and either this thread asked
     the cache (and missed) or the cache is off. Where JAX's events cannot tell, it says False."""
+    import jax
 
-    def __enter__(self):
-        import jax
-
-        with _LISTEN_LOCK:
-            if not _LISTENING[0]:  # one listener for the process, registered on first use
-                jax.monitoring.register_event_listener(_on_jax_event)
-                _LISTENING[0] = True
-        cache_off = not (jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache)
-        requests = _COMPILING[threading.get_ident()] = []
-        hits = _HITS[0]
-        return lambda: _HITS[0] == hits and (bool(requests) or cache_off)
-
-    def __exit__(self, *exc) -> None:
+    with _LISTEN_LOCK:
+        if not _LISTENING[0]:  # one listener for the process, registered on first use
+            jax.monitoring.register_event_listener(_on_jax_event)
+            _LISTENING[0] = True
+    cache_off = not (jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache)
+    requests = _COMPILING[threading.get_ident()] = []
+    hits = _HITS[0]
+    try:
+        yield lambda: _HITS[0] == hits and (bool(requests) or cache_off)
+    finally:
         _COMPILING.pop(threading.get_ident(), None)
 
 
@@ -380,11 +378,17 @@ def _load_executable(path: Path) -> Callable | None:
                                                             execution_devices=[by_id[i] for i in ids])
     except Exception:  # noqa: BLE001 - damaged, or of another jaxlib: the export path writes it anew
         return None
+    _touch(path)
+    return program
+
+
+def _touch(path: Path) -> None:
+    """Mark a stored file used now, so that it is the last to be removed (:func:`_bound`); a store that refuses
+    (read-only, or the file removed by another process meanwhile) changes nothing."""
     try:
-        os.utime(path)  # used now: the last to be removed
+        os.utime(path)
     except OSError:
         pass
-    return program
 
 
 #: the kinds of file the store bounds, each on its own: exported programs (and refusal markers), executables
