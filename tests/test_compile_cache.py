@@ -63,9 +63,6 @@ def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
     _phase(config, tmp_path / "again", _env(ATTNFLOW_COMPILE_CACHE=str(cache)))  # from the kept programs
     _phase(config, tmp_path / "fresh", _env(ATTNFLOW_COMPILE_CACHE="off"))
     assert not (tmp_path / "off").exists()
-    for name in ("cells.csv", "metastability.csv"):
-        again, fresh = (tmp_path / "again" / name).read_bytes(), (tmp_path / "fresh" / name).read_bytes()
-        assert again == fresh == (tmp_path / "first" / name).read_bytes()
     # a second run reads the programs instead of writing new ones
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache")) == \
         [k for k in kept if k.endswith("-cache")]
@@ -73,11 +70,22 @@ def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
     # instead of tracing them
     traced = sorted(p.suffix for p in (cache / "programs").iterdir())
     assert traced == [".executable"] * 2 + [".jaxexport"] * 2, traced
+    # the first run compiled the traced programs; without their executables a run reads the exports back
+    executables = sorted((cache / "programs").glob("*.executable"))
+    assert len(executables) == 2
+    for path in executables:
+        path.unlink()
+    _phase(config, tmp_path / "exported", _env(ATTNFLOW_COMPILE_CACHE=str(cache)))
+    assert len(list((cache / "programs").glob("*.jaxexport"))) == 2
+    for name in ("cells.csv", "metastability.csv"):
+        again, fresh = (tmp_path / "again" / name).read_bytes(), (tmp_path / "fresh" / name).read_bytes()
+        first, exported = (tmp_path / "first" / name).read_bytes(), (tmp_path / "exported" / name).read_bytes()
+        assert again == fresh == first == exported
     chunks = sorted((tmp_path / "fresh" / "chunks").glob("*.npz"))
     assert chunks
     for chunk in chunks:
         fresh = np.load(chunk)
-        for run in ("first", "again"):
+        for run in ("first", "again", "exported"):
             kept_chunk = np.load(tmp_path / run / "chunks" / chunk.name)
             assert sorted(kept_chunk.files) == sorted(fresh.files)
             for key in fresh.files:

@@ -31,6 +31,8 @@ from ._clusters import components_and_pairs, connected_components, pairwise_dist
 
 #: The peers' statistic: inner products of at least 0.999 count as one cluster.
 DEFAULT_THRESHOLD = 0.999
+#: symmetric matrices up to this size count their eigenvalues with the pivot recurrence unrolled (no loop)
+UNROLLED_PIVOTS = 4
 
 
 def _tokens(x) -> Float[Array, "n d"]:
@@ -312,7 +314,7 @@ def _eigenvalues_above(a: Float[Array, "m m"], tau) -> Int[Array, ""]:
         q = jnp.where(jnp.abs(q) < pivmin, -pivmin, q)
         return q, q > 0
 
-    _, positive = jax.lax.scan(pivot, jnp.ones((), a.dtype), (diag, squares))
+    _, positive = jax.lax.scan(pivot, jnp.ones((), a.dtype), (diag, squares), unroll=m <= UNROLLED_PIVOTS)
     return jnp.sum(positive).astype(jnp.int32)
 
 

@@ -16,11 +16,12 @@ A stored program is only ever used for the exact program it was made from. Its n
   Python, JAX, jaxlib, NumPy, equinox and diffrax, and every JAX setting in force (float64, the default
   matmul precision, the PRNG, ...), the backend and its devices,
 
-so that any change of code, package or setting makes another program. Both a first run and the later ones run
-the exported program (never the directly traced one), so their results are the same bits; a test holds them
-equal to the directly traced program's on the phase job, too. Where a program cannot be exported (a host
-callback, a custom call without a stability guarantee), a marker says so and the program is traced as usual;
-an unreadable file is traced and written anew.
+so that any change of code, package or setting makes another program. A first run in one process compiles the
+traced program and exports it meanwhile (:func:`_compile_and_export`); a run of several processes, and a later run
+that has the export but not the executable (below), run the exported program. The two give the same bits (tests
+hold them equal on the phase job's chunks and tables). Where a program cannot be exported (a host callback, a
+custom call without a stability guarantee), a marker says so and the program is traced as usual; an unreadable
+file is traced and written anew.
 
 Reading the export back still lowers it and hashes the result for XLA's cache (0.15-0.2 s of the phase job's
 chunk program). So where XLA compiled a program anew (not from its cache: an executable read from it cannot be
@@ -47,6 +48,7 @@ import os
 import platform
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -248,6 +250,9 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     if exported is None:
         if refused.exists():
             return None
+        if jax.process_count() == 1:  # its executable is kept: compiled from the traced program, exported meanwhile
+            return _compile_and_export(jitted, avals, store, path, refused, executable, in_shardings=in_shardings,
+                                       out_shardings=out_shardings, on_lowered=on_lowered)
         from ._atomic import atomic_write_bytes
 
         try:
@@ -272,6 +277,57 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     if anew():
         _save_executable(executable, compiled)
     return compiled
+
+
+def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path, refused: Path, executable: Path, *,
+                        in_shardings: Any, out_shardings: Any, on_lowered: Callable[[], None] | None) -> Callable:
+    """A program seen for the first time, in a run of one process: ``jitted`` traced, lowered and compiled (XLA's
+    compile on a second thread: it releases Python's lock), while this thread exports it (JAX's trace cache gives
+    the export the traced program: it lowers it again, 0.07 s of the phase job's chunk program) and writes the
+    export or the refusal marker. The export runs in this thread because JAX's settings in scope (``enable_x64``
+    and the others) are this thread's. The compiled executable is kept where the export succeeded: later runs load
+    it (the same code, so the same bits), and the export serves where they cannot."""
+    import jax
+
+    lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
+
+    def compile_now() -> tuple[Any, bool]:
+        with _compiles_anew() as anew:
+            compiled = lowered.compile()
+        return compiled, anew()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-compile") as pool:
+        compiling = pool.submit(compile_now)
+        if on_lowered is not None:
+            on_lowered()
+        exported = _export_to(jitted, avals, store, path, refused)
+        compiled, anew = compiling.result()
+    if exported and anew:
+        _save_executable(executable, compiled)
+    return compiled
+
+
+def _export_to(jitted: Callable, avals: tuple, store: Path, path: Path, refused: Path) -> bool:
+    """Export ``jitted`` for ``avals`` and write it to ``path`` (the store then bounded), or the reason it cannot be
+    exported to ``refused``; whether it was exported. A disk that refuses the file changes nothing else."""
+    import jax
+
+    from ._atomic import atomic_write_bytes
+
+    try:
+        data = jax.export.export(jitted)(*avals).serialize()
+    except Exception as err:  # noqa: BLE001 - not exportable (a callback, an unstable custom call)
+        try:
+            atomic_write_bytes(refused, f"{type(err).__name__}: {err}"[:2000].encode())
+        except OSError:
+            pass
+        return False
+    try:
+        atomic_write_bytes(path, data)
+        _bound(store)
+    except OSError:  # a full or read-only disk: later runs trace it again
+        pass
+    return True
 
 
 def _executable_name(name: str, in_shardings: Any, out_shardings: Any) -> str:
