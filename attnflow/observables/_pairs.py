@@ -287,7 +287,8 @@ def _tridiagonal(a: Float[Array, "m m"]) -> tuple[Float[Array, " m"], Float[Arra
         w = p - jnp.dot(v, p) * v
         return a - 2 * (jnp.outer(v, w) + jnp.outer(w, v))
 
-    a = jax.lax.fori_loop(0, m - 2, reflect, a)
+    if m > 2:  # (a loop of no steps would still be traced and compiled)
+        a = jax.lax.fori_loop(0, m - 2, reflect, a)
     return jnp.diagonal(a), jnp.diagonal(a, offset=-1)
 
 
