@@ -253,22 +253,9 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
         if jax.process_count() == 1:  # its executable is kept: compiled from the traced program, exported meanwhile
             return _compile_and_export(jitted, avals, store, path, refused, executable, in_shardings=in_shardings,
                                        out_shardings=out_shardings, on_lowered=on_lowered)
-        from ._atomic import atomic_write_bytes
-
-        try:
-            exported = jax.export.export(jitted)(*avals)
-            data = exported.serialize()
-        except Exception as err:  # noqa: BLE001 - not exportable (a callback, an unstable custom call)
-            try:
-                atomic_write_bytes(refused, f"{type(err).__name__}: {err}"[:2000].encode())
-            except OSError:
-                pass
+        exported = _export_to(jitted, avals, store, path, refused)
+        if exported is None:
             return None
-        try:
-            atomic_write_bytes(path, data)
-            _bound(store)
-        except OSError:  # a full or read-only disk: this run still uses the exported program
-            pass
     lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
     if on_lowered is not None:
         on_lowered()
@@ -300,34 +287,36 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
         compiling = pool.submit(compile_now)
         if on_lowered is not None:
             on_lowered()
-        exported = _export_to(jitted, avals, store, path, refused)
+        exported = _export_to(jitted, avals, store, path, refused) is not None
         compiled, anew = compiling.result()
     if exported and anew:
         _save_executable(executable, compiled)
     return compiled
 
 
-def _export_to(jitted: Callable, avals: tuple, store: Path, path: Path, refused: Path) -> bool:
-    """Export ``jitted`` for ``avals`` and write it to ``path`` (the store then bounded), or the reason it cannot be
-    exported to ``refused``; whether it was exported. A disk that refuses the file changes nothing else."""
+def _export_to(jitted: Callable, avals: tuple, store: Path, path: Path, refused: Path) -> Any:
+    """Export ``jitted`` for ``avals`` and write it to ``path`` (the store then bounded); the ``jax.export.Exported``,
+    or None where it cannot be exported (the reason then written to ``refused``). A disk that refuses the file changes
+    nothing else (this run still has the program; later runs trace it again)."""
     import jax
 
     from ._atomic import atomic_write_bytes
 
     try:
-        data = jax.export.export(jitted)(*avals).serialize()
+        exported = jax.export.export(jitted)(*avals)
+        data = exported.serialize()
     except Exception as err:  # noqa: BLE001 - not exportable (a callback, an unstable custom call)
         try:
             atomic_write_bytes(refused, f"{type(err).__name__}: {err}"[:2000].encode())
         except OSError:
             pass
-        return False
+        return None
     try:
         atomic_write_bytes(path, data)
         _bound(store)
-    except OSError:  # a full or read-only disk: later runs trace it again
+    except OSError:
         pass
-    return True
+    return exported
 
 
 def _executable_name(name: str, in_shardings: Any, out_shardings: Any) -> str:
