@@ -48,7 +48,6 @@ import os
 import platform
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -274,6 +273,8 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
     export or the refusal marker. The export runs in this thread because JAX's settings in scope (``enable_x64``
     and the others) are this thread's. The compiled executable is kept where the export succeeded: later runs load
     it (the same code, so the same bits), and the export serves where they cannot."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import jax
 
     lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
