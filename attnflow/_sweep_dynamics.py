@@ -71,11 +71,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .dynamics import ACTIVATIONS, FoldedBatch
+from ._activations import ACTIVATIONS
+from ._shifts import sphere_shift
 from .ensembles import draw_clouds, head_seeds
 from .errors import InputError
 from .fields import build_field, field_entry, layer_matrix, rescaled_from_raw
-from .integrate import EulerStepper, sphere_shift
 
 __all__ = ["SWEEP_DYNAMICS", "FF_WEIGHTS", "FF_READINGS", "SweepDynamics", "sweep_dynamics", "head_seeds", "layer_key",
            "ff_key", "ff_matrix", "block_mlp", "initial_clouds", "run_final_layer"]
@@ -275,6 +275,9 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
         True
     """
     d = x0.shape[-1]
+    from .dynamics import FoldedBatch  # the integrators and flows: imported where a program is traced
+    from .integrate import EulerStepper
+
     field = build_field(spec.field, Q, K, V, picture=spec.picture, **spec.field_options(seed, d, layers, dtype))
     stepper = EulerStepper(dt, layers, save_every=layers, shift=field_entry(spec.field).shift)
     dyn = stepper.bind(FoldedBatch(field))

@@ -65,20 +65,19 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .dynamics import (AbstractDynamics, AttentionFlow, DiscreteRescaledFlow, FeedForward, IdentitySphereFlow, PreNorm,
-                       RescaledFlow, TransformerBlock, Wrapped, as_weights, perturbed_layers, section12_2_flow,
-                       sphere_flow)
-from .dynamics import LayeredFlow, LayerInterpolation, MixNorm, NormalisedGPT, PeriNorm, TimeVaryingFlow
-from .errors import InputError
-from .integrate import plain_shift, sphere_shift
 from . import _validate as v
-from ._weights import AttentionWeights
+from ._shifts import plain_shift, sphere_shift
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .dynamics import AbstractDynamics
+    from ._weights import AttentionWeights
 
 __all__ = ["FIELDS", "PICTURES", "STEPPERS", "FieldEntry", "FieldContext", "register_field", "field_entry",
            "build_field", "make_dynamics", "layer_matrix", "rescaled_from_raw"]
@@ -177,6 +176,9 @@ def field_entry(name: str) -> FieldEntry:
 
 
 def _as_weights(weights, K, V, beta, axes) -> AttentionWeights:
+    from .dynamics import as_weights
+    from ._weights import AttentionWeights
+
     if isinstance(weights, AttentionWeights) or not axes:
         return as_weights(weights, K, V, beta)
     if K is None or V is None:
@@ -285,6 +287,9 @@ def rescaled_from_raw(R: Float[Array, "d d"], num_layers, x: Float[Array, "... n
 
 @register_field("attention", pictures=("raw", "rescaled"))
 def _attention(w, how, *, t0=0.0, layer_dt=1.0):
+    from .dynamics import (AttentionFlow, DiscreteRescaledFlow, LayeredFlow, LayerInterpolation, RescaledFlow,
+                           TimeVaryingFlow)
+
     if "layer" in w.axes:
         if how.picture != "raw":
             raise InputError("weights with a 'layer' axis run in the raw picture only (no common rescaling).")
@@ -308,11 +313,15 @@ def _causal(w, how, *, t0=0.0, layer_dt=1.0):
 
 @register_field("multihead", weight_axes=("head",))
 def _multihead(w, how):
+    from .dynamics import AttentionFlow
+
     return AttentionFlow(w, **how.attention)
 
 
 @register_field("feedforward", pictures=("rescaled", "raw"))
 def _feedforward(w, how, *, W=None, activation="relu", bias=None):
+    from .dynamics import AttentionFlow, section12_2_flow, Wrapped
+
     if how.picture == "rescaled":
         return section12_2_flow(w, W=W, activation=activation, bias=bias, **how.attention)
     return Wrapped(AttentionFlow(w, **how.attention), W, activation, bias)
@@ -320,11 +329,15 @@ def _feedforward(w, how, *, W=None, activation="relu", bias=None):
 
 @register_field("layered")
 def _layered(w, how, *, num_layers=REQUIRED, epsilon=REQUIRED, key=REQUIRED, t0=0.0, layer_dt=1.0):
+    from .dynamics import perturbed_layers
+
     return _attention(perturbed_layers(w, num_layers, epsilon, key), how, t0=t0, layer_dt=layer_dt)
 
 
 @register_field("sphere", shift=sphere_shift, rescaled_reading=False)
 def _sphere(w, how, *, normalisation="softmax", identity_weights=False, log_scale=None, harmonic_max_score=None):
+    from .dynamics import sphere_flow
+
     if identity_weights:
         return _identity_sphere(w, how, normalisation, log_scale, harmonic_max_score)
     if log_scale is not None:
@@ -348,6 +361,8 @@ def _identity_head(w) -> bool:
 def _identity_sphere(w, how, normalisation, log_scale, harmonic_max_score=None):
     """The sphere's ``identity_weights=True``: :class:`~attnflow.dynamics.IdentitySphereFlow` of beta, once the
     weights are checked to be one head of Q = K = V = I (where concrete) and no mask is asked for."""
+    from .dynamics import IdentitySphereFlow
+
     if not _identity_head(w):
         raise InputError("field 'sphere' with identity_weights=True reads no weights: give Q = K = V = the "
                          "identity (one head, no biases), or drop identity_weights.")
@@ -396,31 +411,43 @@ def _sphere_continuity(w, how, *, degree=REQUIRED, normalisation="softmax", diff
 
 @register_field("prenorm")
 def _prenorm(w, how):
+    from .dynamics import AttentionFlow, PreNorm
+
     return PreNorm(AttentionFlow(w, **how.attention))
 
 
 @register_field("periln")
 def _periln(w, how):
+    from .dynamics import AttentionFlow, PeriNorm
+
     return PeriNorm(AttentionFlow(w, **how.attention))
 
 
 @register_field("mixln")
 def _mixln(w, how, *, switch=REQUIRED):
+    from .dynamics import AttentionFlow, MixNorm
+
     return MixNorm(AttentionFlow(w, **how.attention), switch)
 
 
 @register_field("ngpt", shift=sphere_shift, rescaled_reading=False)
 def _ngpt(w, how, *, alpha=1.0):
+    from .dynamics import AttentionFlow, NormalisedGPT
+
     return NormalisedGPT(AttentionFlow(w, **how.attention), alpha)
 
 
 @register_field("mean")
 def _mean(w, how):
+    from .dynamics import AttentionFlow
+
     return AttentionFlow(w, normalisation="mean", **how.attention)
 
 
 @register_field("block")
 def _block(w, how, *, W1=REQUIRED, W2=REQUIRED, b1=None, b2=None, activation="gelu"):
+    from .dynamics import AttentionFlow, FeedForward, TransformerBlock
+
     return TransformerBlock(AttentionFlow(w, **how.attention), FeedForward(W1, W2, b1, b2, activation=activation))
 
 

@@ -27,23 +27,16 @@ from __future__ import annotations
 from typing import Callable, final
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as v
+from .._activations import ACTIVATIONS
 from ..errors import InputError
 from ._base import AbstractDynamics
 from ._wrapping import AbstractWrapper
 
 __all__ = ["ACTIVATIONS", "activation", "Wrapped", "FeedForward", "TransformerBlock", "section12_2_flow"]
-
-ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
-    "relu": jax.nn.relu,
-    "tanh": jnp.tanh,
-    "gelu": lambda u: jax.nn.gelu(u, approximate=False),
-    "identity": lambda u: u,
-}
 
 
 def activation(name: str) -> Callable[[Array], Array]:

@@ -26,31 +26,25 @@ Example:
     True
 """
 
-from . import fourier, hypersphere, sphere
-from ._attention import (
-    CHUNK_THRESHOLD,
-    GPU_CHUNK,
-    GPU_CHUNK_THRESHOLD,
-    GPU_FLASH_THRESHOLD,
-    IMPLS,
-    NORMALISATIONS,
-    attend,
-    attend_with_row_sums,
-    attention_matrix,
-    causal_mask,
-    check_mask,
-    flash_preferred,
-    fused_is_exact,
-    held_scores,
-    mask_array,
-    project_qk,
-    scores,
-    select_impl,
-    softmax,
-)
-from ._flash import FLASH_DEFAULT, FlashConfig, flash_attend
-from ._positions import POSITION_KINDS, Positions, alibi_bias, alibi_slopes, as_positions, rotate
-from ._tiled import DEFAULT_CHUNK, blocks_at_once, chunked_attend, tiled_logsumexp
+from .._lazy import lazy_names as _lazy_names
+
+#: public name -> the module that defines it, imported on first use (PEP 562): importing one light part of the
+#: package (a constant, a host-side function) does not import the others and what they need
+_LAZY = {
+    "fourier": ".fourier",
+    "hypersphere": ".hypersphere",
+    "sphere": ".sphere",
+    **dict.fromkeys(("CHUNK_THRESHOLD", "GPU_CHUNK", "GPU_CHUNK_THRESHOLD", "GPU_FLASH_THRESHOLD", "IMPLS",
+                     "NORMALISATIONS", "attend", "attend_with_row_sums", "attention_matrix", "causal_mask",
+                     "check_mask", "flash_preferred", "fused_is_exact", "held_scores", "mask_array",
+                     "project_qk", "scores", "select_impl", "softmax"), "._attention"),
+    **dict.fromkeys(("FLASH_DEFAULT", "FlashConfig", "flash_attend"), "._flash"),
+    **dict.fromkeys(("POSITION_KINDS", "Positions", "alibi_bias", "alibi_slopes", "as_positions", "rotate"),
+                    "._positions"),
+    **dict.fromkeys(("DEFAULT_CHUNK", "blocks_at_once", "chunked_attend", "tiled_logsumexp"), "._tiled"),
+}
+
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "softmax", "scores", "project_qk", "attention_matrix", "attend", "attend_with_row_sums", "select_impl",

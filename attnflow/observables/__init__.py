@@ -23,77 +23,35 @@ Example:
     ('polytope', 3, True)
 """
 
-from ._attention_structure import boolean_distance, double_log_slope, leaders, numerical_rank, off_leader_mass
-from ._circle_pairs import circle_gram_statistics
-from ._sphere_pairs import sphere_gram_statistics
-from ._clusters import (
-    cluster_labels,
-    cluster_tolerance,
-    connected_components,
-    diameter,
-    directions,
-    num_clusters,
-    pairwise_distances,
-)
-from ._pairs import (
-    DEFAULT_THRESHOLD,
-    close_pairs,
-    clusters_above,
-    count_components,
-    gram_statistics,
-    inner_product_range,
-    interaction_energy,
-    pair_fraction,
-    pairs_clustered,
-    similar_pairs,
-    span_dimension,
-    sphere_energy_from_row_sums,
-)
-from ._collapse import collapse_bound, max_norm, uniform_distance
-from ._classification import (
-    GEOMETRY_LABELS,
-    BatchObservation,
-    GeometryObservation,
-    classify_configuration,
-    classify_geometry,
-    clustered,
-    levels_clustered,
-)
-from ._hyperplanes import (
-    abz_levels,
-    extreme_monotonicity,
-    leading_vectors,
-    level_labels,
-    num_levels,
-    projections,
-)
-from ._polytope import (
-    TOKEN_CLASSES,
-    AffineHull,
-    affine_hull,
-    classify_tokens,
-    hull_nesting,
-    hull_vertices,
-    hull_violation,
-    polytope_set_residual,
-)
-from ._sphere_clusters import sphere_clusters
-from ._subspaces import codim_projections, split_coordinates, unstable_left_basis
-from ._metastability import (
-    ENERGY_REL_TOL,
-    HOLD_RATIO,
-    EnergyPlateau,
-    Plateau,
-    cluster_geometry,
-    energy_plateaus,
-    first_plateaus,
-    gathered,
-    merges,
-    metastable_states,
-    plateau_geometry,
-    plateau_table,
-    plateaus,
-)
+from .._lazy import lazy_names as _lazy_names
+
+#: public name -> the module that defines it, imported on first use (PEP 562): importing one light part of the
+#: package (a constant, a host-side function) does not import the others and what they need
+_LAZY = {
+    **dict.fromkeys(("boolean_distance", "double_log_slope", "leaders", "numerical_rank", "off_leader_mass"),
+                    "._attention_structure"),
+    "circle_gram_statistics": "._circle_pairs",
+    "sphere_gram_statistics": "._sphere_pairs",
+    **dict.fromkeys(("cluster_labels", "cluster_tolerance", "connected_components", "diameter", "directions",
+                     "num_clusters", "pairwise_distances"), "._clusters"),
+    **dict.fromkeys(("DEFAULT_THRESHOLD", "close_pairs", "clusters_above", "count_components",
+                     "gram_statistics", "inner_product_range", "interaction_energy", "pair_fraction",
+                     "pairs_clustered", "similar_pairs", "span_dimension", "sphere_energy_from_row_sums"), "._pairs"),
+    **dict.fromkeys(("collapse_bound", "max_norm", "uniform_distance"), "._collapse"),
+    **dict.fromkeys(("GEOMETRY_LABELS", "BatchObservation", "GeometryObservation", "classify_configuration",
+                     "classify_geometry", "clustered", "levels_clustered"), "._classification"),
+    **dict.fromkeys(("abz_levels", "extreme_monotonicity", "leading_vectors", "level_labels", "num_levels",
+                     "projections"), "._hyperplanes"),
+    **dict.fromkeys(("TOKEN_CLASSES", "AffineHull", "affine_hull", "classify_tokens", "hull_nesting",
+                     "hull_vertices", "hull_violation", "polytope_set_residual"), "._polytope"),
+    "sphere_clusters": "._sphere_clusters",
+    **dict.fromkeys(("codim_projections", "split_coordinates", "unstable_left_basis"), "._subspaces"),
+    **dict.fromkeys(("ENERGY_REL_TOL", "HOLD_RATIO", "EnergyPlateau", "Plateau", "cluster_geometry",
+                     "energy_plateaus", "first_plateaus", "gathered", "merges", "metastable_states",
+                     "plateau_geometry", "plateau_table", "plateaus"), "._metastability"),
+}
+
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "pairwise_distances", "diameter", "directions", "cluster_tolerance", "cluster_labels", "num_clusters",

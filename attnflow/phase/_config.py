@@ -114,7 +114,7 @@ class PhaseConfig(JobConfig):
         """
         if self.beta_law == "constant":
             return self.beta
-        from ..temperature import law_factor
+        from .._laws import law_factor
 
         factor = law_factor(int(n), self.beta_law, self.beta_power)  # pure Python: no JAX array
         return tuple(float(g) * factor for g in self.beta)
@@ -337,7 +337,7 @@ START_KINDS = ("uniform", "clusters")
 def _check_beta_law(cfg: dict, grid: dict) -> dict:
     """``beta_law`` and ``beta_power`` checked (one sentence per refusal); returns them as :class:`PhaseConfig`
     fields."""
-    from ..temperature import LAWS, check_law
+    from .._laws import LAWS, check_law
 
     law, power = cfg["beta_law"], cfg["beta_power"]
     v.check_choice("beta_law", law, LAWS, "beta as a function of the number of tokens")

@@ -45,15 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._batching import group_size, vmap_systems
 from .._x64 import float64_enabled, float64_scope
 from ..ensembles import draw_clouds, draw_clustered_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
-from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
-from ..kernels.fourier import fourier_modes
-from ..observables import circle_gram_statistics, directions, gram_statistics, span_dimension
-from ..observables import sphere_gram_statistics
-from ..observables import sphere_energy_from_row_sums
+from ..observables import directions, gram_statistics, span_dimension, sphere_energy_from_row_sums
 from ..runs import callback_mesh, kept_jit, sharded
 from ._config import PhaseConfig, PhaseGroup, log_step_scale
 
@@ -101,8 +96,12 @@ def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = No
     """
     u = directions(x)
     if circle_modes is not None:
+        from ..observables import circle_gram_statistics
+
         pairs = circle_gram_statistics(u, beta, threshold, modes=circle_modes)
     elif sphere_bound is not None:
+        from ..observables import sphere_gram_statistics
+
         pairs = sphere_gram_statistics(u, beta, threshold, energy=energy, max_beta=sphere_bound)
     else:
         pairs = gram_statistics(u @ u.T, beta, threshold, energy=energy)
@@ -231,6 +230,8 @@ def _pair_group(pairs: int, n: int, d: int, heads: int, itemsize: int) -> int:
     :data:`PAIR_MATRICES` n x n arrays and :data:`PAIR_STATES` states each within the cache budget
     (:func:`attnflow._batching.group_size`).
     """
+    from .._batching import group_size
+
     matrices = heads * (PAIR_MATRICES + math.ceil(PAIR_STATES * d / n))
     return group_size(pairs, n, itemsize, matrices=matrices, impl="dense")
 
@@ -257,7 +258,11 @@ def circle_statistics_modes(config: PhaseConfig, group: PhaseGroup) -> int | Non
         >>> [circle_statistics_modes(cfg, g) for g in cfg.groups]
         [None, 22]
     """
-    return fourier_modes(_largest_beta(config, group), config.dtype) if _large_circle(group) else None
+    if not _large_circle(group):
+        return None
+    from ..kernels.fourier import fourier_modes
+
+    return fourier_modes(_largest_beta(config, group), config.dtype)
 
 
 def _large_circle(group: PhaseGroup) -> bool:
@@ -358,7 +363,6 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     """
     spec, dtype, layers = group.dynamics, config.jax_dtype, config.num_layers
     entry = field_entry(spec.field)
-    saves = SaveLayers.given(config.checkpoint_layers)
     dt, threshold, n, d = config.dt, config.threshold, group.n, group.d
     options = {"normalisation": config.normalisation} if spec.field == "sphere" else {}
     options.update(_attention_options(config, group))
@@ -375,6 +379,11 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         return _chunk_compute(config, group, identity, noisy, *programs[program_key])
 
     def one(beta, *arrays):
+        # the integrators (and equinox) are imported where the program is traced: a run that reads its kept
+        # program back does not import them
+        from ..integrate import EulerMaruyamaStepper, EulerStepper, SaveLayers, TokenNoise
+
+        saves = SaveLayers.given(config.checkpoint_layers)
         beta = beta.astype(dtype)
         # a noisy group's strength is an input (one program for every sigma of a grid)
         (sigma, seed, x0, *weights) = arrays if noisy else (None, *arrays)
@@ -412,6 +421,8 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         return {**stats, "finite": finite, "t_nonfinite": t_bad}
 
     def run_pairs(*arrays):
+        from .._batching import vmap_systems
+
         count = arrays[0].shape[0]
         group_of = _pair_group(count, n, d, spec.num_heads, jnp.dtype(dtype).itemsize)
         pad = -count % group_of  # whole groups: one compiled group body (a remainder would be a second)

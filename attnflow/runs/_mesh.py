@@ -9,7 +9,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..errors import InputError
-from .._batching import loop_over_systems
 
 __all__ = ["make_mesh", "needs_per_system_loop", "check_eig_route", "callback_mesh", "sharded"]
 
@@ -110,7 +109,12 @@ def sharded(fn: Callable, mesh: Mesh, *, per_system_loop: bool | None = None, ke
     ndev = mesh.shape["batch"]
     if per_system_loop is None:
         per_system_loop = needs_per_system_loop(mesh)
-    body = loop_over_systems(fn) if per_system_loop else fn
+    if per_system_loop:
+        from .._batching import loop_over_systems  # (equinox: imported only where a program needs it)
+
+        body = loop_over_systems(fn)
+    else:
+        body = fn
     inner = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("batch"), out_specs=P("batch"), check_vma=False))
     from ._programs import kept_jit
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import _validate as v
 from ..errors import InputError
-from ..spectral import EIG_ROUTES
+from .._eig_routes import EIG_ROUTES
 from ._tables import TABLE_FORMATS
 from ._toml import load_config, merge_config
 

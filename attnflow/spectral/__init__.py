@@ -4,33 +4,22 @@ One JAX implementation (:func:`check_batch`, for stacks of weights); the single-
 functions (:func:`check_good_triple`, :func:`predict_geometry`, ...) are a batch of one.
 """
 
-from ._assumptions import (
-    GoodTripleCheck,
-    LeadingEigenpair,
-    ParanormalSplit,
-    Prediction,
-    check_good_triple,
-    is_positive_definite,
-    leading_eigenpair,
-    paranormal_split,
-    predict_geometry,
-    spectral_one,
-)
-from ._eig import EIG_ROUTES, eig_route, eigvals_sorted, modulus_order, sort_by_modulus
-from ._eigenpair import eigenpair_at, leading_eigenpair_jax
-from ._batched import (
-    GEOMETRIES,
-    RULES,
-    EigenStats,
-    SpectralBatch,
-    check_batch,
-    eigen_stats,
-    geometry_names,
-    left_eig,
-    projector_from_left_eig,
-    stats_from_eigvals,
-    unstable_projector,
-)
+from .._lazy import lazy_names as _lazy_names
+
+#: public name -> the module that defines it, imported on first use (PEP 562): importing one light part of the
+#: package (a constant, a host-side function) does not import the others and what they need
+_LAZY = {
+    **dict.fromkeys(("GoodTripleCheck", "LeadingEigenpair", "ParanormalSplit", "Prediction",
+                     "check_good_triple", "is_positive_definite", "leading_eigenpair", "paranormal_split",
+                     "predict_geometry", "spectral_one"), "._assumptions"),
+    **dict.fromkeys(("EIG_ROUTES", "eig_route", "eigvals_sorted", "modulus_order", "sort_by_modulus"), "._eig"),
+    **dict.fromkeys(("eigenpair_at", "leading_eigenpair_jax"), "._eigenpair"),
+    **dict.fromkeys(("GEOMETRIES", "RULES", "EigenStats", "SpectralBatch", "check_batch", "eigen_stats",
+                     "geometry_names", "left_eig", "projector_from_left_eig", "stats_from_eigvals",
+                     "unstable_projector"), "._batched"),
+}
+
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "LeadingEigenpair",

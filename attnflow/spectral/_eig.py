@@ -28,12 +28,10 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .. import _validate as v
+from .._eig_routes import EIG_ROUTES
 from ..errors import InputError
 
 __all__ = ["EIG_ROUTES", "eig_route", "eigvals_sorted", "sort_by_modulus", "modulus_order"]
-
-EIG_ROUTES = ("auto", "device", "host", "cpu")
-
 
 def modulus_order(w: Complex[Array, " d"]) -> Array:
     """The permutation sorting eigenvalues by decreasing modulus, ties by decreasing real part,
