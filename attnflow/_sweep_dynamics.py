@@ -274,10 +274,10 @@ def run_final_layer(spec: SweepDynamics, seed, Q, K, V, x0, *, dt: float, layers
         >>> bool(jnp.allclose(jnp.linalg.norm(x, axis=-1), 1.0, atol=1e-6))
         True
     """
-    d = x0.shape[-1]
     from .dynamics import FoldedBatch  # the integrators and flows: imported where a program is traced
     from .integrate import EulerStepper
 
+    d = x0.shape[-1]
     field = build_field(spec.field, Q, K, V, picture=spec.picture, **spec.field_options(seed, d, layers, dtype))
     stepper = EulerStepper(dt, layers, save_every=layers, shift=field_entry(spec.field).shift)
     dyn = stepper.bind(FoldedBatch(field))
