@@ -249,7 +249,9 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     if exported is None:
         if refused.exists():
             return None
-        if jax.process_count() == 1:  # its executable is kept: compiled from the traced program, exported meanwhile
+        # one process: the traced program is compiled (its executable kept) and exported meanwhile; the processes of
+        # a multi-process run each compile the exported program, the same lowered program in every process
+        if jax.process_count() == 1:
             return _compile_and_export(jitted, avals, store, path, refused, executable, in_shardings=in_shardings,
                                        out_shardings=out_shardings, on_lowered=on_lowered)
         exported = _export_to(jitted, avals, store, path, refused)
@@ -258,11 +260,18 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
     if on_lowered is not None:
         on_lowered()
-    with _compiles_anew() as anew:
-        compiled = lowered.compile()
-    if anew():
+    compiled, anew = _compile(lowered)
+    if anew:
         _save_executable(executable, compiled)
     return compiled
+
+
+def _compile(lowered: Any) -> tuple[Any, bool]:
+    """``lowered`` compiled, and whether XLA compiled it anew (:func:`_compiles_anew`: only such an executable can
+    be kept)."""
+    with _compiles_anew() as anew:
+        compiled = lowered.compile()
+    return compiled, anew()
 
 
 def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path, refused: Path, executable: Path, *,
@@ -278,14 +287,8 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
     import jax
 
     lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
-
-    def compile_now() -> tuple[Any, bool]:
-        with _compiles_anew() as anew:
-            compiled = lowered.compile()
-        return compiled, anew()
-
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-compile") as pool:
-        compiling = pool.submit(compile_now)
+        compiling = pool.submit(_compile, lowered)
         if on_lowered is not None:
             on_lowered()
         exported = _export_to(jitted, avals, store, path, refused) is not None
