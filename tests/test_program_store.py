@@ -43,7 +43,17 @@ def _stored(folder):
 
 
 def _executables(folder):
-    return sorted(p.name for p in folder.glob("*.executable"))
+    """The stored executables, one name of each (an executable has two: its program's and its lowered form's)."""
+    names: dict = {}
+    for p in folder.glob("*.executable"):
+        names[p.stat().st_ino] = min(names.get(p.stat().st_ino, p.name), p.name)
+    return sorted(names.values())
+
+
+def _program_executable(folder, key, shardings=None):
+    """The executable stored under the name of the program of ``key`` for ``X``."""
+    name = programs.program_name(key, programs._avals((X,)))
+    return folder / f"{programs._executable_name(name, shardings, shardings)}.executable"
 
 
 def _no_export_read(monkeypatch):
@@ -94,11 +104,13 @@ def test_a_damaged_file_is_traced_and_written_anew(store):
     new, traced = _counted()
     want = jax.jit(new())(X)["y"]
     kept_jit(jax.jit(new()), "demo")(X)
-    (path,), (executable,) = store.glob("*.jaxexport"), store.glob("*.executable")
+    (path,), executables = store.glob("*.jaxexport"), sorted(store.glob("*.executable"))
     path.write_bytes(b"not a program")
-    executable.write_bytes(b"not an executable")
+    executables[0].write_bytes(b"not an executable")  # both names of the one executable
+    assert len(executables) == 2 and all(p.read_bytes() == b"not an executable" for p in executables)
     assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
-    assert path.read_bytes() != b"not a program" and executable.read_bytes() != b"not an executable"
+    assert path.read_bytes() != b"not a program"
+    assert all(p.read_bytes() != b"not an executable" for p in executables)  # both written anew
     assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], want)
     assert len(traced) == 3  # the plain jit, the first store, the rewrite; not the last call
 
@@ -111,7 +123,7 @@ def test_a_compiled_executable_is_loaded_without_reading_the_export_and_gives_th
         _no_export_read(m)
         again = kept_jit(jax.jit(new()), "demo")(X)
     assert len(traced) == 1 and np.array_equal(first["y"], again["y"])
-    (executable,) = store.glob("*.executable")  # a damaged executable: the export serves, no tracing
+    executable = _program_executable(store, "demo")  # a damaged executable: the export serves, no tracing
     executable.write_bytes(b"damaged")
     assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], first["y"])
     assert len(traced) == 1 and executable.read_bytes() != b"damaged"  # compiled anew, and written again
@@ -147,11 +159,30 @@ import sys, jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+compiles, reads = [], []
+jax.monitoring.register_event_listener(
+    lambda event, **kw: compiles.append(1) if event == "/jax/compilation_cache/compile_requests_use_cache" else None)
+deserialize = jax.export.deserialize
+jax.export.deserialize = lambda *a, **k: reads.append(1) or deserialize(*a, **k)
 from attnflow.runs._programs import enable_program_store, kept_jit
 store = enable_program_store(sys.argv[2])
-y = kept_jit(jax.jit(lambda a: jnp.where(a > 0, a * 3.0, 0.0).sum()), "demo")(np.arange(-5.0, 5.0))
-print(float(y), len(list(store.glob("*.executable"))))
+key = sys.argv[3] if len(sys.argv) > 3 else "demo"
+y = kept_jit(jax.jit(lambda a: jnp.where(a > 0, a * 3.0, 0.0).sum()), key)(np.arange(-5.0, 5.0))
+files = {p.stat().st_ino for p in store.glob("*.executable")}
+print(float(y), len(files), len(list(store.glob("*.executable"))), len(compiles), len(reads))
 """
+
+
+def _run_kept(tmp_path, *key):
+    """Run EXECUTABLE_FROM_XLA_CACHE in a process of its own: [the result, the executables kept (files, names), XLA's
+    compiles (from its cache or not), the exports read back]."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EXECUTABLE_FROM_XLA_CACHE, str(tmp_path / "xla"),
+                           str(tmp_path / "programs"), *key], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
 
 
 def test_an_executable_that_xla_read_from_its_cache_is_not_written(tmp_path):
@@ -159,23 +190,26 @@ def test_an_executable_that_xla_read_from_its_cache_is_not_written(tmp_path):
     executable removed): such an executable cannot be serialised again (it would fail when run), so none is
     written; the export serves that program."""
     import shutil
-    import subprocess
-    import sys
 
-    def run():
-        done = subprocess.run([sys.executable, "-c", EXECUTABLE_FROM_XLA_CACHE, str(tmp_path / "xla"),
-                               str(tmp_path / "programs")], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.split()
-
-    assert run() == ["30.0", "1"]  # compiled anew: its executable written
+    # compiled anew: its executable written, under two names (the program's, the lowered program's)
+    assert _run_kept(tmp_path) == ["30.0", "1", "2", "1", "0"]
     shutil.rmtree(tmp_path / "programs")
-    assert run() == ["30.0", "0"]  # read from XLA's cache: none
+    assert _run_kept(tmp_path) == ["30.0", "0", "0", "1", "0"]  # read from XLA's cache: none
     # the export read back (no executable): a call to it is another lowered program, which XLA compiles anew
-    assert run() == ["30.0", "1"]
+    assert _run_kept(tmp_path) == ["30.0", "1", "2", "1", "1"]
     for path in (tmp_path / "programs").glob("*.executable"):
         path.unlink()
-    assert run() == ["30.0", "0"]  # that one read from XLA's cache: none written, the export serves it
+    assert _run_kept(tmp_path) == ["30.0", "0", "0", "1", "1"]  # that one read from XLA's cache: none written
+
+
+def test_a_new_version_of_a_program_that_lowers_as_before_finds_its_executable(tmp_path):
+    """Another package source (here: another key, as the source's digest is part of a program's name) whose program
+    lowers to the same program: its first run finds the executable by its lowered form, without compiling (XLA's
+    cache would answer, and an executable read from it cannot be kept), and keeps it under the new name, so the
+    next run loads it without reading the export back."""
+    assert _run_kept(tmp_path, "version 1") == ["30.0", "1", "2", "1", "0"]
+    assert _run_kept(tmp_path, "version 2") == ["30.0", "1", "3", "0", "0"]  # no compile: found, a third name
+    assert _run_kept(tmp_path, "version 2") == ["30.0", "1", "3", "0", "0"]  # loaded: no export read back
 
 
 def test_a_program_that_cannot_be_exported_is_traced_each_time_and_marked_once(store, monkeypatch):
@@ -212,18 +246,19 @@ def test_a_sharded_program_is_kept_with_its_shardings_and_fills_the_callers_arra
 
 
 def test_the_store_keeps_the_most_recently_used_programs(store, monkeypatch):
-    monkeypatch.setattr(programs, "MAX_PROGRAMS", 2)
+    monkeypatch.setattr(programs, "MAX_PROGRAMS", 2)  # three programs (other shapes: other lowered programs too)
     new, traced = _counted()
     kept_jit(jax.jit(new()), "a")(X)
     first, first_executable = _stored(store), _executables(store)
-    kept_jit(jax.jit(new()), "b")(X)
+    first_files = {p.stat().st_ino for p in [*store.glob("*.jaxexport"), *store.glob("*.executable")]}
+    kept_jit(jax.jit(new()), "b")(X[:6])
     for path in [*store.glob("*.jaxexport"), *store.glob("*.executable")]:  # "a" older than "b"
-        os.utime(path, (1.0, 1.0) if path.name in first + first_executable else (2.0, 2.0))
+        os.utime(path, (1.0, 1.0) if path.stat().st_ino in first_files else (2.0, 2.0))
     kept_jit(jax.jit(new()), "a")(X)  # read back: now the most recent
-    kept_jit(jax.jit(new()), "c")(X)  # a third: "b", the least recently used, goes
+    kept_jit(jax.jit(new()), "c")(X[:5])  # a third: "b", the least recently used, goes
     assert len(_stored(store)) == 2 and first[0] in _stored(store) and len(traced) == 3
     assert len(_executables(store)) == 2 and first_executable[0] in _executables(store)
-    kept_jit(jax.jit(new()), "b")(X)
+    kept_jit(jax.jit(new()), "b")(X[:6])
     assert len(traced) == 4  # "b" was traced again
 
 
@@ -250,9 +285,24 @@ def test_on_lowered_is_called_once_a_precompile_whatever_the_path(tmp_path, with
 def test_the_executables_are_kept_within_their_byte_bound(store, monkeypatch):
     new, traced = _counted()
     kept_jit(jax.jit(new()), "a")(X)
-    (first,) = store.glob("*.executable")
-    monkeypatch.setattr(programs, "MAX_EXECUTABLE_BYTES", first.stat().st_size + 1)  # room for one
-    os.utime(first, (1.0, 1.0))
-    kept_jit(jax.jit(new()), "b")(X)
-    assert len(_executables(store)) == 1 and not first.exists()  # the older one went
+    first = sorted(store.glob("*.executable"))  # its two names, one file
+    assert len(first) == 2 and first[0].stat().st_ino == first[1].stat().st_ino
+    monkeypatch.setattr(programs, "MAX_EXECUTABLE_BYTES", first[0].stat().st_size + 1)  # room for one (counted once)
+    os.utime(first[0], (1.0, 1.0))
+    kept_jit(jax.jit(new()), "b")(X[:6])  # another lowered program
+    assert len(_executables(store)) == 1 and not any(p.exists() for p in first)  # the older one went, both names
+    assert len(list(store.glob("*.executable"))) == 2  # the newer one, under both names
     assert len(_stored(store)) == 2  # the exports are bounded by their count only
+
+
+def test_only_a_program_of_the_same_lowered_form_and_trees_shares_an_executable(store):
+    """The second name of an executable holds the lowered program and the trees of its inputs and outputs (a
+    dict's keys): a program that differs in its computation or in the names of its outputs compiles its own."""
+    plain = kept_jit(jax.jit(lambda a: {"y": jnp.sin(a)}), "a")(X)
+    renamed = kept_jit(jax.jit(lambda a: {"z": jnp.sin(a)}), "b")(X)
+    assert list(plain) == ["y"] and list(renamed) == ["z"] and np.array_equal(plain["y"], renamed["z"])
+    assert len(_executables(store)) == 2
+    again = kept_jit(jax.jit(lambda a: {"y": jnp.sin(a)}), "c")(X)  # the same as "a" under another name: found
+    assert list(again) == ["y"] and len(_executables(store)) == 2 and len(list(store.glob("*.executable"))) == 5
+    other = kept_jit(jax.jit(lambda a: {"y": jnp.cos(a)}), "d")(X)  # the same trees, another computation
+    assert np.array_equal(other["y"], jnp.cos(X)) and len(_executables(store)) == 3

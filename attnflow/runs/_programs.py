@@ -29,6 +29,9 @@ written out again), the store also keeps the compiled executable
 (:func:`jax.experimental.serialize_executable.serialize`, as XLA's cache does), named by the program, its
 shardings and this machine's processor (XLA:CPU's code is this processor's); a later run loads it directly
 (about 0.03 s) and falls back to the export where it cannot. It is the same compiled code, so the same bits.
+An executable has a second name, by what XLA compiled (the lowered program, :func:`_compiled_name`): after a
+change of the package that leaves a program's lowered form as it was, its first run finds the executable there
+instead of compiling (XLA's cache would answer, and no executable could be kept for the new name).
 An executable is machine code read back as a pickle, as XLA's own cache reads its files: the store's folder must
 be as much yours as that cache's (the command keeps both in ``~/.cache/attnflow/xla``).
 
@@ -258,11 +261,15 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
         if exported is None:
             return None
     lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
+    twin = store / f"{_compiled_name(lowered, in_shardings, out_shardings)}.executable"
     if on_lowered is not None:
         on_lowered()
+    program = _load_twin(twin, executable)
+    if program is not None:
+        return program
     compiled, anew = _compile(lowered)
     if anew:
-        _save_executable(executable, compiled)
+        _keep(compiled, executable, twin)
     return compiled
 
 
@@ -287,14 +294,18 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
     import jax
 
     lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
+    twin = store / f"{_compiled_name(lowered, in_shardings, out_shardings)}.executable"
+    program = _load_twin(twin, None)  # compiled before, under another name (the package's source changed)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-compile") as pool:
-        compiling = pool.submit(_compile, lowered)
+        compiling = pool.submit(_compile, lowered) if program is None else None
         if on_lowered is not None:
             on_lowered()
         exported = _export_to(jitted, avals, store, path, refused) is not None
-        compiled, anew = compiling.result()
-    if exported and anew:
-        _save_executable(executable, compiled)
+        compiled, anew = (program, False) if compiling is None else compiling.result()
+    if exported and program is not None:
+        _link(twin, executable)
+    elif exported and anew:
+        _keep(compiled, executable, twin)
     return compiled
 
 
@@ -325,12 +336,65 @@ def _export_to(jitted: Callable, avals: tuple, store: Path, path: Path, refused:
 
 def _executable_name(name: str, in_shardings: Any, out_shardings: Any) -> str:
     """The file name of a program's compiled executable: the program's ``name``, its shardings (an executable is
-    compiled for them), this machine's processor (:func:`_processor`) and the process's index (each process of a
+    compiled for them) and :func:`_machine` (its processor, XLA's flags, the process's index)."""
+    parts = [name, repr(in_shardings), repr(out_shardings), _machine()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _machine() -> str:
+    """What an executable is compiled for besides its program: this machine's processor (:func:`_processor`), XLA's
+    flags (``XLA_FLAGS``: code generation options among them) and the process's index (each process of a
     multi-process run runs on its own devices)."""
     import jax
 
-    parts = [name, repr(in_shardings), repr(out_shardings), _processor(), f"process={jax.process_index()}"]
+    return "\n".join([_processor(), "XLA_FLAGS=" + os.environ.get("XLA_FLAGS", ""), f"process={jax.process_index()}"])
+
+
+def _compiled_name(lowered: Any, in_shardings: Any, out_shardings: Any) -> str:
+    """The second name of an executable: what XLA compiles (the lowered program's text, without source locations),
+    the trees of its inputs and outputs, its shardings, the versions, JAX's settings, the devices and
+    :func:`_machine`. A program of another name (the package's source changed) that lowers to the same program
+    finds the executable compiled before under it (:func:`_load_twin`): XLA's cache would answer its compile, and
+    an executable read from that cache cannot be kept, so without it no executable would ever be kept for that
+    name again (every later run would lower the export, 0.15-0.2 s of the phase job's chunk program)."""
+    parts = [lowered.as_text(), repr(lowered.in_tree), repr(lowered.out_tree), repr(in_shardings),
+             repr(out_shardings), _versions(), _settings(), _devices(), _machine()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _load_twin(twin: Path, executable: Path | None) -> Callable | None:
+    """The executable stored under its second name ``twin`` (:func:`_compiled_name`), loaded, and linked as
+    ``executable`` too (not None); None where there is none."""
+    program = _load_executable(twin)
+    if program is not None and executable is not None:
+        _link(twin, executable)
+    return program
+
+
+def _keep(compiled: Any, executable: Path, twin: Path) -> None:
+    """Write ``compiled`` (compiled anew) as ``executable``, with ``twin`` (:func:`_compiled_name`) a second name of
+    the same file."""
+    if _save_executable(executable, compiled):
+        _link(executable, twin)
+
+
+def _link(source: Path, name: Path) -> None:
+    """Make ``name`` a second name of the stored file ``source`` (a hard link, put in place atomically; a copy where
+    the disk has no hard links); a disk that refuses, or ``source`` removed meanwhile, changes nothing."""
+    import secrets
+
+    from ._atomic import atomic_write_bytes
+
+    temporary = name.with_name(f".{name.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.link(source, temporary)
+        os.replace(temporary, name)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        try:
+            atomic_write_bytes(name, source.read_bytes())
+        except OSError:
+            pass
 
 
 #: the threads compiling under :func:`_compiles_anew`, each with the XLA cache requests it made meanwhile, and the
@@ -381,9 +445,9 @@ def _devices_of(sharding: Any) -> list | None:
     return list(devices) if devices is not None and len(devices) == 1 else None
 
 
-def _save_executable(path: Path, compiled: Any) -> None:
-    """Write ``compiled`` (a ``jax.stages.Compiled`` compiled anew) with the ids of its devices, atomically;
-    nothing where it cannot be serialised or the disk refuses."""
+def _save_executable(path: Path, compiled: Any) -> bool:
+    """Write ``compiled`` (a ``jax.stages.Compiled`` compiled anew) with the ids of its devices, atomically; whether
+    it was written (not where it cannot be serialised or the disk refuses)."""
     import pickle
 
     import jax
@@ -395,17 +459,18 @@ def _save_executable(path: Path, compiled: Any) -> None:
     devices = _devices_of(shardings[0]) if shardings else None
     local = {d.id for d in jax.local_devices()}
     if devices is None or any(d.id not in local for d in devices):  # a program over several processes: not kept
-        return
+        return False
     try:
         payload = serialize_executable.serialize(compiled)
         data = pickle.dumps(([d.id for d in devices], payload), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - not serialisable here: the export serves the later runs
-        return
+        return False
     try:
         atomic_write_bytes(path, data)
         _bound(path.parent, kind=_KINDS[1], most_bytes=MAX_EXECUTABLE_BYTES)
     except OSError:
-        pass
+        return False
+    return path.is_file()
 
 
 def _load_executable(path: Path) -> Callable | None:
@@ -448,25 +513,26 @@ def _bound(store: Path, most: int | None = None, kind: tuple[str, ...] = _KINDS[
            most_bytes: int | None = None) -> None:
     """Remove the least recently used files of one ``kind`` (exported programs and refusal markers, or compiled
     executables) of ``store`` beyond ``most`` (default :data:`MAX_PROGRAMS`) files and ``most_bytes`` bytes (None:
-    no byte bound)."""
+    no byte bound). A file of two names (an executable, :func:`_link`) counts once and goes with both."""
     most = MAX_PROGRAMS if most is None else most
-    dated = []
+    files: dict[tuple[int, int], list] = {}
     for p in store.iterdir():
         if p.suffix in kind:
             try:
                 info = p.stat()
             except FileNotFoundError:  # removed by another process meanwhile
                 continue
-            dated.append((info.st_mtime, info.st_size, p))
-    dated.sort(key=lambda entry: entry[0])
+            files.setdefault((info.st_dev, info.st_ino), [info.st_mtime, info.st_size, []])[2].append(p)
+    dated = sorted(files.values(), key=lambda entry: entry[0])
     total = sum(size for _, size, _ in dated)
-    for i, (_, size, p) in enumerate(dated):
+    for i, (_, size, names) in enumerate(dated):
         if len(dated) - i <= most and (most_bytes is None or total <= most_bytes):
             break
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
+        for p in names:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
         total -= size
 
 
