@@ -96,6 +96,19 @@ def test_every_part_of_a_program_names_another_file(store, monkeypatch):
     monkeypatch.setattr(programs, "source_digest", lambda: "0" * 64)  # another version of the package
     kept_jit(jax.jit(new()), "demo")(X)
     assert len(_stored(store)) == 6 and len(traced) == 6
+
+
+def test_an_executable_is_kept_for_xlas_flags(store, monkeypatch):
+    """XLA's flags (code generation options among them) name another executable of the same program: one compiled
+    under other flags is never loaded."""
+    new, traced = _counted()
+    kept_jit(jax.jit(new()), "demo")(X)
+    name = programs.program_name("demo", programs._avals((X,)))
+    before = programs._executable_name(name, None, None)
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_fast_math=false")
+    assert programs._executable_name(name, None, None) != before
+    kept_jit(jax.jit(new()), "demo")(X)  # the export read back; compiled for these flags, kept beside the first
+    assert len(_executables(store)) == 2 and len(traced) == 1
     avals = (jax.ShapeDtypeStruct(X.shape, X.dtype),)
     assert programs.program_name("demo", avals) != programs.program_name("demo ", avals)
 
