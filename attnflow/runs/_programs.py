@@ -356,7 +356,8 @@ def _compiled_name(lowered: Any, in_shardings: Any, out_shardings: Any) -> str:
     :func:`_machine`. A program of another name (the package's source changed) that lowers to the same program
     finds the executable compiled before under it (:func:`_load_twin`): XLA's cache would answer its compile, and
     an executable read from that cache cannot be kept, so without it no executable would ever be kept for that
-    name again (every later run would lower the export, 0.15-0.2 s of the phase job's chunk program)."""
+    name again (every later run would read the export back and lower it: about 0.08 s of the small phase row's
+    3-second command on a 2-core Xeon)."""
     parts = [lowered.as_text(), repr(lowered.in_tree), repr(lowered.out_tree), repr(in_shardings),
              repr(out_shardings), _versions(), _settings(), _devices(), _machine()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
