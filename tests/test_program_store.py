@@ -319,3 +319,17 @@ def test_only_a_program_of_the_same_lowered_form_and_trees_shares_an_executable(
     assert list(again) == ["y"] and len(_executables(store)) == 2 and len(list(store.glob("*.executable"))) == 5
     other = kept_jit(jax.jit(lambda a: {"y": jnp.cos(a)}), "d")(X)  # the same trees, another computation
     assert np.array_equal(other["y"], jnp.cos(X)) and len(_executables(store)) == 3
+
+
+def test_a_lowered_program_that_cannot_be_named_is_kept_under_its_own_name_only(store, monkeypatch):
+    """The second name is an optimisation: where the lowered program cannot be printed, the run goes on and its
+    executable is kept under the program's name, which the next run loads."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot print this program")
+
+    monkeypatch.setattr(programs, "_compiled_name", refuse)
+    new, traced = _counted()
+    first = kept_jit(jax.jit(new()), "demo")(X)
+    assert [p.name for p in store.glob("*.executable")] == [_program_executable(store, "demo").name]
+    _no_export_read(monkeypatch)
+    assert np.array_equal(kept_jit(jax.jit(new()), "demo")(X)["y"], first["y"]) and len(traced) == 1

@@ -261,7 +261,7 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
         if exported is None:
             return None
     lowered = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
-    twin = store / f"{_compiled_name(lowered, in_shardings, out_shardings)}.executable"
+    twin = _twin(store, lowered, in_shardings, out_shardings)
     if on_lowered is not None:
         on_lowered()
     program = _load_twin(twin, executable)
@@ -294,7 +294,7 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
     import jax
 
     lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
-    twin = store / f"{_compiled_name(lowered, in_shardings, out_shardings)}.executable"
+    twin = _twin(store, lowered, in_shardings, out_shardings)
     program = _load_twin(twin, None)  # compiled before, under another name (the package's source changed)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-compile") as pool:
         compiling = pool.submit(_compile, lowered) if program is None else None
@@ -303,7 +303,7 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
         exported = _export_to(jitted, avals, store, path, refused) is not None
         compiled, anew = (program, False) if compiling is None else compiling.result()
     if exported and program is not None:
-        _link(twin, executable)
+        _link(twin, executable)  # (a program was loaded: twin is a path)
     elif exported and anew:
         _keep(compiled, executable, twin)
     return compiled
@@ -363,19 +363,30 @@ def _compiled_name(lowered: Any, in_shardings: Any, out_shardings: Any) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
-def _load_twin(twin: Path, executable: Path | None) -> Callable | None:
+def _twin(store: Path, lowered: Any, in_shardings: Any, out_shardings: Any) -> Path | None:
+    """The path of the executable of ``lowered`` under its second name (:func:`_compiled_name`), or None where the
+    lowered program cannot be printed (the store then goes on without the second name)."""
+    try:
+        return store / f"{_compiled_name(lowered, in_shardings, out_shardings)}.executable"
+    except Exception:  # noqa: BLE001 - an optimisation only: never the reason a run fails
+        return None
+
+
+def _load_twin(twin: Path | None, executable: Path | None) -> Callable | None:
     """The executable stored under its second name ``twin`` (:func:`_compiled_name`), loaded, and linked as
-    ``executable`` too (not None); None where there is none."""
+    ``executable`` too (not None); None where there is none (or no ``twin``)."""
+    if twin is None:
+        return None
     program = _load_executable(twin)
     if program is not None and executable is not None:
         _link(twin, executable)
     return program
 
 
-def _keep(compiled: Any, executable: Path, twin: Path) -> None:
-    """Write ``compiled`` (compiled anew) as ``executable``, with ``twin`` (:func:`_compiled_name`) a second name of
-    the same file."""
-    if _save_executable(executable, compiled):
+def _keep(compiled: Any, executable: Path, twin: Path | None) -> None:
+    """Write ``compiled`` (compiled anew) as ``executable``, with ``twin`` (:func:`_compiled_name`; None: none) a second
+    name of the same file."""
+    if _save_executable(executable, compiled) and twin is not None:
         _link(executable, twin)
 
 
