@@ -188,8 +188,14 @@ def program_name(key: str, avals: tuple) -> str:
         >>> program_name("demo", a) == program_name("demo", a), program_name("demo", a) == program_name("other", a)
         (True, False)
     """
-    parts = [key, repr(_signature(avals)), source_digest(), _versions(), _settings(), _devices()]
+    parts = [key, repr(_signature(avals)), source_digest(), *_environment()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _environment() -> list[str]:
+    """What a program depends on besides its own code: the versions, every JAX setting in force in this thread and
+    the devices."""
+    return [_versions(), _settings(), _devices()]
 
 
 def _signature(avals: tuple) -> tuple:
@@ -264,8 +270,9 @@ def compile_kept(jitted: Callable, avals: tuple, *, key: str, in_shardings: Any 
     twin = _twin(store, lowered, in_shardings, out_shardings)
     if on_lowered is not None:
         on_lowered()
-    program = _load_twin(twin, executable)
+    program = _load_twin(twin)
     if program is not None:
+        _link(twin, executable)
         return program
     compiled, anew = _compile(lowered)
     if anew:
@@ -288,14 +295,15 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
     the export the traced program: it lowers it again, 0.07 s of the phase job's chunk program) and writes the
     export or the refusal marker. The export runs in this thread because JAX's settings in scope (``enable_x64``
     and the others) are this thread's. The compiled executable is kept where the export succeeded: later runs load
-    it (the same code, so the same bits), and the export serves where they cannot."""
+    it (the same code, so the same bits), and the export serves where they cannot. An executable kept before under
+    its second name (:func:`_compiled_name`: the same lowered program) is loaded instead of compiling."""
     from concurrent.futures import ThreadPoolExecutor
 
     import jax
 
     lowered = jax.jit(jitted, in_shardings=in_shardings, out_shardings=out_shardings).lower(*avals)
     twin = _twin(store, lowered, in_shardings, out_shardings)
-    program = _load_twin(twin, None)  # compiled before, under another name (the package's source changed)
+    program = _load_twin(twin)  # compiled before, under another name (the package's source changed)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnflow-compile") as pool:
         compiling = pool.submit(_compile, lowered) if program is None else None
         if on_lowered is not None:
@@ -303,7 +311,7 @@ def _compile_and_export(jitted: Callable, avals: tuple, store: Path, path: Path,
         exported = _export_to(jitted, avals, store, path, refused) is not None
         compiled, anew = (program, False) if compiling is None else compiling.result()
     if exported and program is not None:
-        _link(twin, executable)  # (a program was loaded: twin is a path)
+        _link(twin, executable)
     elif exported and anew:
         _keep(compiled, executable, twin)
     return compiled
@@ -359,7 +367,7 @@ def _compiled_name(lowered: Any, in_shardings: Any, out_shardings: Any) -> str:
     name again (every later run would read the export back and lower it: about 0.08 s of the small phase row's
     3-second command on a 2-core Xeon)."""
     parts = [lowered.as_text(), repr(lowered.in_tree), repr(lowered.out_tree), repr(in_shardings),
-             repr(out_shardings), _versions(), _settings(), _devices(), _machine()]
+             repr(out_shardings), *_environment(), _machine()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
@@ -372,15 +380,10 @@ def _twin(store: Path, lowered: Any, in_shardings: Any, out_shardings: Any) -> P
         return None
 
 
-def _load_twin(twin: Path | None, executable: Path | None) -> Callable | None:
-    """The executable stored under its second name ``twin`` (:func:`_compiled_name`), loaded, and linked as
-    ``executable`` too (not None); None where there is none (or no ``twin``)."""
-    if twin is None:
-        return None
-    program = _load_executable(twin)
-    if program is not None and executable is not None:
-        _link(twin, executable)
-    return program
+def _load_twin(twin: Path | None) -> Callable | None:
+    """The executable stored under its second name ``twin`` (:func:`_compiled_name`), loaded; None where there is
+    none (or no ``twin``). The caller links it under the program's own name."""
+    return None if twin is None else _load_executable(twin)
 
 
 def _keep(compiled: Any, executable: Path, twin: Path | None) -> None:
