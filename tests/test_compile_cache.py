@@ -117,6 +117,39 @@ def test_a_run_that_reads_its_kept_programs_does_not_import_the_modelling_stack(
     assert run("again") == "equinox imported: False"  # read back
 
 
+READ_IMPORTS = """
+import atexit, sys
+import attnflow.phase._engine as engine
+real = engine.import_ahead
+def spy(*modules):
+    print("before the compile:", sorted(m for m in modules if m in sys.modules), flush=True)
+    return real(*modules)
+engine.import_ahead = spy
+atexit.register(lambda: print("at the end:", sorted(m for m in engine.IMPORT_WHILE_COMPILING if m in sys.modules),
+                              flush=True))
+sys.argv = ["attnflow", "phase", sys.argv[1], "--out", sys.argv[2]]
+from attnflow.cli.main import run
+run()
+"""
+
+
+@pytest.mark.parametrize("store", ["off", "kept"])
+def test_the_modules_that_read_the_results_are_imported_while_the_program_compiles(tmp_path, store):
+    """scipy.special (0.2 s of one core) is first imported on another thread once the chunk program is lowered,
+    while XLA compiles it, not among the job's imports before its trace (on 2 cores that start is the one stretch
+    the job cannot spread over both); the job's tables need it, so it is there at the end. Both compile paths."""
+    assert "scipy.special" in __import__("attnflow.phase._engine", fromlist=["x"]).IMPORT_WHILE_COMPILING
+    config = tmp_path / "phase.toml"
+    config.write_text(CONFIG)
+    env = _env(ATTNFLOW_COMPILE_CACHE="off" if store == "off" else str(tmp_path / "xla"))
+    done = subprocess.run([sys.executable, "-c", READ_IMPORTS, str(config), str(tmp_path / "out")], cwd=ROOT,
+                          env=env, check=True, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "before the compile: []", done.stdout
+    assert lines[-1] == "at the end: ['scipy.special']", done.stdout
+    assert (tmp_path / "out" / "metastability.csv").is_file()
+
+
 def test_help_does_not_import_jax_and_jax_settings_are_left_alone(tmp_path):
     code = ("import sys; from attnflow.runs._compile_cache import enable_compile_cache; "
             "p = enable_compile_cache(); print(p, 'jax' in sys.modules)")

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._lazy import import_ahead
 from .._x64 import float64_enabled, float64_scope
 from ..ensembles import draw_clouds, draw_clustered_clouds, draw_heads, head_seeds, system_seeds
 from ..fields import build_field, field_entry
@@ -71,6 +72,10 @@ SPAN_REL_TOL = 1e-6
 PAIR_MATRICES, PAIR_STATES = 8, 6
 #: a noisy group's Brownian path of system s: the key fold_in(key(seed_s), NOISE_STREAM), seed_s the seed of its cloud
 NOISE_STREAM = 1
+#: modules the job reads its results with and no earlier step needs (scipy.special: the intervals' Student-t and
+#: normal quantiles, the equiangular line's exponential integrals; 0.2 s of one core to import), imported on another
+#: thread while XLA compiles the chunk's program, when Python's lock is free, instead of at the job's start
+IMPORT_WHILE_COMPILING = ("scipy.special",)
 
 
 def statistics(x, beta, threshold, *, energy=None, circle_modes: int | None = None,
@@ -471,11 +476,16 @@ def _chunk_compute(config: PhaseConfig, group: PhaseGroup, identity: bool, noisy
             def draw_now() -> None:
                 drawn.append(pool.submit(clouds))
 
+            def lowered() -> None:
+                draw_now()
+                import_ahead(*IMPORT_WHILE_COMPILING)
+
             # the clouds' program is traced once the chunk's is lowered: both trace in Python (one at a time),
-            # and the drawer's tracing then runs while XLA compiles the chunk's program
+            # and the drawer's tracing (and the imports of IMPORT_WHILE_COMPILING) then run while XLA compiles
+            # the chunk's program
             if len(seeds) not in compiled:
                 fn.precompile(beta_of, *sigma_of, seeds, jax.ShapeDtypeStruct((len(seeds), n, d), dtype), *weights,
-                              on_lowered=draw_now)
+                              on_lowered=lowered)
                 compiled.add(len(seeds))
             if not drawn:
                 draw_now()

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special as _special
 
 from .. import _validate as v
 
@@ -95,7 +94,9 @@ def _scaled_ei(x: float) -> float:
     r""":math:`g(x) = e^{-x}\mathrm{Ei}(x)` for x > 0 (asymptotic :math:`\sum_k k!/x^{k+1}` beyond
     :data:`_ASYMPTOTIC_EI`, whose terms fall below :math:`10^{-17}` of the sum long before they grow)."""
     if x <= _ASYMPTOTIC_EI:
-        return float(math.exp(-x) * _special.expi(x))
+        from scipy.special import expi  # imported where used: scipy.special takes 0.2 s to import
+
+        return float(math.exp(-x) * expi(x))
     term = total = 1.0 / x
     k = 0
     while term > 1e-18 * total:
@@ -109,7 +110,9 @@ def _scaled_e1(y: float) -> float:
     r""":math:`h(y) = e^{y}E_1(y)` for y > 0 (asymptotic :math:`\sum_k (-1)^k k!/y^{k+1}` beyond
     :data:`_ASYMPTOTIC_E1`)."""
     if y <= _ASYMPTOTIC_E1:
-        return float(math.exp(y) * _special.exp1(y))
+        from scipy.special import exp1
+
+        return float(math.exp(y) * exp1(y))
     term = total = 1.0 / y
     k = 0
     while abs(term) > 1e-18 * total:
