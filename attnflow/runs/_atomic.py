@@ -34,11 +34,16 @@ def temp_target(name: str) -> str | None:
     return None if m is None else m["base"] + (m["suffix"] or "")
 
 
+def _temp_name(path: Path, suffix: str = "") -> Path:
+    """A fresh temporary name ``.{name}.{random}.tmp{suffix}`` beside ``path`` (:data:`_TEMP`)."""
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{suffix}")
+
+
 def _create_temp(path: Path, suffix: str = "") -> tuple[int, Path]:
     """Create ``.{name}.{random}.tmp{suffix}`` beside ``path``, with the mode the umask gives a new
     file (``0o666 & ~umask``); returns its descriptor (open for writing) and path."""
     while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{suffix}")
+        tmp = _temp_name(path, suffix)
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:
@@ -94,6 +99,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_link(source: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Make ``path`` a second name of the file ``source``, atomically: a hard link made under a temporary name, then
+    ``os.replace``; a copy (:func:`atomic_write_bytes`) where the disk has no hard links. Raises ``OSError`` where
+    neither can be made (``source`` gone, the disk refusing).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from attnflow.runs._atomic import atomic_link
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "a.bin").write_bytes(b"kept")
+        >>> atomic_link(folder / "a.bin", folder / "b.bin")
+        >>> (folder / "b.bin").read_bytes(), sorted(p.name for p in folder.iterdir())
+        (b'kept', ['a.bin', 'b.bin'])
+    """
+    source, path = Path(source), Path(path)
+    tmp = _temp_name(path)
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        atomic_write_bytes(path, source.read_bytes())
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

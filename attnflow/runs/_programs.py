@@ -396,20 +396,12 @@ def _keep(compiled: Any, executable: Path, twin: Path | None) -> None:
 def _link(source: Path, name: Path) -> None:
     """Make ``name`` a second name of the stored file ``source`` (a hard link, put in place atomically; a copy where
     the disk has no hard links); a disk that refuses, or ``source`` removed meanwhile, changes nothing."""
-    import secrets
+    from ._atomic import atomic_link
 
-    from ._atomic import atomic_write_bytes
-
-    temporary = name.with_name(f".{name.name}.{secrets.token_hex(4)}.tmp")
     try:
-        os.link(source, temporary)
-        os.replace(temporary, name)
+        atomic_link(source, name)
     except OSError:
-        temporary.unlink(missing_ok=True)
-        try:
-            atomic_write_bytes(name, source.read_bytes())
-        except OSError:
-            pass
+        pass
 
 
 #: the threads compiling under :func:`_compiles_anew`, each with the XLA cache requests it made meanwhile, and the
