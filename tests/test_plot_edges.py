@@ -268,3 +268,20 @@ def test_sensitivity_maps_draw_a_truncated_eigenbasis():
     rng = np.random.default_rng(3)
     fig = ap.sensitivity_maps(rng.normal(size=(2, 6, 6)), rng.normal(size=(2, 3, 3)) + 0j)
     assert len(fig.axes) == 8
+
+
+def test_read_table_reads_a_summary_s_null_numbers_as_nan(tmp_path):
+    """A sweep's summary.json holds a number that is not finite as null (standard JSON): read back as NaN in a
+    float column, not as an object column; a column of text keeps its None."""
+    from attnflow.runs import atomic_write_json
+
+    rng = np.random.default_rng(3)
+    frac = rng.uniform(size=3)
+    atomic_write_json(tmp_path / "summary.json", {"groups": [
+        {"d": 2, "fraction": frac[0], "slope": np.nan, "note": None},
+        {"d": 4, "fraction": frac[1], "slope": 0.5, "note": "x"},
+        {"d": 8, "fraction": frac[2], "slope": -np.inf, "note": None}]})
+    cols = ap.read_table(tmp_path / "summary.json")
+    assert cols["d"].tolist() == [2, 4, 8] and cols["fraction"].tolist() == frac.tolist()
+    assert cols["slope"].dtype == np.float64 and np.isnan(cols["slope"][[0, 2]]).all() and cols["slope"][1] == 0.5
+    assert cols["note"].tolist() == [None, "x", None]

@@ -9,6 +9,7 @@ from attnflow.cli.main import main
 from attnflow.errors import InputError
 from attnflow.report import case_names, reproduce
 from attnflow.report import _catalogue as report_catalogue
+from attnflow.runs import json_text
 
 ALL = case_names()
 
@@ -25,8 +26,14 @@ def test_quick_report_folder_complete(quick_report):
     for name in ("report.md", "summary.json", "checks.csv", "systems.csv", "config.json", "provenance.json",
                  "attnflow-run.json"):
         assert (out / name).is_file(), name
-    s = json.loads((out / "summary.json").read_text())
-    assert s == json.loads(json.dumps(summary))
+    def refuse(name):  # NaN, Infinity: not JSON; other languages' parsers refuse them
+        raise ValueError(f"summary.json is not standard JSON: {name}")
+
+    s = json.loads((out / "summary.json").read_text(), parse_constant=refuse)
+    assert s == json.loads(json_text(summary))
+    # a margin that is not a number (checks without a threshold): NaN in the returned summary, null in the file
+    no_margin = [i for i, c in enumerate(summary["checks"]) if np.isnan(c["margin"])]
+    assert no_margin and all(s["checks"][i]["margin"] is None for i in no_margin)
     assert set(s["cases"]) == set(ALL) and len(ALL) == 15 and ALL[-1] == "negative_controls"
     for c in s["checks"]:
         assert set(c) >= {"case", "name", "hypotheses", "predicted", "observed", "passed", "margin"}

@@ -128,6 +128,33 @@ def test_read_csv_reads_back_what_write_table_wrote(tmp_path):
     assert runs.read_csv(tmp_path / "t.csv") == {"d": ["2", "3"], "x": ["0.1", "nan"], "ok": ["true", "false"]}
 
 
+def _strict_json(text: str):
+    """``json.loads`` that refuses the non-standard constants NaN, Infinity and -Infinity."""
+    def refuse(name):
+        raise ValueError(f"not standard JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_files_are_standard_json_with_null_for_numbers_that_are_not_finite(tmp_path):
+    """Run folders' JSON (summary, config, provenance) goes through atomic_write_json: standard JSON that other
+    languages read, every non-finite float null, whatever its type; finite floats back bit for bit."""
+    rng = np.random.default_rng(7)
+    finite = rng.normal(size=5) * 10.0 ** rng.integers(-300, 300, size=5)
+    obj = {"median": [float("nan"), float(finite[0]), float("inf")], "margin": -np.inf,
+           "f32": np.float32(np.nan), "f64": np.float64(finite[1]), "ints": np.arange(3, dtype=np.int64),
+           "array": np.array([[finite[2], np.nan], [-np.inf, finite[3]]]), "flag": np.bool_(True),
+           "z": complex(finite[4], np.nan), "nested": ({"x": np.float16(np.inf)},), "path": tmp_path, "none": None}
+    runs.atomic_write_json(tmp_path / "s.json", obj)
+    got = _strict_json((tmp_path / "s.json").read_text())
+    assert got == {"median": [None, finite[0], None], "margin": None, "f32": None, "f64": finite[1], "ints": [0, 1, 2],
+                   "array": [[finite[2], None], [None, finite[3]]], "flag": True, "z": {"re": finite[4], "im": None},
+                   "nested": [{"x": None}], "path": str(tmp_path), "none": None}
+    assert _strict_json(runs.json_text(obj, indent=None)) == got
+    with pytest.raises(TypeError, match="not JSON serialisable: object"):
+        runs.json_text({"x": object()})
+
+
 def test_no_job_imports_another_jobs_modules():
     """The runtime every job needs is attnflow.runs; a job's package imports no other job's package (the
     probes read a real model's heads through attnflow.models, the one exception: that package also loads

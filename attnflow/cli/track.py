@@ -97,12 +97,8 @@ def _machine_table(records: list[dict], fmt: str) -> str:
         layer,cond1
         0,True
     """
-    import json
-    import math
-
-    from ..runs import csv_text
+    from ..runs import csv_text, json_text
 
     if fmt == "json":  # a value that is not a finite number (no such head quantity) is null, as JSON allows
-        finite = lambda x: None if isinstance(x, float) and not math.isfinite(x) else x
-        return json.dumps([{k: finite(x) for k, x in r.items()} for r in records], indent=1, allow_nan=False) + "\n"
+        return json_text(records, indent=1) + "\n"
     return csv_text(records)

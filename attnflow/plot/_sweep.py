@@ -41,11 +41,13 @@ def read_table(table) -> dict[str, np.ndarray]:
             or a summary with ``"groups"``), a dict of columns or a list of rows.
 
     Returns:
-        ``{column: array}``.
+        ``{column: array}``; a number column's missing entries (a JSON null: a number that was not finite) NaN.
 
     Example:
         >>> read_table([{"d": 2, "cond1": True}, {"d": 4, "cond1": False}])["d"].tolist()
         [2, 4]
+        >>> read_table([{"slope": 0.5}, {"slope": None}])["slope"].tolist()
+        [0.5, nan]
     """
     return _columns(Inputs("read_table"), table)
 
@@ -81,11 +83,17 @@ def _read(check, table) -> dict[str, np.ndarray]:
     out = {}
     for k in keys:
         vals = [r.get(k) for r in rows]
+        if any(v is None for v in vals) and all(v is None or _number(v) for v in vals):
+            vals = [np.nan if v is None else v for v in vals]  # a missing number (JSON's null): NaN
         try:
             out[k] = np.asarray(vals)
         except ValueError:  # ragged
             out[k] = np.asarray(vals, dtype=object)
     return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
 
 
 def _has(check, cols: dict, names) -> None:

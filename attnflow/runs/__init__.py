@@ -10,9 +10,10 @@ Every job (``attnflow sweep``, ``phase``, ``meanfield``, ``probe``, ``track``, `
   report anew each time, as ``reproduce`` and ``extensions`` do); :func:`claim_output_dir` is the claim
   step alone, :func:`releases_output_dirs` unlocks a job's folders when it returns;
 * :func:`atomic_write_bytes` / ``_text`` / ``_json`` and :func:`atomic_path` write through a temporary
-  file and a rename; :func:`save_verified_npz` / :func:`load_verified_npz` store arrays with their
-  identity and a checksum; :class:`UnitStore` loads a verified unit or computes and saves it, and
-  :func:`wait_for_units` waits for the units other processes of a multi-process run store in a shared folder;
+  file and a rename (JSON as the standard defines it, :func:`json_text`: a number that is not finite is null);
+  :func:`save_verified_npz` / :func:`load_verified_npz` store arrays with their identity and a checksum;
+  :class:`UnitStore` loads a verified unit or computes and saves it, and :func:`wait_for_units` waits for
+  the units other processes of a multi-process run store in a shared folder;
 * :func:`start_chunked` / :func:`run_chunks` run a plan of chunks (:func:`plan_chunks`) resumably (their files
   written behind the computation, :class:`WriteBehind`),
   sharded over the local devices (:func:`make_mesh`, :func:`sharded`) and over processes
@@ -33,7 +34,7 @@ from .._lazy import lazy_names as _lazy_names
 #: public name -> the module that defines it, imported on first use (PEP 562): a figure worker that only
 #: writes files atomically does not import JAX with the chunk runner
 _LAZY = {
-    **dict.fromkeys(("atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+    **dict.fromkeys(("atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "json_text",
                      "remove_stale_temporaries", "temp_target"), "._atomic"),
     **dict.fromkeys(("Chunk", "plan_chunks", "run_chunks", "WriteBehind"), "._chunks"),
     "JobConfig": "._config",
@@ -68,7 +69,8 @@ __all__ = [
     "open_run", "Run", "table_of", "JobConfig", "fingerprint", "config_fingerprint", "execution_free", "EXECUTION_KEYS",
     "claim_output_dir", "releases_output_dirs", "discard_output_dir", "write_marker", "read_marker", "MARKER",
     "MIN_FREE_BYTES", "provenance", "git_commit",
-    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path", "remove_stale_temporaries",
+    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "json_text", "atomic_path",
+    "remove_stale_temporaries",
     "temp_target", "save_verified_npz", "load_verified_npz", "npz_problem", "set_aside", "UnitStore", "wait_for_units",
     "Chunk", "plan_chunks", "run_chunks", "WriteBehind", "ChunkedRun", "start_chunked", "check_table_memory",
     "make_mesh",

@@ -15,7 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_path",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "json_text", "atomic_path",
            "remove_stale_temporaries", "temp_target"]
 
 #: a temporary file of an atomic write: ``.{name}.{random}.tmp`` or ``.{stem}.{random}.tmp{suffix}``
@@ -139,37 +139,64 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _json_default(obj: Any) -> Any:
+def _json_value(obj: Any) -> Any:
+    """``obj`` with every number JSON can hold: NumPy scalars and arrays as Python numbers and lists, a float
+    that is not finite (NaN, +-inf) as None, a complex number as ``{"re", "im"}``, a path as its text."""
+    import math
+
     import numpy as np
 
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, complex):
-        return {"re": obj.real, "im": obj.imag}
+    if isinstance(obj, float):  # Python floats and np.float64
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    if isinstance(obj, dict):
+        return {k: _json_value(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_value(v) for v in obj]
+    if isinstance(obj, np.generic) and not isinstance(obj, np.complexfloating):
+        return _json_value(obj.item())
+    if isinstance(obj, np.ndarray):
+        return _json_value(obj.tolist())
+    if isinstance(obj, (complex, np.complexfloating)):
+        return {"re": _json_value(obj.real), "im": _json_value(obj.imag)}
     if isinstance(obj, Path):
         return str(obj)
+    if hasattr(obj, "tolist"):
+        return _json_value(obj.tolist())
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def json_text(obj: Any, *, indent: int | None = 2) -> str:
+    """``obj`` as standard JSON text (RFC 8259), for the files and outputs other programs read.
+
+    JSON has no NaN or infinity (Python's ``json`` would write the non-standard ``NaN`` / ``Infinity``, which
+    JavaScript, R's jsonlite and Go reject): a float that is not finite is written as ``null``. NumPy scalars and
+    arrays become numbers and lists, complex numbers ``{"re": ..., "im": ...}``, paths their text.
+
+    Example:
+        >>> import numpy as np
+        >>> from attnflow.runs import json_text
+        >>> json_text({"margin": float("nan"), "t": np.array([1.5, np.inf]), "n": np.int64(3)}, indent=None)
+        '{"margin": null, "t": [1.5, null], "n": 3}'
+    """
+    return json.dumps(_json_value(obj), indent=indent, allow_nan=False)
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Atomic JSON write (indent 2, a final newline); NumPy scalars and arrays are converted.
+    """Atomic write of ``obj`` as standard JSON (:func:`json_text`: indent 2, a non-finite float as null), with a
+    final newline.
 
     Example:
         >>> import tempfile, pathlib
         >>> import numpy as np
         >>> from attnflow.runs import atomic_write_json
         >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.json"
-        >>> atomic_write_json(target, {"n": np.int64(3)})
+        >>> atomic_write_json(target, {"n": np.int64(3), "slope": np.nan})
         >>> target.read_text()
-        '{\\n  "n": 3\\n}\\n'
+        '{\\n  "n": 3,\\n  "slope": null\\n}\\n'
     """
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n")
+    atomic_write_text(path, json_text(obj) + "\n")
 
 
 def remove_stale_temporaries(folder: Path, targets: set[str] | None = None) -> None:
