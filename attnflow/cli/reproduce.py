@@ -19,7 +19,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}); an existing "
                    "folder must be a previous reproduce report, which is replaced only when the run succeeds")
     p.add_argument("--config", default=None, help="TOML file overriding keys of configs/reproduce.toml")
-    p.add_argument("--quick", action="store_true", help="seconds-long smoke run (tiny n, short horizon)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run of about a minute (tiny n, short horizon: not a reproduction; checks that need a "
+                        "long horizon fail)")
     p.add_argument("--case", action="append", default=None, metavar="NAME",
                    help="run only this case (repeatable); see --list")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
