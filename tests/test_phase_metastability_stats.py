@@ -204,7 +204,7 @@ def test_float32_job_report_has_the_per_beta_table_the_precision_check_and_no_fi
     with open(tmp_path / "run" / "cells.csv", newline="") as fh:
         last = [r for r in csv.DictReader(fh) if float(r["t"]) == 40.0]
     table = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith(("| beta", "| ---"))]
-    assert len(table) == 3
+    assert len(table) == 3 and "betas, spread over the grid" not in report  # every beta shown: no caption
     for line, row in zip(table, last):
         cols = [c.strip() for c in line.strip("|").split("|")]
         assert float(cols[0]) == float(row["beta"]) and int(cols[1]) == int(row["systems"])
@@ -229,3 +229,21 @@ def test_a_fit_that_extrapolates_below_every_recorded_lifetime_is_not_identified
     assert fit["slope"] is None and fit["not_fitted"].startswith("not identified")
     assert fit["retained"] < 0.05
     assert lifetime_slope(beta, np.minimum(T, 15.0), T > 15.0)["slope"] is not None
+
+
+def test_the_report_says_when_its_per_beta_table_shows_a_spread_of_a_long_beta_grid(tmp_path):
+    """11 betas: the table shows REPORT_BETAS of them, first and last included, and says so under it."""
+    from attnflow.phase import load_phase_config, run_phase
+    from attnflow.phase._run import REPORT_BETAS
+
+    cfg = load_phase_config(None)
+    cfg.update(beta={"start": 0.5, "stop": 5.5, "num": 11}, d=2, n=4, systems=2, t1=1.0, dt=0.1, checkpoints=3)
+    cfg["run"]["progress"] = False
+    run_phase(cfg, tmp_path / "run", figure_workers=0)
+    report = (tmp_path / "run" / "report.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith(("| beta", "| ---"))]
+    shown = [float(line.strip("|").split("|")[0]) for line in table]
+    assert len(shown) == REPORT_BETAS < 11 and shown[0] == 0.5 and shown[-1] == 5.5 and shown == sorted(set(shown))
+    caption = report.split(table[-1] + "\n")[1].splitlines()[0]
+    assert caption == (f"({REPORT_BETAS} of the 11 betas, spread over the grid; every beta's row is in cells.csv and "
+                       "metastability.csv.)")

@@ -700,7 +700,11 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
                      f"beta = {betas[0]:g} and {p['beta_max']:.3f} at beta = {betas[-1]:g}.")
         lines.append(_lifetime_sentence(fit, config.confidence))
         lines.append("")
-        lines += _per_beta_table(head["per_beta"], summary["t_last"], config.confidence) + [""]
+        lines += _per_beta_table(head["per_beta"], summary["t_last"], config.confidence)
+        if len(head["per_beta"]) < len(betas):  # a long grid: a spread of its betas, every one in the tables
+            lines.append(f"({len(head['per_beta'])} of the {len(betas)} betas, spread over the grid; every beta's "
+                         "row is in cells.csv and metastability.csv.)")
+        lines.append("")
         lines += [f"![{name}]({name})" for name in figures[g.index]]
         lines.append("")
     lines += _noise_lines(config, summary, figures.get("noise", []))
