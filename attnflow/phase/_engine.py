@@ -142,6 +142,11 @@ def start_clouds(config: PhaseConfig, group: PhaseGroup, systems) -> np.ndarray:
     """The start clouds (len(systems), n, d) of the given systems of a group, as the job draws them
     (the same for every beta), in the config's dtype.
 
+    On the sphere the last bit of an entry can depend on how many clouds one call draws (XLA:CPU compiles the
+    normalisation of a small batch, measured: fewer than 128 clouds of 32 x 2, otherwise): for a few systems the
+    clouds can differ from the job's by an ulp. An exact replay of a run needs the job's own program anyway
+    (:func:`attnflow.phase.ensemble`).
+
     Example:
         >>> from attnflow.phase import check_phase_config, load_phase_config, start_clouds
         >>> cfg = load_phase_config(None)
