@@ -151,6 +151,10 @@ def test_json_files_are_standard_json_with_null_for_numbers_that_are_not_finite(
                    "array": [[finite[2], None], [None, finite[3]]], "flag": True, "z": {"re": finite[4], "im": None},
                    "nested": [{"x": None}], "path": str(tmp_path), "none": None}
     assert _strict_json(runs.json_text(obj, indent=None)) == got
+    # strict=False (records only Python reads back): Python's NaN and infinities kept, the rest as above
+    loose = json.loads(runs.json_text(obj, strict=False))
+    assert np.isnan(loose["median"][0]) and loose["median"][1:] == [finite[0], np.inf] and loose["margin"] == -np.inf
+    assert loose["array"][1] == [-np.inf, finite[3]] and loose["ints"] == [0, 1, 2]
     with pytest.raises(TypeError, match="not JSON serialisable: object"):
         runs.json_text({"x": object()})
 

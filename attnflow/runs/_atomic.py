@@ -139,53 +139,58 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _json_value(obj: Any) -> Any:
+def _json_value(obj: Any, strict: bool) -> Any:
     """``obj`` with every number JSON can hold: NumPy scalars and arrays as Python numbers and lists, a float
-    that is not finite (NaN, +-inf) as None, a complex number as ``{"re", "im"}``, a path as its text."""
+    that is not finite (NaN, +-inf) as None where ``strict``, a complex number as ``{"re", "im"}``, a path as its
+    text."""
     import math
 
     import numpy as np
 
     if isinstance(obj, float):  # Python floats and np.float64
-        return float(obj) if math.isfinite(obj) else None
+        return float(obj) if math.isfinite(obj) or not strict else None
     if isinstance(obj, (bool, int, str)) or obj is None:
         return obj
     if isinstance(obj, dict):
-        return {k: _json_value(v) for k, v in obj.items()}
+        return {k: _json_value(v, strict) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_value(v) for v in obj]
+        return [_json_value(v, strict) for v in obj]
     if isinstance(obj, np.generic) and not isinstance(obj, np.complexfloating):
-        return _json_value(obj.item())
+        return _json_value(obj.item(), strict)
     if isinstance(obj, np.ndarray):
-        return _json_value(obj.tolist())
+        return _json_value(obj.tolist(), strict)
     if isinstance(obj, (complex, np.complexfloating)):
-        return {"re": _json_value(obj.real), "im": _json_value(obj.imag)}
+        return {"re": _json_value(obj.real, strict), "im": _json_value(obj.imag, strict)}
     if isinstance(obj, Path):
         return str(obj)
     if hasattr(obj, "tolist"):
-        return _json_value(obj.tolist())
+        return _json_value(obj.tolist(), strict)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def json_text(obj: Any, *, indent: int | None = 2) -> str:
+def json_text(obj: Any, *, indent: int | None = 2, strict: bool = True) -> str:
     """``obj`` as standard JSON text (RFC 8259), for the files and outputs other programs read.
 
     JSON has no NaN or infinity (Python's ``json`` would write the non-standard ``NaN`` / ``Infinity``, which
     JavaScript, R's jsonlite and Go reject): a float that is not finite is written as ``null``. NumPy scalars and
     arrays become numbers and lists, complex numbers ``{"re": ..., "im": ...}``, paths their text.
+    ``strict=False`` keeps Python's ``NaN`` / ``Infinity`` instead, for a record that only Python code reads back
+    and computes with (the benchmarks' records).
 
     Example:
         >>> import numpy as np
         >>> from attnflow.runs import json_text
         >>> json_text({"margin": float("nan"), "t": np.array([1.5, np.inf]), "n": np.int64(3)}, indent=None)
         '{"margin": null, "t": [1.5, null], "n": 3}'
+        >>> json_text({"margin": np.float32(np.nan)}, indent=None, strict=False)
+        '{"margin": NaN}'
     """
-    return json.dumps(_json_value(obj), indent=indent, allow_nan=False)
+    return json.dumps(_json_value(obj, strict), indent=indent, allow_nan=not strict)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Atomic write of ``obj`` as standard JSON (:func:`json_text`: indent 2, a non-finite float as null), with a
-    final newline.
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, strict: bool = True) -> None:
+    """Atomic write of ``obj`` as JSON (:func:`json_text`: indent 2; standard, a non-finite float as null, unless
+    ``strict=False``), with a final newline.
 
     Example:
         >>> import tempfile, pathlib
@@ -196,7 +201,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
         >>> target.read_text()
         '{\\n  "n": 3,\\n  "slope": null\\n}\\n'
     """
-    atomic_write_text(path, json_text(obj) + "\n")
+    atomic_write_text(path, json_text(obj, strict=strict) + "\n")
 
 
 def remove_stale_temporaries(folder: Path, targets: set[str] | None = None) -> None:
