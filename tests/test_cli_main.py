@@ -111,6 +111,32 @@ print("never printed")
     assert "to stderr" in r.stderr and marker.read_text() == "yes"
 
 
+def test_the_command_process_prints_a_warning_as_one_line_naming_the_command():
+    """In the ``attnflow`` process a warning is one line, ``attnflow COMMAND: warning: ...`` (no source line under it);
+    one from outside attnflow names where it came from. ``main`` called from Python leaves warnings to the caller."""
+    code = """
+import importlib, sys, warnings
+cli = importlib.import_module("attnflow.cli.main")
+def command():
+    import attnflow.probe._optimize as lib  # a warning raised inside attnflow ...
+    exec(compile("import warnings; warnings.warn('3 members frozen', RuntimeWarning)", lib.__file__, "exec"))
+    exec(compile("import warnings; warnings.warn('from a library')", "/v/site-packages/jax/_src/x.py", "exec"))
+    return 0
+cli.main = command
+sys.argv = ["attnflow", "probe", "c.toml", "--out", "o"]
+cli.run()
+"""
+    r = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, cwd=REPO,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == ["attnflow probe: warning: 3 members frozen (RuntimeWarning)",
+                                     "attnflow probe: warning: from a library (UserWarning, from jax/_src/x.py:1)"]
+    import warnings
+
+    before = warnings.showwarning
+    assert main(["reproduce", "--list"]) == 0 and warnings.showwarning is before
+
+
 _WORKERS_BEFORE_JAX = """
 import sys
 import attnflow.cli.phase as phase

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import sys
 
@@ -134,9 +135,12 @@ def run() -> None:
     both, a folder moves them); :func:`main`
     called from Python does not.
     """
+    import warnings
+
     from ..runs import enable_compile_cache
 
     enable_compile_cache()
+    warnings.showwarning = functools.partial(_warning_line, _chosen_command(sys.argv[1:]) or "attnflow")
     code = main()
     import atexit
     import os
@@ -148,6 +152,36 @@ def run() -> None:
             pass
     atexit._run_exitfuncs()
     os._exit(code)
+
+
+def _warning_line(command: str, message, category, filename: str, lineno: int, file=None, line=None) -> None:
+    """A warning as the command's one line on stderr (``warnings.showwarning`` of the ``attnflow`` process):
+    ``attnflow COMMAND: warning: MESSAGE (Category)``, without the source line Python would print under it; a
+    warning from outside attnflow also names where it came from.
+
+    Example:
+        >>> import sys
+        >>> import attnflow.probe
+        >>> _warning_line("probe", "3 members were frozen", RuntimeWarning, attnflow.probe.__file__, 9, sys.stdout)
+        attnflow probe: warning: 3 members were frozen (RuntimeWarning)
+        >>> _warning_line("phase", "slow path", UserWarning, "/y/attnflow/site-packages/jax/_src/api.py", 12, sys.stdout)
+        attnflow phase: warning: slow path (UserWarning, from jax/_src/api.py:12)
+    """
+    import os
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attnflow/
+    path = os.path.abspath(str(filename))
+    where = ""
+    if os.path.commonpath([package, path]) != package:
+        parts = path.split(os.sep)
+        tail = parts[next((i for i in range(len(parts) - 1, -1, -1) if parts[i] == "site-packages"), -1) + 1:]
+        where = f", from {'/'.join(tail)}:{lineno}"
+    text = f"attnflow {command}: warning: {message} ({category.__name__}{where})\n"
+    stream = sys.stderr if file is None else file
+    try:
+        stream.write(text)
+    except (OSError, ValueError):  # a closed stream: the warning is lost, as Python's own would be
+        pass
 
 
 def _figures_in(formats: tuple[str, ...] | None):
