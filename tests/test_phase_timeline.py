@@ -1,0 +1,31 @@
+"""benchmarks/phase_timeline.py: one phase command's stretches, stamped from inside its process."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def test_the_stretches_of_a_first_and_a_kept_run_add_up_to_the_command(tmp_path, capsys):
+    """A first run compiles (trace and XLA compile > 0), a second reads the kept programs (neither); the stretches
+    of each run add up to its wall time; the figure that ended last is named; the record holds every stamp."""
+    from benchmarks import phase_timeline
+
+    out = tmp_path / "tl.json"
+    assert phase_timeline.main(["--row", "small", "--quick", "--runs", "2", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    first, kept = (r["stretches"] for r in record["runs"])
+    parts = ("start-up", "trace and lowering", "XLA compile", "computation", "tables and figures", "exit")
+    for s in (first, kept):
+        assert sum(s[k] for k in parts) == pytest.approx(s["wall"], abs=1e-6)
+        assert all(s[k] >= 0 for k in parts) and s["cpu"] > 0
+        assert s["last figure"] in ("heat_maps", "curves", "staircase", "lifetimes")
+    assert first["trace and lowering"] > 0 and first["XLA compile"] > 0
+    assert kept["trace and lowering"] == 0 and kept["XLA compile"] == 0
+    assert "XLA compile" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        phase_timeline.main(["--row", "default", "--quick"])  # no toy size of that row: refused before any work
