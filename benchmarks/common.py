@@ -172,8 +172,31 @@ def _isa_flags() -> list[str]:
     return []
 
 
+#: environment variables that change which kernels or how many threads XLA:CPU, PyTorch and BLAS use, or where the
+#: attnflow command keeps its compiled programs: a record names those that were set
+ENVIRONMENT_KEYS = ("XLA_FLAGS", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "ATTNFLOW_COMPILE_CACHE", "JAX_PLATFORMS", "JAX_ENABLE_X64")
+
+
+def set_environment() -> dict:
+    """The variables of :data:`ENVIRONMENT_KEYS` set in this process, with their values.
+
+    Example:
+        >>> import os
+        >>> from benchmarks.common import set_environment
+        >>> os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        >>> set_environment()["ATEN_CPU_CAPABILITY"]
+        'avx2'
+        >>> del os.environ["ATEN_CPU_CAPABILITY"]
+        >>> "ATEN_CPU_CAPABILITY" in set_environment()
+        False
+    """
+    return {k: os.environ[k] for k in ENVIRONMENT_KEYS if k in os.environ}
+
+
 def machine_info() -> dict:
-    """Machine, devices and library versions, for the JSON record of a run."""
+    """Machine, devices and library versions, for the JSON record of a run; ``environment``: the settings of
+    :data:`ENVIRONMENT_KEYS` in force (a run with ``XLA_FLAGS=--xla_cpu_max_isa=AVX2`` says so)."""
     import jax
 
     versions = {"python": sys.version.split()[0]}
@@ -198,6 +221,7 @@ def machine_info() -> dict:
         "jax_devices": [str(d) for d in jax.devices()],
         "versions": versions,
         "git_commit": _git_commit(),  # attnflow.runs.git_commit, one implementation
+        "environment": set_environment(),
     }
 
 

@@ -367,6 +367,8 @@ def run_suite(args) -> dict:
     print(f"machine: {info['cpu']} x{info['cpu_count']} ({', '.join(info.get('isa_flags') or []) or 'ISA flags unknown'}); "
           f"load average {info['loadavg_start']} at start, {info['loadavg_end']} at end. These ratios hold for this "
           "machine and load only.")
+    if info.get("environment"):
+        print("settings in force: " + ", ".join(f"{k}={v}" for k, v in info["environment"].items()))
     print(f"total {elapsed:.0f} s; results in {run_dir}")
     return summary
 

@@ -1,4 +1,5 @@
-"""benchmarks/phase_timeline.py: one phase command's stretches, stamped from inside its process."""
+"""benchmarks/phase_timeline.py: one phase command's stretches, stamped from inside its process; the
+settings a bench record names."""
 
 import json
 import sys
@@ -29,3 +30,22 @@ def test_the_stretches_of_a_first_and_a_kept_run_add_up_to_the_command(tmp_path,
     assert "XLA compile" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         phase_timeline.main(["--row", "default", "--quick"])  # no toy size of that row: refused before any work
+
+
+def test_a_record_names_the_kernel_and_thread_settings_in_force(monkeypatch):
+    """A bench run under ``XLA_FLAGS`` / ``ATEN_CPU_CAPABILITY`` (other kernels than the machine's own) says so in
+    its record and its printed table; a run without them names nothing."""
+    from benchmarks.bench_phase import format_result
+    from benchmarks.common import ENVIRONMENT_KEYS, machine_info
+
+    for key in ENVIRONMENT_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    plain = machine_info()
+    assert plain["environment"] == {}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    limited = machine_info()
+    assert limited["environment"] == {"XLA_FLAGS": "--xla_cpu_max_isa=AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    result = {"machine": limited, "matmul_f64": {"flops_per_s": 1e11}, "rows": []}
+    assert "settings in force: XLA_FLAGS=--xla_cpu_max_isa=AVX2, ATEN_CPU_CAPABILITY=avx2" in format_result(result)
+    assert "settings in force" not in format_result({**result, "machine": plain})
