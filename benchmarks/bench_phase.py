@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import csv
-import json
 import os
 import statistics
 import subprocess

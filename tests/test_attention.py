@@ -1,6 +1,5 @@
 """The attention kernel: one softmax, P row-stochastic, dependence on Q^T K only."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st

@@ -12,7 +12,6 @@ import pytest
 import attnflow
 from attnflow import AttentionFlow, RescaledFlow, attend
 from attnflow.kernels import _attention as att
-from attnflow.kernels import chunked_attend
 from attnflow.errors import InputError
 from attnflow.integrate import solve_euler
 

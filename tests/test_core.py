@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy.linalg import expm
 from scipy.special import softmax as sp_softmax
 
 import attnflow as af

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attnflow as af
-from attnflow import InputError, NonFiniteError, SolverError
+from attnflow import InputError, NonFiniteError
 
 I2 = np.eye(2)
 X = np.random.default_rng(0).normal(size=(5, 2))

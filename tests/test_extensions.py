@@ -27,7 +27,6 @@ from attnflow.dynamics import (
     LayeredFlow,
     LayerInterpolation,
     PreNorm,
-    TangentProjected,
     TimeVaryingFlow,
     TransformerBlock,
     Wrapped,

@@ -169,7 +169,6 @@ def test_rescaled_from_raw_is_the_inverse_power():
 def test_adding_a_dynamics_is_one_module_and_one_registry_entry(monkeypatch):
     """docs/architecture.md's worked example: a new field registered in one entry runs through
     build_field, the Euler stepper, an ODE solver and simulate, and equals the hand-built sum."""
-    import jax
     import jax.numpy as jnp
     import numpy as np
 

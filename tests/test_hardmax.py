@@ -6,7 +6,6 @@ field, the closed form of a follower's straight line to its leader, the softmax 
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -4,7 +4,6 @@ definitions on small random clouds, and W1 on the circle against closed forms.""
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import special, stats

@@ -131,6 +131,7 @@ def test_head_weights_paper_convention(minilm64):
     d, dk = 384, 32
     h = 5
     r = slice(h * dk, (h + 1) * dk)
+    assert np.asarray(w.Q[2, h]).shape == (dk, d)  # head h's query rows of the (d, d) projection
     np.testing.assert_array_equal(np.asarray(w.Q[2, h]), np.asarray(m.query_w[r]))
     np.testing.assert_array_equal(np.asarray(w.k_bias[2, h]), np.asarray(m.key_b[r]))
     Wo, Wv = np.asarray(m.out_w[:, r]), np.asarray(m.value_w[r])

@@ -4,7 +4,6 @@ transition, continuous below beta* and with a bistable range above it (1/n norma
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

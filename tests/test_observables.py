@@ -276,10 +276,9 @@ def test_classify_geometry_planted_configurations():
     obs = classify_geometry(z, V)
     assert obs.num_levels == 3 and obs.supports("hyperplanes") and obs.supports("polytope x subspace")
     assert obs.label == "polytope x subspace" and obs.codim == 3
-    # paranormal with dim F = 2: F-parts at 3 points, G-parts diverging; the F-parts collapse when the
-    # reference scale is given
+    # paranormal with dim F = 2 (F = the first two coordinates): F-parts at 3 points, G-parts diverging; the
+    # F-parts collapse when the reference scale is given
     Vp = np.diag([1.0, 1.0, -0.5])
-    F = np.array([[1.0, 0], [0, 1], [0, 0]])
     fpart, _ = blobs(rng, [[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], 7, 1e-6)
     z = np.concatenate([fpart[:n], 300 * rng.normal(size=(n, 1))], axis=1)
     obs = classify_geometry(z, Vp, scale=2.0)  # tolerance from the F-parts' initial size, not from |z|

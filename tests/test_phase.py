@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import AttentionWeights, InputError
+from attnflow import InputError
 from attnflow.dynamics import normalise, sphere_flow
 from attnflow.ensembles import system_seeds, token_key
 from attnflow.integrate import EulerStepper, sphere_shift

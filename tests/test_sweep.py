@@ -16,7 +16,6 @@ import pytest
 import attnflow  # noqa: F401
 from attnflow.errors import InputError
 from attnflow.observables import GEOMETRY_LABELS, classify_configuration, classify_geometry
-from attnflow.runio import load_config
 from attnflow.sweep import load_sweep_config, run_sweep, wilson_interval
 from attnflow.spectral import check_batch, unstable_projector
 

@@ -164,7 +164,8 @@ def _warning_line(command: str, message, category, filename: str, lineno: int, f
         >>> import attnflow.probe
         >>> _warning_line("probe", "3 members were frozen", RuntimeWarning, attnflow.probe.__file__, 9, sys.stdout)
         attnflow probe: warning: 3 members were frozen (RuntimeWarning)
-        >>> _warning_line("phase", "slow path", UserWarning, "/y/attnflow/site-packages/jax/_src/api.py", 12, sys.stdout)
+        >>> jax_file = "/y/attnflow/site-packages/jax/_src/api.py"
+        >>> _warning_line("phase", "slow path", UserWarning, jax_file, 12, sys.stdout)
         attnflow phase: warning: slow path (UserWarning, from jax/_src/api.py:12)
     """
     import os

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import final
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float

@@ -21,7 +21,6 @@ exact, with drift :math:`\sum_h \sum_j P^h_{ij} (I + \Delta t S)^{-1} V_h (z_j -
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 

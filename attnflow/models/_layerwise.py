@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from ..observables import boolean_distance, directions, leaders, num_clusters, numerical_rank, off_leader_mass
+from ..observables import directions, leaders, num_clusters, numerical_rank, off_leader_mass
 from .._weights import AttentionWeights
 from ._encoder import TransformerModel, forward
 from ._heads import HeadAssumptions

@@ -13,7 +13,6 @@ r"""Structure of an attention matrix P (n, n), row-stochastic.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 

@@ -3,7 +3,6 @@ and :math:`\|x_i(t)\| \le \max(\max_j \|x_j(0)\|, \sqrt{2n})` for all t."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 

@@ -13,7 +13,6 @@ eigenvector of V and their limit levels :math:`\{a, 0, b\}`.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
