@@ -83,6 +83,42 @@ def test_a_sweep_folder_written_before_attnflow_runs_resumes(tmp_path):
     assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
 
 
+def _csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
+    """tests/data/phase_run_v1 holds the marker, config.json and the first of three chunks that attnflow before
+    attnflow.runs (commit ccaffaf) wrote for its phase.toml, and the cells.csv and metastability.csv of that run
+    finished (written under the suite's XLA options, tests/conftest.py). The job resumes it: the chunk is kept, the
+    other two are computed, and the tables equal an uninterrupted run's here byte for byte. The first beta's pairs
+    all lie in the kept chunk, so its rows are the old run's, character for character, in every column the old code
+    wrote (sigma and the order parameter are columns added since)."""
+    from attnflow.phase import load_phase_config, run_phase
+
+    fixture = DATA / "phase_run_v1"
+    config = load_phase_config(fixture / "phase.toml")
+    out = tmp_path / "run"
+    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("phase.toml", "*.csv"))
+    marker = (out / runs.MARKER).read_text()
+    summary = run_phase(config, out, figure_workers=0)
+    assert summary["chunks_resumed_here"] == 1 and summary["chunks_computed_here"] == 2
+    kept = out / "chunks" / "g000-000000000.npz"
+    assert kept.read_bytes() == (fixture / "chunks" / kept.name).read_bytes()
+    assert (out / runs.MARKER).read_text() == marker
+    assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
+    run_phase(config, tmp_path / "fresh", figure_workers=0)
+    for table, added in (("cells.csv", {"sigma", "order", "order_lo", "order_hi"}), ("metastability.csv", {"sigma"})):
+        assert (out / table).read_bytes() == (tmp_path / "fresh" / table).read_bytes(), table
+        rows, stored = _csv_rows(out / table), _csv_rows(fixture / table)
+        assert len(rows) == len(stored) and set(rows[0]) - set(stored[0]) == added, table
+        first_beta = [(row, old) for row, old in zip(rows, stored) if old["beta"] == "0.5"]
+        assert first_beta and all(row[k] == old[k] for row, old in first_beta for k in old), table
+
+
 def test_open_run_refuses_another_config_with_one_sentence(tmp_path):
     out = tmp_path / "run"
     first = runs.open_run(out, "demo", {"seed": 0, "run": {"chunk_size": 4, "devices": 1}}, seed=0)
