@@ -119,6 +119,45 @@ def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
         assert first_beta and all(row[k] == old[k] for row, old in first_beta for k in old), table
 
 
+def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
+    """tests/data/meanfield_run_v1 holds the marker, config.json and 5 of the 10 units (the n = 64 particles, the
+    convergence PDE, the growth PDE) that attnflow before attnflow.runs (commit ccaffaf) wrote for its
+    meanfield.toml, and the tables of that run finished (under the suite's XLA options, tests/conftest.py). The job
+    resumes it: the 5 units are kept as they are, the other 5 computed. The n = 64 rows read only kept units: they
+    are the old run's, character for character. The other rows hold units computed here: equal to the old run's
+    to 1e-9 relative. Under XLA's default options they are its bytes; under the suite's options a process that
+    compiles the particles' programs without first solving the PDE rounds them otherwise, by up to 1.5e-13
+    relative (measured), and another machine's code generation may add its own rounding: 1e-9 is far above both
+    and far below what a wrong unit moves (a seed or a size changes W1 and the modes in their second digit)."""
+    from attnflow.meanfield import load_meanfield_config, run_meanfield
+
+    fixture = DATA / "meanfield_run_v1"
+    config = load_meanfield_config(fixture / "meanfield.toml")
+    out = tmp_path / "run"
+    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("meanfield.toml", "*.csv"))
+    marker = (out / runs.MARKER).read_text()
+    summary = run_meanfield(config, out, progress=False)
+    assert summary["units_resumed"] == 5 and summary["units_computed"] == 5
+    for unit in (fixture / "units").iterdir():
+        assert (out / "units" / unit.name).read_bytes() == unit.read_bytes(), unit.name
+    assert (out / runs.MARKER).read_text() == marker
+    assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
+    for table in ("convergence.csv", "growth.csv", "rates.csv"):
+        rows, stored = _csv_rows(out / table), _csv_rows(fixture / table)
+        assert len(rows) == len(stored) and list(rows[0]) == list(stored[0]), table
+        for row, old in zip(rows, stored):
+            if table == "convergence.csv" and old["n"] == "64":
+                assert row == old
+                continue
+            for key, value in old.items():
+                try:
+                    expected = float(value)
+                except ValueError:
+                    assert row[key] == value, (table, key)
+                    continue
+                assert float(row[key]) == pytest.approx(expected, rel=1e-9, nan_ok=True), (table, key)
+
+
 def test_open_run_refuses_another_config_with_one_sentence(tmp_path):
     out = tmp_path / "run"
     first = runs.open_run(out, "demo", {"seed": 0, "run": {"chunk_size": 4, "devices": 1}}, seed=0)
