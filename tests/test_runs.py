@@ -126,10 +126,11 @@ def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
     resumes it: the 5 units are kept as they are, the other 5 computed. The n = 64 rows read only kept units: they
     are the old run's, character for character. The other rows hold units computed here: equal to the old run's
     to 1e-9 relative. Under XLA's default options a resumed run's tables are an uninterrupted run's bytes
-    (measured); under the suite's options a process that compiles the particles' programs without first solving
-    the PDE rounds them otherwise, by up to 1.5e-13 relative (measured), and another machine's code generation may
-    add its own rounding: 1e-9 is far above both and far below what a wrong unit moves (a seed or a size changes W1
-    and the modes in their second digit)."""
+    (measured); under the suite's options, when a process solves neither the PDE nor an n = 64 system before the
+    rest (both kept), the units it computes round otherwise, by up to 1.5e-13 relative (measured; with either of
+    them solved first, the bytes again), and another machine's code generation may add its own rounding: 1e-9 is
+    far above both and far below what a wrong unit moves (a seed or a size changes W1 and the modes in their second
+    digit)."""
     from attnflow.meanfield import load_meanfield_config, run_meanfield
 
     fixture = DATA / "meanfield_run_v1"
