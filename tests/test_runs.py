@@ -160,6 +160,40 @@ def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
                 assert float(row[key]) == pytest.approx(expected, rel=1e-9, nan_ok=True), (table, key)
 
 
+@pytest.mark.usefixtures("x64_here")
+def test_a_probe_folder_written_before_attnflow_runs_resumes(tmp_path):
+    """tests/data/probe_run_v1 holds the marker, config.json and the optimizer checkpoint (step 3 of 6) that attnflow
+    before attnflow.runs (commit ccaffaf) wrote for its probe.toml, interrupted, and the tables of that run
+    uninterrupted (float64, under the suite's XLA options). The probe resumes from step 3, and its tables are the
+    old run's: the losses character for character, every number to 1e-9 relative (lambda_min_rel, an eigenvalue of
+    the best A, moves by an ulp between two runs in one process, measured; the steps after the checkpoint are
+    computed here, and another machine's code generation may round them otherwise)."""
+    from attnflow.probe import load_probe_config, run_probe
+
+    fixture = DATA / "probe_run_v1"
+    config = load_probe_config(fixture / "probe.toml")
+    out = tmp_path / "run"
+    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("probe.toml", "*.csv"))
+    marker = (out / runs.MARKER).read_text()
+    summary = run_probe(config, out, progress=False)
+    assert summary["resumed_from_step"] == 3 and summary["optimizer_steps"] == 6
+    assert runs.read_marker(out) == json.loads(marker)  # the same fields (written again, in another order)
+    assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
+    for table in ("starts.csv", "horizons.csv"):
+        rows, stored = _csv_rows(out / table), _csv_rows(fixture / table)
+        assert len(rows) == len(stored) > 0 and list(rows[0]) == list(stored[0]), table
+        for row, old in zip(rows, stored):
+            for key, value in old.items():
+                try:
+                    expected = float(value)
+                except ValueError:
+                    assert row[key] == value, (table, key)
+                    continue
+                assert float(row[key]) == pytest.approx(expected, rel=1e-9, abs=1e-12), (table, key)
+    assert [(r["first_loss"], r["final_loss"]) for r in _csv_rows(out / "starts.csv")] == [
+        (r["first_loss"], r["final_loss"]) for r in _csv_rows(fixture / "starts.csv")]
+
+
 def test_open_run_refuses_another_config_with_one_sentence(tmp_path):
     out = tmp_path / "run"
     first = runs.open_run(out, "demo", {"seed": 0, "run": {"chunk_size": 4, "devices": 1}}, seed=0)
