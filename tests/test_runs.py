@@ -90,6 +90,27 @@ def _csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _resumable(tmp_path: Path, name: str, config_file: str) -> tuple[Path, Path, str]:
+    """The stored folder ``tests/data/<name>`` copied to ``tmp_path/run`` without its config file and tables:
+    (fixture, the copy, its marker's text)."""
+    fixture = DATA / name
+    out = tmp_path / "run"
+    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns(config_file, "*.csv"))
+    return fixture, out, (out / runs.MARKER).read_text()
+
+
+def _assert_row_close(row: dict, old: dict, where: str, rel: float = 1e-9) -> None:
+    """Every column of the stored ``old`` row in ``row``: numbers to ``rel`` relative (1e-12 absolute), the
+    rest character for character."""
+    for key, value in old.items():
+        try:
+            expected = float(value)
+        except ValueError:
+            assert row[key] == value, (where, key)
+            continue
+        assert float(row[key]) == pytest.approx(expected, rel=rel, abs=1e-12, nan_ok=True), (where, key)
+
+
 def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
     """tests/data/phase_run_v1 holds the marker, config.json and the first of three chunks that attnflow before
     attnflow.runs (commit ccaffaf) wrote for its phase.toml, and the cells.csv and metastability.csv of that run
@@ -99,11 +120,8 @@ def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
     wrote (sigma and the order parameter are columns added since)."""
     from attnflow.phase import load_phase_config, run_phase
 
-    fixture = DATA / "phase_run_v1"
+    fixture, out, marker = _resumable(tmp_path, "phase_run_v1", "phase.toml")
     config = load_phase_config(fixture / "phase.toml")
-    out = tmp_path / "run"
-    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("phase.toml", "*.csv"))
-    marker = (out / runs.MARKER).read_text()
     summary = run_phase(config, out, figure_workers=0)
     assert summary["chunks_resumed_here"] == 1 and summary["chunks_computed_here"] == 2
     kept = out / "chunks" / "g000-000000000.npz"
@@ -133,11 +151,8 @@ def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
     digit)."""
     from attnflow.meanfield import load_meanfield_config, run_meanfield
 
-    fixture = DATA / "meanfield_run_v1"
+    fixture, out, marker = _resumable(tmp_path, "meanfield_run_v1", "meanfield.toml")
     config = load_meanfield_config(fixture / "meanfield.toml")
-    out = tmp_path / "run"
-    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("meanfield.toml", "*.csv"))
-    marker = (out / runs.MARKER).read_text()
     summary = run_meanfield(config, out, progress=False)
     assert summary["units_resumed"] == 5 and summary["units_computed"] == 5
     for unit in (fixture / "units").iterdir():
@@ -150,14 +165,8 @@ def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
         for row, old in zip(rows, stored):
             if table == "convergence.csv" and old["n"] == "64":
                 assert row == old
-                continue
-            for key, value in old.items():
-                try:
-                    expected = float(value)
-                except ValueError:
-                    assert row[key] == value, (table, key)
-                    continue
-                assert float(row[key]) == pytest.approx(expected, rel=1e-9, nan_ok=True), (table, key)
+            else:
+                _assert_row_close(row, old, table)
 
 
 @pytest.mark.usefixtures("x64_here")
@@ -170,11 +179,8 @@ def test_a_probe_folder_written_before_attnflow_runs_resumes(tmp_path):
     computed here, and another machine's code generation may round them otherwise)."""
     from attnflow.probe import load_probe_config, run_probe
 
-    fixture = DATA / "probe_run_v1"
+    fixture, out, marker = _resumable(tmp_path, "probe_run_v1", "probe.toml")
     config = load_probe_config(fixture / "probe.toml")
-    out = tmp_path / "run"
-    shutil.copytree(fixture, out, ignore=shutil.ignore_patterns("probe.toml", "*.csv"))
-    marker = (out / runs.MARKER).read_text()
     summary = run_probe(config, out, progress=False)
     assert summary["resumed_from_step"] == 3 and summary["optimizer_steps"] == 6
     assert runs.read_marker(out) == json.loads(marker)  # the same fields (written again, in another order)
@@ -183,13 +189,7 @@ def test_a_probe_folder_written_before_attnflow_runs_resumes(tmp_path):
         rows, stored = _csv_rows(out / table), _csv_rows(fixture / table)
         assert len(rows) == len(stored) > 0 and list(rows[0]) == list(stored[0]), table
         for row, old in zip(rows, stored):
-            for key, value in old.items():
-                try:
-                    expected = float(value)
-                except ValueError:
-                    assert row[key] == value, (table, key)
-                    continue
-                assert float(row[key]) == pytest.approx(expected, rel=1e-9, abs=1e-12), (table, key)
+            _assert_row_close(row, old, table)
     assert [(r["first_loss"], r["final_loss"]) for r in _csv_rows(out / "starts.csv")] == [
         (r["first_loss"], r["final_loss"]) for r in _csv_rows(fixture / "starts.csv")]
 
