@@ -51,7 +51,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # allow `python benchmarks/bench_phase.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import atomic_write_json, attention_flops, machine_info, matmul_rate  # noqa: E402
+from benchmarks.common import (atomic_write_json, attention_flops, machine_info, matmul_rate,  # noqa: E402
+                               settings_line)
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_SCRIPT = ROOT / "benchmarks" / "phase_torch.py"
@@ -249,9 +250,8 @@ def format_result(result: dict) -> str:
              f"matmul {result['matmul_f64']['flops_per_s'] / 1e9:.1f} GFLOP/s; torch threads "
              f"{result.get('torch_threads', {}).get('chosen', '-')}; load average before the rows "
              f"{' '.join(f'{x:.1f}' for x in result['rows'][0]['load_before']) if result['rows'] else '-'})"]
-    settings = result["machine"].get("environment") or {}
-    if settings:
-        lines.append("settings in force: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    if settings_line(result["machine"]):
+        lines.append(settings_line(result["machine"]))
     head = (f"{'row':>8} {'systems x betas':>16} {'d':>4} {'attnflow s':>11} {'torch s':>9} {'ratio min/med/max':>20} "
             f"{'ns/sys-step a | t':>20} {'GFLOP':>8} {'of matmul a | t':>18} {'(no projections)':>18}")
     lines += [head, "-" * len(head)]

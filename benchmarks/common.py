@@ -178,20 +178,35 @@ ENVIRONMENT_KEYS = ("XLA_FLAGS", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_
                     "ATTNFLOW_COMPILE_CACHE", "JAX_PLATFORMS", "JAX_ENABLE_X64")
 
 
-def set_environment() -> dict:
+def environment_settings() -> dict:
     """The variables of :data:`ENVIRONMENT_KEYS` set in this process, with their values.
 
     Example:
         >>> import os
-        >>> from benchmarks.common import set_environment
+        >>> from benchmarks.common import environment_settings
         >>> os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
-        >>> set_environment()["ATEN_CPU_CAPABILITY"]
+        >>> environment_settings()["ATEN_CPU_CAPABILITY"]
         'avx2'
         >>> del os.environ["ATEN_CPU_CAPABILITY"]
-        >>> "ATEN_CPU_CAPABILITY" in set_environment()
+        >>> "ATEN_CPU_CAPABILITY" in environment_settings()
         False
     """
     return {k: os.environ[k] for k in ENVIRONMENT_KEYS if k in os.environ}
+
+
+def settings_line(machine: dict) -> str | None:
+    """The line a benchmark prints under its machine line when a record ran under settings of
+    :data:`ENVIRONMENT_KEYS` (``machine["environment"]``), else None.
+
+    Example:
+        >>> from benchmarks.common import settings_line
+        >>> settings_line({"environment": {"XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}})
+        'settings in force: XLA_FLAGS=--xla_cpu_max_isa=AVX2'
+        >>> settings_line({"environment": {}}) is None
+        True
+    """
+    settings = machine.get("environment") or {}
+    return "settings in force: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else None
 
 
 def machine_info() -> dict:
@@ -221,7 +236,7 @@ def machine_info() -> dict:
         "jax_devices": [str(d) for d in jax.devices()],
         "versions": versions,
         "git_commit": _git_commit(),  # attnflow.runs.git_commit, one implementation
-        "environment": set_environment(),
+        "environment": environment_settings(),
     }
 
 

@@ -54,6 +54,7 @@ from benchmarks.common import (  # noqa: E402
     make_problem,
     make_run_dir,
     matmul_rate,
+    settings_line,
 )
 
 FULL_SIZES = [(64, 256, 128), (16, 1024, 64), (1, 4096, 64), (1, 100_000, 64)]
@@ -367,8 +368,8 @@ def run_suite(args) -> dict:
     print(f"machine: {info['cpu']} x{info['cpu_count']} ({', '.join(info.get('isa_flags') or []) or 'ISA flags unknown'}); "
           f"load average {info['loadavg_start']} at start, {info['loadavg_end']} at end. These ratios hold for this "
           "machine and load only.")
-    if info.get("environment"):
-        print("settings in force: " + ", ".join(f"{k}={v}" for k, v in info["environment"].items()))
+    if settings_line(info):
+        print(settings_line(info))
     print(f"total {elapsed:.0f} s; results in {run_dir}")
     return summary
 

@@ -84,10 +84,9 @@ def test_a_sweep_folder_written_before_attnflow_runs_resumes(tmp_path):
 
 
 def _csv_rows(path: Path) -> list[dict]:
-    import csv
-
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
+    """The rows of a CSV table as dicts of the cells' text (:func:`attnflow.runs.read_csv`'s columns, by row)."""
+    columns = runs.read_csv(path)
+    return [dict(zip(columns, cells)) for cells in zip(*columns.values())]
 
 
 def _resumable(tmp_path: Path, name: str, config_file: str) -> tuple[Path, Path, str]:
