@@ -200,3 +200,30 @@ def test_gallery_example_09_stops_where_the_pde_is_resolved(tmp_path, capsys):
     low = np.minimum.accumulate(np.asarray(pde.min_density))
     at = round(t_end)  # saves every 1.0
     assert low[at] >= 0 and low[at + 1] < 0  # the last saved time the PDE resolves
+
+
+def _circle_and_sphere_starts():
+    from attnflow.meanfield import perturbed_uniform_sphere_density, solve_sphere_continuity
+
+    rng = np.random.default_rng(11)
+    theta = circle_grid(32)
+    rho0 = (1 + 0.3 * jnp.cos(theta) + 0.1 * rng.standard_normal() * jnp.sin(2 * theta)) / (2 * jnp.pi)
+    return [(solve_continuity, rho0, "density"), (solve_sphere_continuity, perturbed_uniform_sphere_density(4, 2, 0.2),
+                                                   "coefficients")]
+
+
+@pytest.mark.parametrize("case", [0, 1], ids=["circle", "sphere"])
+def test_rk4_steps_between_saves_one_rule_for_both_continuity_solvers(case):
+    # dt = 0.3 over the longest interval 1.0 needs ceil(1/0.3) = 4 steps: the same solve, bit for bit, as
+    # steps_per_save=4, and not as 3 (the rule's floor) or 5; a missing step and a single save time are
+    # refused in the same sentence on the circle and on S^2
+    solve, start, key = _circle_and_sphere_starts()[case]
+    ts = jnp.array([0.0, 0.5, 1.5])
+    by_dt = np.asarray(getattr(solve(start, 2.0, ts, dt=0.3), key))
+    np.testing.assert_array_equal(by_dt, np.asarray(getattr(solve(start, 2.0, ts, steps_per_save=4), key)))
+    for other in (3, 5):
+        assert not np.array_equal(by_dt, np.asarray(getattr(solve(start, 2.0, ts, steps_per_save=other), key)))
+    with pytest.raises(InputError, match=r"^solver='rk4' needs steps_per_save \(an int\), or a concrete dt"):
+        solve(start, 2.0, ts)
+    with pytest.raises(InputError, match=r"^ts must hold at least two times"):
+        solve(start, 2.0, jnp.array([0.0]), dt=0.1)

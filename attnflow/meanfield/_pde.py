@@ -309,14 +309,7 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
                     f"density0 has {lost:.3g} of its L2 norm above the {cutoff} modes that {density0.shape[0]} "
                     f"grid points move (max_discarded = {max_discarded:g}); use a finer grid or a smoother start.")
     if solver == "rk4":
-        if ts.shape[0] < 2:
-            raise InputError("ts must hold at least two times (the start and a save time) for solver='rk4'.")
-        if steps_per_save is None:
-            if dt is None or not (v.is_concrete(dt) and v.is_concrete(ts)):
-                raise InputError("solver='rk4' needs steps_per_save (an int), or a concrete dt with concrete ts.")
-            longest = float(jnp.max(jnp.diff(ts)))
-            steps_per_save = max(1, math.ceil(longest / float(dt) - 1e-9))
-        steps = v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
+        steps = rk4_steps_per_save(ts, dt, steps_per_save)
         if all(v.is_concrete(a) for a in (density0, beta, ts)):
             _check_step(density0, beta, normalisation, float(jnp.max(jnp.diff(ts))) / steps, cutoff)
         return _solve_rk4(density0, beta, ts, normalisation, steps, bool(dealias), _sigma_arg(sigma, dtype))
@@ -325,6 +318,27 @@ def solve_continuity(density0: Float[Array, " G"], beta, ts: Float[Array, " T"],
     return _solve_diffrax(density0, beta, ts, normalisation, None if dt is None else jnp.asarray(dt, dtype), solver,
                           jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), bool(dealias), int(max_steps),
                           _sigma_arg(sigma, dtype))
+
+
+def rk4_steps_per_save(ts: Array, dt, steps_per_save: int | None) -> int:
+    r"""RK4 steps between two save times: ``steps_per_save``, or the fewest steps of at most a concrete ``dt``
+    that the longest interval needs, :math:`\max(1, \lceil \max_k (t_{k+1} - t_k) / dt \rceil)` (1e-9 below a
+    whole number counts as it); one sentence where neither is given or ``ts`` holds no interval.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from attnflow.meanfield._pde import rk4_steps_per_save
+        >>> rk4_steps_per_save(jnp.array([0.0, 0.5, 2.0]), 0.1, None), rk4_steps_per_save(jnp.array([0.0, 1.0]), None, 4)
+        (15, 4)
+    """
+    if ts.shape[0] < 2:
+        raise InputError("ts must hold at least two times (the start and a save time) for solver='rk4'.")
+    if steps_per_save is None:
+        if dt is None or not (v.is_concrete(dt) and v.is_concrete(ts)):
+            raise InputError("solver='rk4' needs steps_per_save (an int), or a concrete dt with concrete ts.")
+        longest = float(jnp.max(jnp.diff(ts)))
+        steps_per_save = max(1, math.ceil(longest / float(dt) - 1e-9))
+    return v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
 
 
 def check_solve_args(beta, sigma, normalisation: str, dt, ts, dtype) -> Array:

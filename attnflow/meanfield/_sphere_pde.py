@@ -64,7 +64,7 @@ from ..errors import InputError
 from ..fields import build_field
 from ..integrate import RK_TABLEAUX, SOLVERS, RKStepper, solve_ode
 from ..kernels.sphere import sphere_harmonics
-from ._pde import RK4_IMAGINARY_BOUND, check_solve_args
+from ._pde import RK4_IMAGINARY_BOUND, check_solve_args, rk4_steps_per_save
 from ._sphere_continuity import (FOUR_PI, _check_normalisation, _nodes, _tables, analysis, check_degree,
                                  coefficient_degree, degrees, flat, grid_shape, num_coefficients, padded, synthesis)
 
@@ -542,13 +542,7 @@ def solve_sphere_continuity(start, beta, ts: Float[Array, " T"], *, degree: int 
                 raise InputError(f"start has {lost:.3g} of its L2 norm above degree {degree} (max_discarded = "
                                  f"{max_discarded:g}); use a higher degree or a smoother start.")
     if solver == "rk4":
-        if ts.shape[0] < 2:
-            raise InputError("ts must hold at least two times (the start and a save time) for solver='rk4'.")
-        if steps_per_save is None:
-            if dt is None or not (v.is_concrete(dt) and v.is_concrete(ts)):
-                raise InputError("solver='rk4' needs steps_per_save (an int), or a concrete dt with concrete ts.")
-            steps_per_save = max(1, math.ceil(float(jnp.max(jnp.diff(ts))) / float(dt) - 1e-9))
-        steps = v.check_int("steps_per_save", steps_per_save, meaning="RK4 steps between two save times")
+        steps = rk4_steps_per_save(ts, dt, steps_per_save)
         if concrete and v.is_concrete(ts):
             _check_step(field, start, float(jnp.max(jnp.diff(ts))) / steps, "steps_per_save")
         return _solve_rk4(field, start, ts, steps, noisy)
