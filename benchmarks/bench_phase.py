@@ -250,8 +250,8 @@ def format_result(result: dict) -> str:
              f"matmul {result['matmul_f64']['flops_per_s'] / 1e9:.1f} GFLOP/s; torch threads "
              f"{result.get('torch_threads', {}).get('chosen', '-')}; load average before the rows "
              f"{' '.join(f'{x:.1f}' for x in result['rows'][0]['load_before']) if result['rows'] else '-'})"]
-    if settings_line(result["machine"]):
-        lines.append(settings_line(result["machine"]))
+    if settings := settings_line(result["machine"]):
+        lines.append(settings)
     head = (f"{'row':>8} {'systems x betas':>16} {'d':>4} {'attnflow s':>11} {'torch s':>9} {'ratio min/med/max':>20} "
             f"{'ns/sys-step a | t':>20} {'GFLOP':>8} {'of matmul a | t':>18} {'(no projections)':>18}")
     lines += [head, "-" * len(head)]

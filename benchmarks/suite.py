@@ -368,8 +368,8 @@ def run_suite(args) -> dict:
     print(f"machine: {info['cpu']} x{info['cpu_count']} ({', '.join(info.get('isa_flags') or []) or 'ISA flags unknown'}); "
           f"load average {info['loadavg_start']} at start, {info['loadavg_end']} at end. These ratios hold for this "
           "machine and load only.")
-    if settings_line(info):
-        print(settings_line(info))
+    if settings := settings_line(info):
+        print(settings)
     print(f"total {elapsed:.0f} s; results in {run_dir}")
     return summary
 
