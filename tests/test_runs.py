@@ -113,10 +113,15 @@ def _assert_row_close(row: dict, old: dict, where: str, rel: float = 1e-9) -> No
 def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
     """tests/data/phase_run_v1 holds the marker, config.json and the first of three chunks that attnflow before
     attnflow.runs (commit ccaffaf) wrote for its phase.toml, and the cells.csv and metastability.csv of that run
-    finished (written under the suite's XLA options, tests/conftest.py). The job resumes it: the chunk is kept, the
-    other two are computed, and the tables equal an uninterrupted run's here byte for byte. The first beta's pairs
-    all lie in the kept chunk, so its rows are the old run's, character for character, in every column the old code
-    wrote (sigma and the order parameter are columns added since)."""
+    finished (written under the suite's XLA options, tests/conftest.py, on an Intel Xeon). The job resumes it: the
+    chunk is kept, the other two are computed, and the tables are those of an uninterrupted run here with the kept
+    chunk in place of its first, byte for byte (a second run here, its first chunk swapped for the kept one and its
+    tables written again from the chunks). The first beta's pairs all lie in the kept chunk, so its rows are the old
+    run's, character for character, in every column the old code wrote (sigma and the order parameter are columns
+    added since); the last beta's all lie in chunks computed here, so its rows are the uninterrupted run's. Where
+    this machine computes the kept chunk's bits itself (XLA:CPU's code for the softmax's exponentials is the
+    processor's own: an AMD EPYC rounds some entries of this chunk otherwise than the Xeon), the resumed tables are
+    the uninterrupted run's entire."""
     from attnflow.phase import load_phase_config, run_phase
 
     fixture, out, marker = _resumable(tmp_path, "phase_run_v1", "phase.toml")
@@ -127,13 +132,24 @@ def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
     assert kept.read_bytes() == (fixture / "chunks" / kept.name).read_bytes()
     assert (out / runs.MARKER).read_text() == marker
     assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
-    run_phase(config, tmp_path / "fresh", figure_workers=0)
+    fresh, swapped = tmp_path / "fresh", tmp_path / "swapped"
+    run_phase(config, fresh, figure_workers=0)
+    shutil.copytree(fresh, swapped, ignore=shutil.ignore_patterns("*.csv"))
+    shutil.copyfile(kept, swapped / "chunks" / kept.name)
+    assert run_phase(config, swapped, figure_workers=0)["chunks_computed_here"] == 0
+    with np.load(kept) as old_chunk, np.load(fresh / "chunks" / kept.name) as new_chunk:
+        columns = [k for k in old_chunk if not k.startswith("__")]  # the chunk's columns (not its metadata)
+        same_bits_here = all(np.array_equal(old_chunk[k], new_chunk[k]) for k in columns)
     for table, added in (("cells.csv", {"sigma", "order", "order_lo", "order_hi"}), ("metastability.csv", {"sigma"})):
-        assert (out / table).read_bytes() == (tmp_path / "fresh" / table).read_bytes(), table
-        rows, stored = _csv_rows(out / table), _csv_rows(fixture / table)
-        assert len(rows) == len(stored) and set(rows[0]) - set(stored[0]) == added, table
+        assert (out / table).read_bytes() == (swapped / table).read_bytes(), table
+        if same_bits_here:
+            assert (out / table).read_bytes() == (fresh / table).read_bytes(), table
+        rows, stored, uninterrupted = _csv_rows(out / table), _csv_rows(fixture / table), _csv_rows(fresh / table)
+        assert len(rows) == len(stored) == len(uninterrupted) and set(rows[0]) - set(stored[0]) == added, table
         first_beta = [(row, old) for row, old in zip(rows, stored) if old["beta"] == "0.5"]
         assert first_beta and all(row[k] == old[k] for row, old in first_beta for k in old), table
+        last_beta = [(row, new) for row, new in zip(rows, uninterrupted) if new["beta"] == "6.0"]
+        assert last_beta and all(row == new for row, new in last_beta), table
 
 
 def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
