@@ -10,6 +10,7 @@ The observed errors are about (L+1) u, hundreds of times smaller.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -171,6 +172,9 @@ def test_blocks_and_padding_change_nothing():
 
 
 def test_gradients_in_tokens_and_beta_forward_and_reverse_equal_the_direct_sum():
+    """Reverse mode in the tokens and in beta, forward mode in the tokens, of the harmonic path against the direct
+    sum's (each derivative one jitted program: op by op, the path's recurrences compile primitive by primitive),
+    and beta's derivative against central differences of the path itself."""
     d, beta = 4, 3.0
     x = cloud(30, 120, d)
     L = hypersphere_degree(5.0, d)  # a degree for beta up to 5: beta is traced under grad
@@ -183,17 +187,20 @@ def test_gradients_in_tokens_and_beta_forward_and_reverse_equal_the_direct_sum()
     def along_sphere(g):  # the path reads directions: its derivative along x_i itself is 0 by construction
         return g - jnp.sum(g * x, axis=1, keepdims=True) * x
 
-    fast, slow = (along_sphere(jax.grad(loss)(x, beta, f)) for f in (True, False))
-    assert rel_err(fast, slow) <= 10 * scale(5.0, d, jnp.float64)
-    fast, slow = (jax.grad(loss, 1)(x, beta, f) for f in (True, False))
-    assert rel_err(fast, slow) <= 10 * scale(5.0, d, jnp.float64)
     tangent = along_sphere(jax.random.normal(jax.random.key(32), x.shape))
-    fast, slow = (jax.jvp(lambda y: loss(y, beta, f), (x,), (tangent,))[1] for f in (True, False))
-    assert rel_err(fast, slow) <= 10 * scale(5.0, d, jnp.float64)
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def derivatives(x, b, fast):
+        grad_x, grad_b = jax.grad(loss, (0, 1))(x, b, fast)
+        return along_sphere(grad_x), grad_b, jax.jvp(lambda y: loss(y, b, fast), (x,), (tangent,))[1]
+
+    for fast, slow in zip(derivatives(x, beta, True), derivatives(x, beta, False)):
+        assert rel_err(fast, slow) <= 10 * scale(5.0, d, jnp.float64)
     # and beta's derivative against central differences of the path itself (step 1e-5: error ~ 1e-10)
     h = 1e-5
-    fd = (loss(x, beta + h, True) - loss(x, beta - h, True)) / (2 * h)
-    assert abs(float(jax.grad(loss, 1)(x, beta, True)) - float(fd)) <= 1e-7 * abs(float(fd))
+    value = jax.jit(loss, static_argnums=2)
+    fd = (value(x, beta + h, True) - value(x, beta - h, True)) / (2 * h)
+    assert abs(float(derivatives(x, beta, True)[1]) - float(fd)) <= 1e-7 * abs(float(fd))
 
 
 def test_flows_take_the_path_on_s3_with_any_value_matrix_and_heads():
