@@ -73,29 +73,34 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # allow `python benchmarks/gpu_jobs.py`
     sys.path.insert(0, str(ROOT))
 
-#: seconds of the phase job on a 2-core CPU, current code: the peers' default diagram 101.4 s (2-core Intel
-#: Xeon, 2026-12-03: benchmarks/RESULTS.md, "Phase diagram ... after the compute pass", row "peers' default",
-#: line 31), the d = 128 row 17.3 s (median of 17.3, 17.3, 17.2; line 32); the fastest of the machines measured
-#: (the same command took 141.8 s on an AMD EPYC, line 81, and 232.5 s on a slower day of the Xeon, line 56),
-#: so the ratios below are the least favourable to the GPU. The 10x diagram was never run on a CPU: 10 times
-#: the default, extrapolated.
+#: seconds of the phase job on a 2-core CPU, current code: the peers' default diagram 101.4 s and the d = 128 row
+#: 17.3 s (median of 17.3, 17.3, 17.2), benchmarks/RESULTS.md, "Phase diagram against a PyTorch baseline of the
+#: peers' kind, after the compute pass (2-core Intel Xeon, 2026-12-03 ...)"; the fastest of the machines measured
+#: (the same command took 141.8 s on an AMD EPYC, "... second pass on the fixed costs", and 232.5 s on a slower
+#: day of the Xeon, "... current code"), so the ratios below are the least favourable to the GPU. The 10x diagram
+#: was never run on a CPU: 10 times the default, extrapolated. (Sections are cited by title: RESULTS.md grows
+#: at the top, so line numbers move.)
 PHASE_CPU_SECONDS = {"phase-default": 101.4, "phase-d128": 17.3, "phase-10x": 10 * 101.4}
-PHASE_CPU_SOURCE = ("benchmarks/RESULTS.md lines 31-32 (2-core Intel Xeon, 2026-12-03, peers' default 101.4 s, "
-                    "d = 128 17.3 s; other 2-core runs of the default: 141.8 s line 81, 232.5 s line 56); "
-                    "10x diagram: 10 x 101.4 s, extrapolated")
-#: the 2-core CPU's systems/s of the same chunk function: d = 32, n = 64, 10 layers ~950 (benchmarks/RESULTS.md
-#: line 824, the GPU section's comparison), d = 128, n = 256, 20 layers 30.92 (line 470, bench_sweeps.py,
-#: AMD EPYC 2-core, 1 device)
-SWEEP_CPU_SYSTEMS_PER_S = {(32, 64, 10): (950.0, "benchmarks/RESULTS.md line 824 (~950 systems/s, 2-core CPU)"),
-                           (128, 256, 20): (30.92, "benchmarks/RESULTS.md line 470 (bench_sweeps.py, AMD EPYC "
-                                                   "2-core, 1 device)")}
+PHASE_CPU_SOURCE = ("benchmarks/RESULTS.md, 'Phase diagram against a PyTorch baseline of the peers' kind, after the "
+                    "compute pass' (2-core Intel Xeon, 2026-12-03: peers' default 101.4 s, d = 128 17.3 s; other 2-core "
+                    "runs of the default: 141.8 s on an AMD EPYC, 232.5 s on a slower day); 10x diagram: 10 x 101.4 s, "
+                    "extrapolated")
+#: the 2-core CPU's systems/s of the same chunk function: d = 32, n = 64, 10 layers ~950 (benchmarks/RESULTS.md,
+#: "GPU: NVIDIA H200, `benchmarks/gpu.py`", its comparison), d = 128, n = 256, 20 layers 30.92 ("Sweep
+#: throughput", bench_sweeps.py, AMD EPYC 2-core, 1 device)
+SWEEP_CPU_SYSTEMS_PER_S = {(32, 64, 10): (950.0, "benchmarks/RESULTS.md, 'GPU: NVIDIA H200, benchmarks/gpu.py' "
+                                                 "(~950 systems/s, 2-core CPU)"),
+                           (128, 256, 20): (30.92, "benchmarks/RESULTS.md, 'Sweep throughput' (bench_sweeps.py, "
+                                                   "AMD EPYC 2-core, 1 device)")}
 #: the 2-core CPU's float64 rates at beta = 4: the circle's Fourier path 1.08e7 particle-steps/s at n = 10^6
-#: (benchmarks/RESULTS.md line 182, 2-core Intel Xeon); the S^2 harmonic layer 0.83 s at n = 10^6, 1.2e6
-#: particle-steps/s (benchmarks/NOTES.md lines 1044-1046, AMD EPYC 2-core); the S^2 tiled direct sum (float32)
-#: 0.105 layers/s at n = 10^5, n^2 x layers/s = 1.05e9 pair-steps/s (benchmarks/RESULTS.md line 183)
-MEANFIELD_CPU = {("fourier", "float64"): (1.08e7, "particle_steps_per_s", "benchmarks/RESULTS.md line 182"),
-                 ("harmonic", "float64"): (1.2e6, "particle_steps_per_s", "benchmarks/NOTES.md lines 1044-1046"),
-                 ("chunked", "float32"): (1.05e9, "pair_steps_per_s", "benchmarks/RESULTS.md line 183")}
+#: (benchmarks/RESULTS.md, "Mean-field sizes on the circle and S^2, quiet machine", 2-core Intel Xeon); the S^2
+#: harmonic layer 0.83 s at n = 10^6, 1.2e6 particle-steps/s (benchmarks/NOTES.md section 36, AMD EPYC 2-core);
+#: the S^2 tiled direct sum (float32) 0.105 layers/s at n = 10^5, n^2 x layers/s = 1.05e9 pair-steps/s (the same
+#: RESULTS.md section)
+_MEANFIELD_SECTION = "benchmarks/RESULTS.md, 'Mean-field sizes on the circle and S^2, quiet machine'"
+MEANFIELD_CPU = {("fourier", "float64"): (1.08e7, "particle_steps_per_s", _MEANFIELD_SECTION),
+                 ("harmonic", "float64"): (1.2e6, "particle_steps_per_s", "benchmarks/NOTES.md section 36"),
+                 ("chunked", "float32"): (1.05e9, "pair_steps_per_s", _MEANFIELD_SECTION)}
 
 #: every row: (limit s on a GPU, limit s with --small, least seconds left to start it)
 ROW_LIMITS = {"phase-default": (150, 60, 20), "phase-torch": (150, 60, 20), "phase-10x": (240, 90, 45),

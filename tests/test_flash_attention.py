@@ -160,3 +160,27 @@ def test_auto_takes_flash_only_where_it_was_measured_faster():
             assert resolved_precision("auto") == "highest"
             assert not flash_preferred(n, n, jnp.float32, "gpu")
     assert resolved_precision("auto") == "tf32x3" and resolved_precision("highest") == "highest"
+
+
+def test_auto_takes_flash_for_an_alibi_bias_where_it_is_preferred(monkeypatch):
+    """Where the fused kernel is preferred (a GPU, float32, TF32x3: forced here on CPU, where the kernel runs in
+    Pallas's interpret mode), "auto" takes it for an ALiBi bias too, and the result is the dense float64 one;
+    where it is not, the tiled / dense paths (the kernel is never called)."""
+    from attnflow.kernels import _attention as att
+    from attnflow.kernels import _flash
+
+    calls = []
+    real = _flash.flash_attend
+    monkeypatch.setattr(_flash, "flash_attend", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    q, k, v = _qkv(40, 40, 8, 8, jnp.float32, seed=11)
+    pos = {"alibi": 3.0}
+    for mask in (None, "causal"):
+        plain = attend(q, k, v, impl="auto", mask=mask, positions=pos)
+        assert not calls  # on CPU: the kernel is not preferred
+        with monkeypatch.context() as preferred:
+            preferred.setattr(att, "flash_preferred", lambda *a, **kw: True)
+            out = attend(q, k, v, impl="auto", mask=mask, positions=pos)
+        assert len(calls) == 1 and calls.pop()["positions"].alibi == 3.0
+        ref = _dense64(q, k, v, positions=pos, mask=mask)
+        for got in (out, plain):
+            np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=0, atol=TOL["float32"])
