@@ -58,7 +58,8 @@ def parse(argv=None):
                         "euler-flash (the fused "
                         "Pallas kernel, impl='flash') and tsit5 (fixed and adaptive); default all")
     p.add_argument("--skip", default="",
-                   help="parts to leave out, comma-separated among tuning, torch, gradient, phase, meanfield, spheres, sweep")
+                   help="parts to leave out, comma-separated among tuning, threshold, torch, gradient, phase, meanfield, "
+                        "spheres, sweep")
     p.add_argument("--flash-config", default=None, metavar="BQ,BK,WARPS,STAGES",
                    help="tiles of the fused kernel's rows (skips the tuning part; default: the tuning's fastest)")
     p.add_argument("--sweep-only", default=None, help=argparse.SUPPRESS)
@@ -188,6 +189,9 @@ def main(argv=None) -> int:
         extra["flash_config_given"] = args.flash_config
     elif "tuning" not in skip:
         extra["flash_tuning"] = _flash_tuning(args, device, mm)
+        save()
+    if "threshold" not in skip:
+        extra["flash_threshold"] = _threshold_rows(args, device, mm)
         save()
     t_timing = time.perf_counter()
     for B, n, d in sizes:
@@ -393,6 +397,47 @@ def _flash_tuning(args, device, mm) -> dict:
     out["torch_sdpa"] = _torch_sdpa_call(args, np.array(q), np.array(k), np.array(v), flops, mm)
     print(f"  flash tuning torch SDPA: {out['torch_sdpa']}")
     return out
+
+
+def _threshold_rows(args, device, mm) -> list[dict]:
+    """The question behind ``GPU_FLASH_THRESHOLD`` (the scores a system from which ``impl="auto"`` takes the fused
+    kernel): at JAX's *default* matmul precision, the only one under which ``"auto"`` takes it, XLA's dense product
+    is one TF32 pass and the kernel's products TF32x3. One attention evaluation, vmapped, float32, at n = 1024, 2048
+    and 4096 (``--cpu``: 256 and 512), dense against the kernel with the run's tiles, best of ``--repeats``; each
+    with its error against float64 (the first two systems), so that a faster path is not a less exact one unseen."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attnflow import attend
+    from attnflow.kernels import _flash, flash_attend
+
+    sizes = [(8, 256, 32), (4, 512, 32)] if args.cpu else [(1024, 1024, 64), (512, 2048, 64), (256, 4096, 64)]
+    rate = mm["float32"]["flops_per_s"]
+    config = dataclasses.replace(_flash.FLASH_DEFAULT, precision="tf32x3")
+    paths = {"dense": lambda q, k, v: attend(q, k, v, impl="dense"),
+             "flash": lambda q, k, v: flash_attend(q, k, v, config=config)}
+    rows = []
+    for B, n, d in sizes:
+        keys = jax.random.split(jax.random.key(args.seed + n), 3)
+        q, k, v = (jax.device_put(jax.random.normal(kk, (B, n, d), jnp.float32) / d**0.25, device) for kk in keys)
+        with jax.default_device(jax.devices("cpu")[0]):
+            ref = np.asarray(jax.vmap(paths["dense"])(*(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+        flops = 4.0 * B * n * n * d
+        for name, one in paths.items():
+            rec = {"B": B, "n": n, "d": d, "path": name, "matmul_precision": "default"}
+            try:
+                with jax.default_matmul_precision("default"):
+                    compiled = jax.jit(jax.vmap(one)).lower(q, k, v).compile()
+                t, times = _best(lambda compiled=compiled: compiled(q, k, v), args.repeats)
+                err = float(np.abs(np.asarray(compiled(q, k, v)[:2], np.float64) - ref).max() / np.abs(ref).max())
+                rec.update(best_s=t, times_s=times, frac_matmul_ieee=flops / t / rate, rel_err_vs_f64=err)
+            except Exception as e:  # a path that does not compile here is a row that says so
+                rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            rows.append(rec)
+            said = rec.get("note") or f"{1e3 * rec['best_s']:.2f} ms, rel err {rec['rel_err_vs_f64']:.1e}"
+            print(f"  threshold row {B}x{n}x{d} {name} (default precision): {said}")
+    return rows
 
 
 def _torch_sdpa_call(args, q, k, v, flops, mm) -> dict:
