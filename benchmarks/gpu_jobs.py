@@ -31,7 +31,10 @@ default order (``--rows`` picks and orders them; ``phase`` and ``sweep`` name th
 
    Each: wall seconds, the times at which the job's chunk files appeared (compile and first chunk, the
    interval between chunks, the tail of tables, fits, figures and per-system files after the last one; the
-   job keeps no timing of its own, see ``job_timing``), system-layers per second, and the ratio to the
+   job keeps no timing of its own, see ``job_timing``), the command's stretches stamped from inside by
+   :mod:`benchmarks.phase_timeline`'s hooks (start-up, trace and lowering, XLA compile, computation, tables and
+   figures; the median time between two chunks' computations and a chunk file's write, which runs behind the
+   next chunk), system-layers per second, and the ratio to the
    2-core CPU's time of the same command (:data:`PHASE_CPU_SECONDS`; the 10x row against 10 times the
    default's, extrapolated). Target: the default diagram >= 20x the 2-core CPU. The output folders go to a
    temporary folder (``--work``) and are deleted after each command (the 10x diagram writes about 30 GB).
@@ -272,17 +275,31 @@ def phase_command(name: str, row: dict, ctx: dict, limit: float, *, keep_cells: 
     config = folder / "phase.toml"
     config.write_text(_config_text(row) + f"chunk_size = {ctx['chunk']}\n")
     out = folder / "out"
-    cmd = [sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(out)]
+    # the command as `python -m attnflow phase CONFIG --out DIR --no-progress` would run it, with
+    # benchmarks/phase_timeline.py's hooks stamping its stretches from inside (start-up, trace, XLA compile,
+    # computation, tables and figures, and each chunk file's write apart from the chunks' computations)
+    from benchmarks.phase_timeline import CHILD, stretches
+
+    cmd = [sys.executable, "-c", CHILD, str(config), str(out)]
     try:
         log = ctx["run_dir"] / "logs" / f"{name}-{len(ctx['logs'])}.log"
         ctx["logs"].append(name)
         done = run_command(cmd, limit=limit, env=ctx["env"], log=log)
         rec = {"seconds": done["seconds"], "rc": done["rc"], "timed_out": done["timed_out"],
                **_chunk_times(out, done["started"]), "job_timing": _job_timing(out)}
+        lines = log.read_text(errors="replace").splitlines()
+        stamps = [{"t": float(at) - done["started"], "thread": thread, "what": what}
+                  for at, thread, what in (line.split(" ", 3)[1:] for line in lines if line.startswith("STAMP "))]
         if rec["chunks_written"] and not done["timed_out"]:
             rec["after_last_chunk_s"] = done["seconds"] - rec["last_chunk_s"]
+        if done["rc"] == 0 and not done["timed_out"]:
+            rec["stretches"] = st = stretches({"wall_s": done["seconds"], "cpu_s": None, "stamps": stamps})
+            print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in st.items()
+                                          if isinstance(v, float) and k not in ("cpu", "last figure done after the "
+                                                                                                  "chunks")), flush=True)
         if done["rc"] != 0 and not done["timed_out"]:
-            rec["note"] = f"exit status {done['rc']}: {done['log_tail'][-300:]}"
+            said = "\n".join(line for line in lines if not line.startswith("STAMP "))
+            rec["note"] = f"exit status {done['rc']}: {said[-300:]}"
         if keep_cells is not None and (out / "cells.csv").is_file():
             shutil.copy(out / "cells.csv", keep_cells)
     finally:

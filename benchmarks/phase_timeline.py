@@ -3,6 +3,7 @@ from inside, for a machine on which the bench's ratio is lower than on another.
 
     python benchmarks/phase_timeline.py --row small              # a first run, then a run from its kept programs
     python benchmarks/phase_timeline.py --row small --runs 3     # a first run and two from the kept programs
+    python benchmarks/phase_timeline.py --row default --chunk-size 36864   # the GPU runs' chunks
 
 The command runs in a child process whose hooks stamp, in wall seconds from the moment the parent started it: the
 chunk runner's start and end, JAX's tracing, lowering and XLA compile events (``jax.monitoring``, with the thread
@@ -16,6 +17,9 @@ stretches printed per run:
 * tables and figures: to the report's end (the job's tables and fits meanwhile the figure workers draw; the
   figure that ended last is named);
 * exit: to the process's end;
+* between chunks (median): the time from one chunk's computation returning to the next's (the chunk files are written
+  behind the next chunk's computation, so this is the longer of a computation and a write); chunk write (median):
+  one chunk file's write on the writer thread;
 
 with the CPU seconds of the whole process tree (``os.wait4``). Each run's stamps go to ``--out`` (JSON, with the
 machine). The hooks wrap private functions of attnflow (``runs._chunks.run_chunks``, ``phase._run._report``,
@@ -66,6 +70,20 @@ def watch(name, *a, **k):
     if "chunks" not in done and hasattr(m.get("attnflow.runs._chunks"), "run_chunks"):
         done.add("chunks")
         wrap(m["attnflow.runs._chunks"], "run_chunks", "chunks")
+    if "writes" not in done and hasattr(m.get("attnflow.runs._chunks"), "WriteBehind"):
+        done.add("writes")
+        behind = m["attnflow.runs._chunks"].WriteBehind
+        call = behind.__call__
+        def hooked_call(self, write, *a, **k):
+            stamp("submit write")  # the chunk's computation has returned; the write goes behind the next one
+            def timed_write(*a2, **k2):
+                stamp("start write")
+                try:
+                    return write(*a2, **k2)
+                finally:
+                    stamp("end write")
+            return call(self, timed_write, *a, **k)
+        behind.__call__ = hooked_call
     if "report" not in done and hasattr(m.get("attnflow.phase._run"), "_report"):
         done.add("report")
         wrap(m["attnflow.phase._run"], "_report", "report")
@@ -97,11 +115,16 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=2,
                    help="commands in a row on one fresh program store: the first compiles, the others read the "
                         "kept programs (default 2)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="the job's [run] chunk_size, (beta, system) pairs a chunk (default: the job's own; a GPU "
+                        "run of benchmarks/gpu_jobs.py uses 36864)")
     p.add_argument("--out", type=Path, default=Path("phase_timeline.json"),
                    help="JSON output (default phase_timeline.json)")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error(f"--runs must be at least 1, got {args.runs}")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        p.error(f"--chunk-size must be a positive number of pairs, got {args.chunk_size}")
     if args.quick and args.row not in QUICK_ROWS:
         p.error(f"--quick has no toy size of the row {args.row!r}; choose among {sorted(QUICK_ROWS)}")
     return args
@@ -150,22 +173,37 @@ def stretches(run: dict) -> dict:
         traced_until = max([end for _, end, thread in events("jaxpr_") if thread == "MainThread"], default=chunks_start)
     compiled_until = max([end for _, end, _ in compiles] + [traced_until])
     figures = [(x["t"], x["what"].split(" ", 2)[2]) for x in s if x["what"].startswith("done figure")]
+    # the chunk files: each handed to the writer when its chunk's computation returns, written behind the next
+    submits = [x["t"] for x in s if x["what"] == "submit write"]
+    writes = [b["t"] - a["t"] for a, b in zip([x for x in s if x["what"] == "start write"],
+                                              [x for x in s if x["what"] == "end write"])]
+    gaps = [b - a for a, b in zip(submits, submits[1:])]
     last_figure = max(figures, default=(None, None))
     return {"start-up": chunks_start, "trace and lowering": traced_until - chunks_start,
             "XLA compile": compiled_until - traced_until, "computation": chunks_end - compiled_until,
             "tables and figures": report_end - chunks_end, "exit": run["wall_s"] - report_end,
-            "wall": run["wall_s"], "cpu": run["cpu_s"], "last figure": last_figure[1],
+            "wall": run["wall_s"], "cpu": run["cpu_s"],
+            "chunk files": len(submits), "between chunks (median)": _median(gaps),
+            "chunk write (median)": _median(writes), "last figure": last_figure[1],
             "last figure done after the chunks": None if last_figure[0] is None else last_figure[0] - chunks_end}
+
+
+def _median(values: list[float]) -> float | None:
+    """The median, or None for none (a run of one chunk has no interval between chunks)."""
+    import statistics
+
+    return statistics.median(values) if values else None
 
 
 def format_runs(runs: list[dict]) -> str:
     names = ["start-up", "trace and lowering", "XLA compile", "computation", "tables and figures", "exit", "wall",
-             "cpu"]
+             "cpu", "between chunks (median)", "chunk write (median)"]
     head = f"{'stretch (s)':<22}" + "".join(f"{'first' if i == 0 else f'kept {i}':>10}" for i in range(len(runs)))
     lines = [head, "-" * len(head)]
     parts = [stretches(r) for r in runs]
     for name in names:
-        lines.append(f"{name:<22}" + "".join(f"{p[name]:>10.2f}" for p in parts))
+        lines.append(f"{name:<22}" + "".join(f"{p[name]:>10.2f}" if p[name] is not None else f"{'-':>10}"
+                                             for p in parts))
     lines.append(f"{'last figure':<22}" + "".join(f"{str(p['last figure']):>10}" for p in parts))
     return "\n".join(lines)
 
@@ -176,11 +214,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="phase_timeline_") as work:
         work = Path(work)
         config = work / "phase.toml"
-        config.write_text(_config_text(row))
+        config.write_text(_config_text(row) + ("" if args.chunk_size is None else f"chunk_size = {args.chunk_size}\n"))
         runs = [one_run(config, work / f"out{i}", work / "store") for i in range(args.runs)]
     print(f"phase command, row {args.row} ({machine_info()['cpu']}, {os.cpu_count()} cores)")
     print(format_runs(runs))
     record = {"kind": "phase_timeline", "row": args.row, "machine": machine_info(), "config": row,
+              "chunk_size": args.chunk_size,
               "runs": [{**r, "stretches": stretches(r)} for r in runs]}
     atomic_write_json(args.out, record)
     print(f"wrote {args.out}")

@@ -32,6 +32,30 @@ def test_the_stretches_of_a_first_and_a_kept_run_add_up_to_the_command(tmp_path,
         phase_timeline.main(["--row", "default", "--quick"])  # no toy size of that row: refused before any work
 
 
+def test_the_chunk_files_are_timed_apart_from_the_computations(tmp_path):
+    """With --chunk-size the toy row runs in several chunks: one write stamped per chunk (start before end, on the
+    writer thread), the time between chunks and a chunk's write as medians, each within the computation's
+    stretch plus the tail (a write goes behind the next chunk, the last one's into the tables)."""
+    from benchmarks import phase_timeline
+
+    out = tmp_path / "tl.json"
+    assert phase_timeline.main(["--row", "small", "--quick", "--runs", "1", "--chunk-size", "32",
+                                "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["chunk_size"] == 32
+    run = record["runs"][0]
+    s = run["stretches"]
+    assert s["chunk files"] == 4  # 32 systems x 4 betas in chunks of 32 pairs
+    writes = [x for x in run["stamps"] if x["what"] in ("start write", "end write")]
+    assert len(writes) == 8 and {x["thread"] for x in writes} == {"attnflow-chunk-writer_0"}
+    assert all(a["what"] == "start write" and b["what"] == "end write" and a["t"] <= b["t"]
+               for a, b in zip(writes[::2], writes[1::2]))
+    assert 0 < s["between chunks (median)"] <= s["computation"]
+    assert 0 < s["chunk write (median)"] <= s["computation"] + s["tables and figures"]
+    with pytest.raises(SystemExit):
+        phase_timeline.main(["--row", "small", "--quick", "--chunk-size", "0"])
+
+
 def test_a_record_names_the_kernel_and_thread_settings_in_force(monkeypatch):
     """A bench run under ``XLA_FLAGS`` / ``ATEN_CPU_CAPABILITY`` (other kernels than the machine's own) says so in
     its record and its printed table; a run without them names nothing."""
