@@ -99,6 +99,7 @@ def save_verified_npz(path: str | os.PathLike, arrays: dict, identity: dict, *, 
     import numpy as np
 
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    json.dumps(identity)  # an identity JSON cannot hold fails here, before any array is written
     with atomic_path(path) as tmp, ThreadPoolExecutor(1, thread_name_prefix="attnflow-checksum") as hashing:
         # the checksum (SHA-256 releases the GIL) is computed while the arrays are written; its entry comes last
         digest = hashing.submit(_checksum, arrays)
