@@ -168,6 +168,9 @@ def parse(argv=None) -> argparse.Namespace:
                    help="run phase-default twice more when its first run takes less than this (default 30 s)")
     p.add_argument("--sweep-routes", default="host", help="comma-separated eig routes of the sweep rows "
                                                           "(host, cpu, device; default host)")
+    p.add_argument("--limit", action="append", default=[], metavar="ROW=SECONDS",
+                   help="another time limit for a row (repeatable), e.g. sweep-d128=150 to learn how long its "
+                        "compile takes on a GPU where 60 s did not reach its first call")
     p.add_argument("--work", default=None, help="folder for the jobs' temporary output (default: the system's "
                                                 "temporary folder); about 30 GB free for phase-10x")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -175,6 +178,17 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.small = args.small or args.cpu
+    args.limits = {}
+    for item in args.limit:
+        row, _, seconds = item.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1.0
+        if row not in ROW_LIMITS or not value > 0:
+            p.error(f"--limit takes ROW=SECONDS with ROW among {list(ROW_LIMITS)} and SECONDS a positive number, "
+                    f"got {item!r}")
+        args.limits[row] = value
     return args
 
 
@@ -604,7 +618,7 @@ def main(argv=None) -> int:
             label = name if route is None else f"{name} ({route})"
             gpu_limit, small_limit, least = ROW_LIMITS[name]
             left = ctx["left"]()
-            limit = min(small_limit if args.small else gpu_limit, left)
+            limit = min(args.limits.get(name, small_limit if args.small else gpu_limit), left)
             if left < least:
                 rows.append({"row": label, "note": f"skipped: time budget ({left:.0f} s left of {budget:.0f} s)"})
                 print(f"{label}: skipped (time budget)", flush=True)
