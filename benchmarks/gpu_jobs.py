@@ -307,10 +307,13 @@ def phase_command(name: str, row: dict, ctx: dict, limit: float, *, keep_cells: 
         if rec["chunks_written"] and not done["timed_out"]:
             rec["after_last_chunk_s"] = done["seconds"] - rec["last_chunk_s"]
         if done["rc"] == 0 and not done["timed_out"]:
-            rec["stretches"] = st = stretches({"wall_s": done["seconds"], "cpu_s": None, "stamps": stamps})
-            print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in st.items()
-                                          if isinstance(v, float) and k not in ("cpu", "last figure done after the "
-                                                                                                  "chunks")), flush=True)
+            try:
+                rec["stretches"] = st = stretches({"wall_s": done["seconds"], "cpu_s": None, "stamps": stamps})
+            except (TypeError, KeyError, ValueError) as e:  # a stamp missing: the row keeps its wall time
+                rec["stretches_note"] = _failure(e)
+            else:
+                print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in st.items() if isinstance(v, float)
+                                              and k not in ("cpu", "last figure done after the chunks")), flush=True)
         if done["rc"] != 0 and not done["timed_out"]:
             said = "\n".join(line for line in lines if not line.startswith("STAMP "))
             rec["note"] = f"exit status {done['rc']}: {said[-300:]}"
