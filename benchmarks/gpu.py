@@ -339,6 +339,31 @@ FLASH_CANDIDATES = [(128, 32, 4, 3, "tf32x3"), (64, 64, 4, 3, "tf32x3"), (128, 6
                     (128, 64, 8, 3, "tf32x3"), (64, 32, 4, 3, "tf32x3"), (128, 32, 4, 3, "highest")]
 
 
+def _reference_f64(one, q, k, v):
+    """``one(q, k, v)`` vmapped over the first two systems, in float64 on the CPU: the rows' reference."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        return np.asarray(jax.vmap(one)(*(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+
+
+def _timed_attention(one, q, k, v, ref, repeats: int) -> dict:
+    """``one(q, k, v)`` vmapped, compiled ahead, best of ``repeats`` calls, and its error against ``ref`` (the first
+    two systems, :func:`_reference_f64`); a call that does not compile is a row that says so (the next is tried)."""
+    import jax
+    import numpy as np
+
+    try:
+        compiled = jax.jit(jax.vmap(one)).lower(q, k, v).compile()
+        t, times = _best(lambda: compiled(q, k, v), repeats)
+        err = float(np.abs(np.asarray(compiled(q, k, v)[:2], np.float64) - ref).max() / np.abs(ref).max())
+    except Exception as e:
+        return {"note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    return {"best_s": t, "times_s": times, "rel_err_vs_f64": err}
+
+
 def _flash_tuning(args, device, mm) -> dict:
     """Time the fused kernel's configurations on one attention evaluation of the (256, 4096, 64) float32
     problem (random q, k, v of the Euler rows' scale, vmapped over the batch), beside the dense path and
@@ -357,21 +382,13 @@ def _flash_tuning(args, device, mm) -> dict:
     out = {"size": [B, n, d], "flops_per_call": flops, "rows": []}
     keys = jax.random.split(jax.random.key(args.seed), 3)
     q, k, v = (jax.device_put(jax.random.normal(kk, (B, n, d), jnp.float32) / d**0.25, device) for kk in keys)
-    with jax.default_device(jax.devices("cpu")[0]):
-        ref = np.asarray(jax.vmap(lambda q, k, v: attend(q, k, v, impl="dense"))(
-            *(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+    ref = _reference_f64(lambda q, k, v: attend(q, k, v, impl="dense"), q, k, v)
 
     def timed(name, one, ref, row_flops, said_flops=""):
-        """One row: ``one(q, k, v)`` vmapped, compiled ahead, timed; its error against ``ref`` (float64, the first
-        two systems); a call that does not compile is a row that says so, and the next is tried."""
-        rec = {"dtype": "float32", "name": name}
-        try:
-            compiled = jax.jit(jax.vmap(one)).lower(q, k, v).compile()
-            t, times = _best(lambda: compiled(q, k, v), args.repeats)
-            err = float(np.abs(np.asarray(compiled(q, k, v)[:2], np.float64) - ref).max() / np.abs(ref).max())
-            rec.update(best_s=t, times_s=times, frac_matmul=row_flops / t / rate, rel_err_vs_f64=err)
-        except Exception as e:
-            rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        """One row of :func:`_timed_attention`, with its fraction of the float32 matmul rate."""
+        rec = {"dtype": "float32", "name": name, **_timed_attention(one, q, k, v, ref, args.repeats)}
+        if "best_s" in rec:
+            rec["frac_matmul"] = row_flops / rec["best_s"] / rate
         out["rows"].append(rec)
         said = rec.get("note") or (f"{1e3 * rec['best_s']:.2f} ms, {100 * rec['frac_matmul']:.0f}% of matmul"
                                    f"{said_flops}, rel err {rec['rel_err_vs_f64']:.1e}")
@@ -390,8 +407,7 @@ def _flash_tuning(args, device, mm) -> dict:
     # with an ALiBi bias (causal, slope 4): the kernel's bias against the tiled path's, the measurement behind
     # impl="auto" taking the kernel for a bias where flash_preferred says so (4.2x on an H100)
     biased = lambda impl: (lambda q, k, v: attend(q, k, v, impl=impl, mask="causal", positions={"alibi": 4.0}))
-    with jax.default_device(jax.devices("cpu")[0]):
-        ref = np.asarray(jax.vmap(biased("dense"))(*(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+    ref = _reference_f64(biased("dense"), q, k, v)
     for impl in ("chunked", "flash"):
         timed(f"alibi causal {impl}", biased(impl), ref, flops / 2, " (causal: half the flops)")
     out["torch_sdpa"] = _torch_sdpa_call(args, np.array(q), np.array(k), np.array(v), flops, mm)
@@ -407,7 +423,6 @@ def _threshold_rows(args, device, mm) -> list[dict]:
     with its error against float64 (the first two systems), so that a faster path is not a less exact one unseen."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from attnflow import attend
     from attnflow.kernels import _flash, flash_attend
@@ -421,19 +436,14 @@ def _threshold_rows(args, device, mm) -> list[dict]:
     for B, n, d in sizes:
         keys = jax.random.split(jax.random.key(args.seed + n), 3)
         q, k, v = (jax.device_put(jax.random.normal(kk, (B, n, d), jnp.float32) / d**0.25, device) for kk in keys)
-        with jax.default_device(jax.devices("cpu")[0]):
-            ref = np.asarray(jax.vmap(paths["dense"])(*(jnp.asarray(np.asarray(a[:2]), jnp.float64) for a in (q, k, v))))
+        ref = _reference_f64(paths["dense"], q, k, v)
         flops = 4.0 * B * n * n * d
         for name, one in paths.items():
-            rec = {"B": B, "n": n, "d": d, "path": name, "matmul_precision": "default"}
-            try:
-                with jax.default_matmul_precision("default"):
-                    compiled = jax.jit(jax.vmap(one)).lower(q, k, v).compile()
-                t, times = _best(lambda compiled=compiled: compiled(q, k, v), args.repeats)
-                err = float(np.abs(np.asarray(compiled(q, k, v)[:2], np.float64) - ref).max() / np.abs(ref).max())
-                rec.update(best_s=t, times_s=times, frac_matmul_ieee=flops / t / rate, rel_err_vs_f64=err)
-            except Exception as e:  # a path that does not compile here is a row that says so
-                rec["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            with jax.default_matmul_precision("default"):  # traced and compiled under it
+                rec = {"B": B, "n": n, "d": d, "path": name, "matmul_precision": "default",
+                       **_timed_attention(one, q, k, v, ref, args.repeats)}
+            if "best_s" in rec:
+                rec["frac_matmul_ieee"] = flops / rec["best_s"] / rate
             rows.append(rec)
             said = rec.get("note") or f"{1e3 * rec['best_s']:.2f} ms, rel err {rec['rel_err_vs_f64']:.1e}"
             print(f"  threshold row {B}x{n}x{d} {name} (default precision): {said}")

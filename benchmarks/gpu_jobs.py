@@ -292,7 +292,7 @@ def phase_command(name: str, row: dict, ctx: dict, limit: float, *, keep_cells: 
     # the command as `python -m attnflow phase CONFIG --out DIR --no-progress` would run it, with
     # benchmarks/phase_timeline.py's hooks stamping its stretches from inside (start-up, trace, XLA compile,
     # computation, tables and figures, and each chunk file's write apart from the chunks' computations)
-    from benchmarks.phase_timeline import CHILD, stretches
+    from benchmarks.phase_timeline import CHILD, read_stamps, stretches
 
     cmd = [sys.executable, "-c", CHILD, str(config), str(out)]
     try:
@@ -301,9 +301,8 @@ def phase_command(name: str, row: dict, ctx: dict, limit: float, *, keep_cells: 
         done = run_command(cmd, limit=limit, env=ctx["env"], log=log)
         rec = {"seconds": done["seconds"], "rc": done["rc"], "timed_out": done["timed_out"],
                **_chunk_times(out, done["started"]), "job_timing": _job_timing(out)}
-        lines = log.read_text(errors="replace").splitlines()
-        stamps = [{"t": float(at) - done["started"], "thread": thread, "what": what}
-                  for at, thread, what in (line.split(" ", 3)[1:] for line in lines if line.startswith("STAMP "))]
+        text = log.read_text(errors="replace")
+        stamps = read_stamps(text, done["started"])
         if rec["chunks_written"] and not done["timed_out"]:
             rec["after_last_chunk_s"] = done["seconds"] - rec["last_chunk_s"]
         if done["rc"] == 0 and not done["timed_out"]:
@@ -315,7 +314,7 @@ def phase_command(name: str, row: dict, ctx: dict, limit: float, *, keep_cells: 
                 print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in st.items() if isinstance(v, float)
                                               and k not in ("cpu", "last figure done after the chunks")), flush=True)
         if done["rc"] != 0 and not done["timed_out"]:
-            said = "\n".join(line for line in lines if not line.startswith("STAMP "))
+            said = "\n".join(line for line in text.splitlines() if not line.startswith("STAMP "))
             rec["note"] = f"exit status {done['rc']}: {said[-300:]}"
         if keep_cells is not None and (out / "cells.csv").is_file():
             shutil.copy(out / "cells.csv", keep_cells)

@@ -142,12 +142,17 @@ def one_run(config: Path, out: Path, store: Path) -> dict:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"the phase command failed (status {child.returncode}):\n{stderr[-2000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "stamps": read_stamps(stderr, start)}
+
+
+def read_stamps(text: str, start: float) -> list[dict]:
+    """The child's ``STAMP <wall time> <thread> <what>`` lines of ``text``, in seconds from ``start``."""
     stamps = []
-    for line in stderr.splitlines():
+    for line in text.splitlines():
         if line.startswith("STAMP "):
             _, at, thread, what = line.split(" ", 3)
             stamps.append({"t": float(at) - start, "thread": thread, "what": what})
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "stamps": stamps}
+    return stamps
 
 
 def stretches(run: dict) -> dict:
