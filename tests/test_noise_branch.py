@@ -62,20 +62,34 @@ def test_bad_amplitudes_are_refused_in_one_sentence():
         stationary_branch(2.0, [0.1], normalisation="softmin")
 
 
-def test_the_barrier_falls_to_zero_at_the_fold_and_its_stable_state_is_the_time_stepped_one():
+def test_the_barrier_falls_to_zero_at_the_fold_and_its_stable_state_is_the_time_stepped_one(monkeypatch):
     """noise_barrier (circle, beta = 4, 1/n): at 1.02 sigma_c the stable state is the one the time-stepped equation
     settles into (r = 0.6951, within 1e-3), the saddle lies below the fold and the stable state above it; the barrier
     b = (2 / sigma^2)(F[saddle] - F[stable]) is positive, falls as sigma nears the fold (1.0290 sigma_c) and is at
-    most 2% of its value at 1.01 there (1.0285); a ratio outside the bistable range is refused."""
+    most 2% of its value at 1.01 there (1.0285); a ratio outside the bistable range is refused. The four calls
+    bracket their states on one scan of the branch over r (it depends on beta and the grid only), kept read-only."""
+    import attnflow.meanfield._branch as branch
     from attnflow.meanfield import noise_barrier
 
+    branch._coarse_branch.cache_clear()
+    scans = []
+    real = branch.stationary_branch
+
+    def counted(beta, amplitudes, **kw):
+        scans.extend([float(beta)] if np.size(amplitudes) > 2 else [])
+        return real(beta, amplitudes, **kw)
+
+    monkeypatch.setattr(branch, "stationary_branch", counted)
     mid = noise_barrier(4.0, 1.02)
     assert abs(mid["stable_r"] - 0.6951) < 1e-3 and mid["saddle_r"] < mid["fold_r"] < mid["stable_r"]
     low, edge = noise_barrier(4.0, 1.01), noise_barrier(4.0, 1.0285)
     assert low["slope"] > mid["slope"] > edge["slope"] > 0
     assert edge["slope"] < 0.02 * low["slope"]
     with pytest.raises(InputError, match="bistable range"):
-        noise_barrier(4.0, 1.05)
+        noise_barrier(np.float64(4.0), 1.05)
+    assert scans == [4.0]
+    with pytest.raises(ValueError, match="read-only"):
+        branch._coarse_branch(4.0, 2, 192, 768)[1][0] = 0.0
 
 
 def test_the_branch_states_are_critical_points_of_the_free_energy():
@@ -107,3 +121,15 @@ def test_the_branch_states_are_critical_points_of_the_free_energy():
         step = max(abs(up - base), abs(down - base))
         assert abs(up - down) < 1e-2 * step, (up - down, step)
         assert math.isfinite(step) and step > 0
+
+
+def test_a_beta_or_grid_that_is_not_a_number_is_refused_before_any_scan(monkeypatch):
+    import attnflow.meanfield._branch as branch
+    from attnflow.meanfield import noise_barrier
+
+    monkeypatch.setattr(branch, "stationary_branch", lambda *a, **k: pytest.fail("scanned before the check"))
+    for bad, words in (({"beta": "4"}, "beta"), ({"beta": float("nan")}, "beta"), ({"degree": 1.5}, "degree"),
+                       ({"nodes": 10}, "nodes")):
+        args = {"beta": 4.0, "degree": 48, "nodes": 96} | bad
+        with pytest.raises(InputError, match=words):
+            noise_barrier(args["beta"], 1.02, degree=args["degree"], nodes=args["nodes"])

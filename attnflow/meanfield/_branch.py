@@ -28,6 +28,7 @@ state is stable too (a discontinuous transition, bistable for :math:`\sigma_c < 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -115,10 +116,7 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
     from ._pde import _check_normalisation
 
     normalisation = _check_normalisation(normalisation)
-    beta = v.check_number("beta", beta, "the inverse temperature", low=0)
-    d = v.check_int("d", d, 2, "the dimension of the ambient space of the sphere S^{d-1}")
-    degree = v.check_int("degree", degree, 2, "the highest zonal degree kept")
-    nodes = v.check_int("nodes", nodes, 2 * degree, f"Gauss-Jacobi nodes, at least 2 x degree = {2 * degree}")
+    beta, d, degree, nodes = _check_branch_grid(beta, d, degree, nodes)
     r_all = np.asarray(amplitudes, float).ravel()
     if r_all.size == 0 or not np.all(np.isfinite(r_all)) or np.any(r_all <= 0) or np.any(r_all >= 1) \
             or np.any(np.diff(r_all) <= 0):
@@ -199,6 +197,26 @@ def stationary_branch(beta, amplitudes, *, d: int = 2, normalisation: str = "mea
             "fold_ratio": fold}
 
 
+def _check_branch_grid(beta, d, degree, nodes) -> tuple[float, int, int, int]:
+    """beta > 0, d >= 2, degree >= 2 and nodes >= 2 degree, as a float and three ints (or one InputError)."""
+    beta = v.check_number("beta", beta, "the inverse temperature", low=0)
+    d = v.check_int("d", d, 2, "the dimension of the ambient space of the sphere S^{d-1}")
+    degree = v.check_int("degree", degree, 2, "the highest zonal degree kept")
+    nodes = v.check_int("nodes", nodes, 2 * degree, f"Gauss-Jacobi nodes, at least 2 x degree = {2 * degree}")
+    return beta, d, degree, nodes
+
+
+@functools.lru_cache(maxsize=32)
+def _coarse_branch(beta: float, d: int, degree: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The branch's sigma / sigma_c on the order parameters r = 0.02, 0.03, ..., 0.98 (read-only arrays), kept
+    per (beta, d, degree, nodes): every barrier of one beta brackets its two states on this same scan, so a
+    curve of barriers over sigma computes it once."""
+    coarse = np.round(np.arange(0.02, 0.981, 0.01), 3)
+    ratio = np.array(stationary_branch(beta, coarse, d=d, degree=degree, nodes=nodes)["ratio"], dtype=float)
+    coarse.flags.writeable = ratio.flags.writeable = False
+    return coarse, ratio
+
+
 def noise_barrier(beta, sigma_ratio, *, d: int = 2, degree: int = 192, nodes: int = 768, tol: float = 1e-7) -> dict:
     r"""The free-energy barrier of a clustered state of 1/n attention at :math:`\sigma = ` ``sigma_ratio`` x
     :math:`\sigma_c` inside the bistable range: the stable clustered state and the saddle (the unstable clustered
@@ -221,11 +239,11 @@ def noise_barrier(beta, sigma_ratio, *, d: int = 2, degree: int = 192, nodes: in
         (0.695, True, True)
     """
     ratio = v.check_number("sigma_ratio", sigma_ratio, "the noise strength over sigma_c", low=1)
-    coarse = np.round(np.arange(0.02, 0.981, 0.01), 3)
-    b = stationary_branch(beta, coarse, d=d, degree=degree, nodes=nodes)
-    top = int(np.nanargmax(b["ratio"]))
-    if not b["ratio"][top] > ratio:
-        raise InputError(f"sigma_ratio = {ratio:g} is outside the bistable range (1, {b['ratio'][top]:.5g}) of beta = "
+    beta, d, degree, nodes = _check_branch_grid(beta, d, degree, nodes)
+    coarse, coarse_ratio = _coarse_branch(beta, d, degree, nodes)
+    top = int(np.nanargmax(coarse_ratio))
+    if not coarse_ratio[top] > ratio:
+        raise InputError(f"sigma_ratio = {ratio:g} is outside the bistable range (1, {coarse_ratio[top]:.5g}) of beta = "
                          f"{float(beta):g} in d = {d}: no clustered state there; choose a ratio in that range.")
 
     def at(r: float) -> float:
@@ -243,12 +261,12 @@ def noise_barrier(beta, sigma_ratio, *, d: int = 2, degree: int = 192, nodes: in
         return (lo + hi) / 2
 
     fold_r = float(coarse[top])
-    below = np.nonzero(b["ratio"][:top] < ratio)[0]
+    below = np.nonzero(coarse_ratio[:top] < ratio)[0]
     saddle_r = root(float(coarse[below[-1]]) if below.size else 1e-4, fold_r, True)
-    above = np.nonzero(b["ratio"][top:] < ratio)[0]
+    above = np.nonzero(coarse_ratio[top:] < ratio)[0]
     stable_r = root(fold_r, float(coarse[top + above[0]]) if above.size else 0.999, False)
     states = stationary_branch(beta, [saddle_r, stable_r], d=d, degree=degree, nodes=nodes)
     saddle_f, stable_f = (float(x) for x in states["free_energy"])
     return {"beta": float(beta), "d": d, "ratio": ratio, "stable_r": stable_r, "saddle_r": saddle_r, "fold_r": fold_r,
-            "fold_ratio": float(b["ratio"][top]), "slope": saddle_f - stable_f, "stable_free_energy": stable_f,
+            "fold_ratio": float(coarse_ratio[top]), "slope": saddle_f - stable_f, "stable_free_energy": stable_f,
             "saddle_free_energy": saddle_f}
