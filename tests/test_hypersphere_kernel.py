@@ -177,7 +177,7 @@ def test_gradients_in_tokens_and_beta_forward_and_reverse_equal_the_direct_sum()
     and beta's derivative against central differences of the path itself."""
     d, beta = 4, 3.0
     x = cloud(30, 120, d)
-    L = hypersphere_degree(5.0, d)  # a degree for beta up to 5: beta is traced under grad
+    L = hypersphere_degree(3.5, d)  # a degree for beta up to 3.5: beta is traced under grad
     weights = jax.random.normal(jax.random.key(31), (120, d))
 
     def loss(x, b, fast):
@@ -196,7 +196,7 @@ def test_gradients_in_tokens_and_beta_forward_and_reverse_equal_the_direct_sum()
 
     path = derivatives(x, beta, True)
     for fast, slow in zip(path, derivatives(x, beta, False)):
-        assert rel_err(fast, slow) <= 10 * scale(5.0, d, jnp.float64)
+        assert rel_err(fast, slow) <= 10 * scale(3.5, d, jnp.float64)
     # and beta's derivative against central differences of the path itself (step 1e-5: error ~ 1e-10)
     h = 1e-5
     value = jax.jit(loss, static_argnums=2)
