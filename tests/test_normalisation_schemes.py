@@ -75,7 +75,8 @@ def test_collapse_laws_near_one():
     assert math.log(ngpt[0] / ngpt[1]) / 16 == pytest.approx(0.5, rel=1e-2)
     late = np.array([400.0, 1600.0])
     for scheme in ("pre", "peri"):
-        g = 1 - equiangular_path(scheme, 0.5, beta, n, late, step=0.05)["rho"]
+        # RK4 of step 0.2 on a gap that changes over times ~ t: the exponent is step 0.05's to 1e-7 (1.9990, 1.9981)
+        g = 1 - equiangular_path(scheme, 0.5, beta, n, late, step=0.2)["rho"]
         assert math.log(g[0] / g[1]) / math.log(4) == pytest.approx(2.0, rel=0.03)
 
 
