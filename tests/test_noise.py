@@ -262,10 +262,14 @@ def test_simulate_with_noise_gives_each_member_of_a_batch_its_own_path():
                             dtype="float64")
     assert sim.states.shape == (B, 11, n, d) and sim.method == "euler"
     keys = noise.member_keys(B)
+
+    @jax.jit  # one compiled stepper for every member's key
+    def alone(key, x0):
+        return EulerMaruyamaStepper(0.1, 10, noise=TokenNoise(0.6, key, sphere=True),
+                                    shift=sphere_shift).solve(field, x0).ys
+
     for b in range(B):  # member b is the stepper run alone with the b-th key
-        alone = EulerMaruyamaStepper(0.1, 10, noise=TokenNoise(0.6, keys[b], sphere=True),
-                                     shift=sphere_shift).solve(field, xs[b]).ys
-        np.testing.assert_allclose(np.asarray(sim.states[b]), np.asarray(alone), rtol=0, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(sim.states[b]), np.asarray(alone(keys[b], xs[b])), rtol=0, atol=1e-14)
     sde = attnflow.simulate(xs[0], field, t1=1.0, method="heun", dt=0.05, num_saves=3, noise=noise, dtype="float64")
     assert sde.states.shape == (3, n, d) and sde.method == "heun" and int(sde.result) == 0
     with pytest.raises(InputError, match="with noise, method must be 'euler'"):
