@@ -234,7 +234,7 @@ def noise_barrier(beta, sigma_ratio, *, d: int = 2, degree: int = 192, nodes: in
 
     Example:
         >>> from attnflow.meanfield import noise_barrier
-        >>> b = noise_barrier(4.0, 1.02)             # the circle, inside (1, 1.029): two clustered states
+        >>> b = noise_barrier(4.0, 1.02, degree=64, nodes=256)   # the circle, inside (1, 1.029): two clustered states
         >>> round(b["stable_r"], 3), b["saddle_r"] < b["fold_r"] < b["stable_r"], b["slope"] > 0
         (0.695, True, True)
     """
