@@ -96,7 +96,8 @@ def test_noisy_particles_approach_the_noisy_pde_as_n_grows():
     beta, sigma = 2.0, 0.7
     rho0 = perturbed_uniform_density(32, 1, 0.6)
     ts = jnp.array([0.0, 1.0])
-    out = particles_vs_pde(beta, rho0, [128, 512, 2048], ts, seeds=2, sigma=sigma, attention_impl="fourier",
+    # n = 128 and 2048 only: a size at the middle of log n (512) adds nothing to the least-squares slope
+    out = particles_vs_pde(beta, rho0, [128, 2048], ts, seeds=2, sigma=sigma, attention_impl="fourier",
                            steps_per_save=10)
     w1 = out["w1"][:, :, 1].mean(axis=0)
     assert out["fits"][1]["slope"] < -0.3, (out["fits"][1], w1)  # W1 ~ n^{-1/2} (propagation of chaos)
