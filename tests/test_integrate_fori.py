@@ -2,6 +2,7 @@
 numbers as the scan blocks, one compiled layer and save_fn whatever the saved layers, the by-product of the
 layer that leaves a save, the non-finite marker, forward-mode derivatives and the refusal of a bad loop."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,8 +57,9 @@ def test_fori_saves_the_scan_blocks_numbers(layers, kind, save_aux):
     with float64_scope():
         f, x0 = AuxFlow(_flow().weights), _tokens()
         save = (lambda t, y, aux: {"y": y, "aux": aux, "t": t}) if save_aux else (lambda t, y, a: {"y": y, "t": t})
-        scan = _make(kind, save_at=layers, save_aux=save_aux).solve(f, x0, save_fn=save)
-        fori = _make(kind, save_at=layers, save_aux=save_aux, loop="fori").solve(f, x0, save_fn=save)
+        solve = lambda stepper: eqx.filter_jit(lambda x: stepper.solve(f, x, save_fn=save))(x0)
+        scan = solve(_make(kind, save_at=layers, save_aux=save_aux))
+        fori = solve(_make(kind, save_at=layers, save_aux=save_aux, loop="fori"))
         for key in scan.ys:
             np.testing.assert_allclose(fori.ys[key], scan.ys[key], rtol=0, atol=1e-13)
         np.testing.assert_array_equal(fori.ts, scan.ts)
@@ -161,11 +163,14 @@ def test_scan_with_many_runs_decomposes_gaps_into_powers_of_two(monkeypatch, lay
         def loss(x):
             return jnp.sum(stepper.solve(f, x, save_fn=save).ys["y"][-3:] ** 2)
 
+        # each solve one jitted program, traced (and so split into blocks) under the MAX_SCAN_RUNS of its call;
+        # the accelerating field's final states (~1e2) run op by op in both, rounded alike at atol 1e-13
+        solve = lambda field, fn=None: eqx.filter_jit(lambda x: stepper.solve(field, x, save_fn=fn))(x0)
         blocks = lambda: _scans(jax.make_jaxpr(lambda x: stepper.solve(f, x, save_fn=save).ys)(x0).jaxpr)
-        gradient = (lambda: jax.grad(loss)(x0)) if not save_aux else (lambda: None)  # reverse mode: one case each
-        binary, g_binary, binary_blocks = stepper.solve(f, x0, save_fn=save), gradient(), blocks()
+        gradient = (lambda: jax.jit(jax.grad(loss))(x0)) if not save_aux else (lambda: None)  # reverse mode: one case each
+        binary, g_binary, binary_blocks = solve(f, save), gradient(), blocks()
         monkeypatch.setattr(_euler, "MAX_SCAN_RUNS", 10**9)   # one scan block per run of equal gaps
-        per_run, g_per_run, per_run_blocks = stepper.solve(f, x0, save_fn=save), gradient(), blocks()
+        per_run, g_per_run, per_run_blocks = solve(f, save), gradient(), blocks()
         for key in per_run.ys:
             np.testing.assert_allclose(binary.ys[key], per_run.ys[key], rtol=0, atol=1e-13)
         if not save_aux:
@@ -175,8 +180,8 @@ def test_scan_with_many_runs_decomposes_gaps_into_powers_of_two(monkeypatch, lay
         finals, marks = [], []
         for limit in (4, 10**9):
             monkeypatch.setattr(_euler, "MAX_SCAN_RUNS", limit)
-            finals.append(stepper.solve(Accelerating(_flow().weights), x0).ys[-1])
-            marks.append(float(stepper.solve(BlowsUpAt(0.537), x0, save_fn=save).t_nonfinite))
+            finals.append(stepper.solve(Accelerating(_flow().weights), x0).ys[-1])  # op by op, both alike
+            marks.append(float(solve(BlowsUpAt(0.537), save).t_nonfinite))
         np.testing.assert_allclose(finals[0], finals[1], rtol=0, atol=1e-13)
         assert marks[0] == marks[1] == pytest.approx(0.55)
         digits = int(np.diff(stepper.save_at.indices()).max()).bit_length()
