@@ -124,33 +124,51 @@ def test_rk_euler_tableau_is_the_euler_stepper(shift):
             assert jnp.array_equal(a.ys, b.ys) and jnp.array_equal(a.ts, b.ts)  # the weight 1 multiplies nothing
 
 
-def _observed_order(field, tableau, x0, T=1.0, steps=(8, 16, 32, 64)):
-    """Least-squares slope of log(error at T) against log(dt) over a dt ladder; the reference is
-    RK4 with 16 times the finest step count (its error is < 1e-3 of the finest rung's here)."""
-    ref = RKStepper("rk4", T / (16 * steps[-1]), 16 * steps[-1], save_every=16 * steps[-1]).solve(field, x0).ys[-1]
-    errors = [float(jnp.max(jnp.abs(RKStepper(tableau, T / m, m, save_every=m).solve(field, x0).ys[-1] - ref)))
-              for m in steps]
+STEPS, T_END = (8, 16, 32, 64), 1.0  # the dt ladder of the order measurements, and their end time
+
+
+def _reference(field, x0):
+    """The end state at T_END by RK4 with 16 times the finest step count of STEPS (its error is < 1e-3 of the
+    finest rung's here)."""
+    m = 16 * STEPS[-1]
+    return RKStepper("rk4", T_END / m, m, save_every=m).solve(field, x0).ys[-1]
+
+
+def _observed_order(field, tableau, x0, ref):
+    """Least-squares slope of log(error at T_END) against log(dt) over the ladder STEPS, against ``ref``, the
+    field's :func:`_reference` from ``x0``."""
+    errors = [float(jnp.max(jnp.abs(RKStepper(tableau, T_END / m, m, save_every=m).solve(field, x0).ys[-1] - ref)))
+              for m in STEPS]
     assert all(np.isfinite(errors)) and min(errors) > 0
-    return -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    return -np.polyfit(np.log(STEPS), np.log(errors), 1)[0]
+
+
+@pytest.fixture(scope="module")
+def order_problem():
+    """Q = K = V (one random matrix), six tokens and each picture's reference end state: one problem for every
+    order measurement below (the reference does not depend on the scheme measured, so it is computed once)."""
+    with float64_scope():
+        Q = K = V = _weights(3, 8)[0]
+        x0 = _tokens(6, 3, 9)
+        return Q, x0, {picture: _reference(picture(Q, K, V), x0) for picture in (AttentionFlow, RescaledFlow)}
 
 
 @pytest.mark.parametrize("name, order", [("euler", 1), ("heun", 2), ("midpoint", 2), ("rk4", 4)])
 @pytest.mark.parametrize("picture", [AttentionFlow, RescaledFlow])
-def test_convergence_orders_on_the_attention_flow(name, order, picture):
+def test_convergence_orders_on_the_attention_flow(name, order, picture, order_problem):
     """The SPEC trap: on the rescaled flow the drift depends on differences z_j - z_i only, so a
     scheme whose stages shift every token alike would show order 1; the order must still show."""
+    Q, x0, refs = order_problem
     with float64_scope():
-        Q = K = V = _weights(3, 8)[0]  # Q = K = V, one random matrix
-        field, x0 = picture(Q, K, V), _tokens(6, 3, 9)
-        assert abs(_observed_order(field, name, x0) - order) < 0.2
+        assert abs(_observed_order(picture(Q, Q, Q), name, x0, refs[picture]) - order) < 0.2
 
 
-def test_an_rk4_whose_stages_cancel_shows_order_one():
+def test_an_rk4_whose_stages_cancel_shows_order_one(order_problem):
     """The convergence measurement catches the trap: RK4's weights on stages all taken at y."""
     fake = ButcherTableau(np.zeros((4, 4)), RK_TABLEAUX["rk4"].b, np.zeros(4), order=4, name="fake")
+    Q, x0, refs = order_problem
     with float64_scope():
-        Q = K = V = _weights(3, 8)[0]
-        assert abs(_observed_order(RescaledFlow(Q, K, V), fake, _tokens(6, 3, 9)) - 1) < 0.2
+        assert abs(_observed_order(RescaledFlow(Q, Q, Q), fake, x0, refs[RescaledFlow]) - 1) < 0.2
 
 
 def test_rk_non_finite_state_reported_as_the_euler_stepper_does():
