@@ -256,18 +256,18 @@ def test_masked_attention_tiled_equals_dense_with_gradients(rng, mask_kind):
 def test_euler_checkpointing_same_gradient_sublinear_memory(rng):
     x0, Q, K, V = (jnp.asarray(a) for a in _problem(rng, n=8, d=3))
 
-    def grad_fn(L, checkpoint):
+    def grad_fn(L, checkpoint):  # compiled once: the gradient's values and its memory come from one program
         loss = lambda V: jnp.sum(solve_euler(af.AttentionFlow(Q, K, V), x0, dt=0.01, num_steps=L, save_every=L,
                                              checkpoint=checkpoint).ys[-1] ** 2)
-        return jax.jit(jax.grad(loss))
+        return jax.jit(jax.grad(loss)).lower(V).compile()
 
-    g_all, g_ck = grad_fn(150, None), grad_fn(150, "auto")
+    g_all, g_ck = grad_fn(400, None), grad_fn(400, "auto")
     np.testing.assert_allclose(np.asarray(g_ck(V)), np.asarray(g_all(V)), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(grad_fn(10, 3)(V)), np.asarray(grad_fn(10, None)(V)), rtol=1e-12)
-    temp = lambda L, ck: grad_fn(L, ck).lower(V).compile().memory_analysis().temp_size_in_bytes
+    temp = lambda compiled: compiled.memory_analysis().temp_size_in_bytes
     # stored layers: L without checkpointing, ~2 sqrt(L) with it
-    assert temp(400, "auto") * 4 < temp(400, None)
-    assert temp(1600, "auto") < 3 * temp(400, "auto")  # 4x the layers, ~2x the memory
+    assert temp(g_ck) * 4 < temp(g_all)
+    assert temp(grad_fn(1600, "auto")) < 3 * temp(g_ck)  # 4x the layers, ~2x the memory
 
 
 def test_euler_unrolled_derivatives_equal_rolled(rng, monkeypatch):
