@@ -114,7 +114,7 @@ def test_forward_mode_equals_reverse_mode(rng, tsit5_case):
     # JVP rule, so the dense attention path is selected explicitly
     fwd_loss = _make_loss("rescaled", integrator, phi_dual, adjoint=diffrax.ForwardMode(), impl="dense")
     u = _unit_direction(rng, p)
-    _, tangent = jax.jvp(fwd_loss, (p,), (u,))
+    _, tangent = jax.jit(lambda p, u: jax.jvp(fwd_loss, (p,), (u,)))(p, u)
     assert abs(float(tangent) - _tree_dot(rev, u)) <= 1e-10 * max(1.0, abs(float(tangent)))
 
 
@@ -153,7 +153,7 @@ def test_backsolve_adjoint_close_to_checkpointed(tsit5_case):
     # through solve_ode (which saves plain states when save_fn is None, as BacksolveAdjoint needs);
     # the reference is the fixture's checkpointed gradient of the same solve
     p, phi_dual, _, ref = tsit5_case
-    back = jax.grad(_make_loss("rescaled", "tsit5", phi_dual, adjoint=diffrax.BacksolveAdjoint()))(p)
+    back = jax.jit(jax.grad(_make_loss("rescaled", "tsit5", phi_dual, adjoint=diffrax.BacksolveAdjoint())))(p)
     for k in p:
         # the backward solve has its own discretisation error, of the order of the tolerance
         # (measured 4.5e-10 relative at tol 1e-10 in benchmarks/bench_gradients.py); 100x margin
@@ -175,7 +175,7 @@ def test_discrete_rescaled_gradient_equals_raw_through_change_of_variables(rng):
         R_N = matrix_power(euler_transfer_matrix(p["V"], DT), STEPS, 4)
         return _functional(z @ R_N.T, phi_dual)  # x[N] = R^N z[N]
 
-    g_raw, g_res = jax.grad(raw)(p), jax.grad(rescaled)(p)
-    assert abs(float(raw(p)) - float(rescaled(p))) < 1e-12
+    (v_raw, g_raw), (v_res, g_res) = (jax.jit(jax.value_and_grad(f))(p) for f in (raw, rescaled))
+    assert abs(float(v_raw) - float(v_res)) < 1e-12
     for k in p:
         np.testing.assert_allclose(g_res[k], g_raw[k], rtol=1e-9, atol=1e-11, err_msg=k)
