@@ -128,7 +128,7 @@ def test_tiled_equals_dense_values_and_gradients(dtype, tol, spec, mask):
             out = attend(q, k, v, impl=impl, chunk_size=tile, mask=mask, positions=pos)
             return jnp.sum(jnp.sin(out)), out
 
-        grad = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True), static_argnums=(4, 5))
         g_dense, o_dense = grad(q, k, v, slope, "dense", None)
         for tile in TILES:
             g_tiled, o_tiled = grad(q, k, v, slope, "chunked", tile)
@@ -159,7 +159,7 @@ def test_gradients_match_central_differences(x64_here, impl):
         return jnp.sum(w * out)
 
     slope = 1.4
-    g = jax.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, slope)
+    g = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, slope)
     loss = jax.jit(loss)  # the same function, compiled once for the many evaluations below
     as_float = lambda f: (lambda a: float(f(a)))
     np.testing.assert_allclose(g[0], _central(as_float(lambda a: loss(a, k, v, slope)), q), rtol=1e-6, atol=1e-8)
