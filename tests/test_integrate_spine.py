@@ -52,8 +52,9 @@ def test_save_at_rows_are_those_of_every_layer(layers, stepper_cls):
         f, x0 = AttentionFlow(*_weights(3, 2)), _tokens(6, 3, 3)
         make = (lambda **kw: EulerStepper(0.05, 20, **kw)) if stepper_cls == "euler" else \
             (lambda **kw: RKStepper("rk4", 0.05, 20, **kw))
-        full = make().solve(f, x0)
-        some = make(save_at=SaveLayers.given(layers)).solve(f, x0)
+        solve = lambda stepper: eqx.filter_jit(lambda x: stepper.solve(f, x))(x0)  # one program per solve
+        full = solve(make())
+        some = solve(make(save_at=SaveLayers.given(layers)))
         # the same layers in other scan blocks: equal to rounding (float64; 20 layers of O(1) steps)
         np.testing.assert_allclose(some.ys, full.ys[np.array(layers)], rtol=0, atol=1e-13)
         np.testing.assert_allclose(some.ts, full.ts[np.array(layers)], rtol=0, atol=1e-15)
@@ -95,8 +96,9 @@ def test_save_aux_hands_the_fields_by_product_at_the_saved_state(tableau, layers
         f, x0 = AuxFlow(*_weights(3, 4)), _tokens(6, 3, 5)
         kw = dict(save_at=layers)
         make = (lambda **k: EulerStepper(0.1, 12, **k)) if tableau is None else (lambda **k: RKStepper(tableau, 0.1, 12, **k))
-        states = make(**kw).solve(f, x0)
-        traj = make(save_aux=True, **kw).solve(f, x0, save_fn=lambda t, y, aux: {"y": y, "t": t, **aux})
+        solve = lambda stepper, **k: eqx.filter_jit(lambda x: stepper.solve(f, x, **k))(x0)  # one program per solve
+        states = solve(make(**kw))
+        traj = solve(make(save_aux=True, **kw), save_fn=lambda t, y, aux: {"y": y, "t": t, **aux})
         assert jnp.array_equal(traj.ys["y"], states.ys)  # the states themselves are unchanged
         want = jax.vmap(lambda t, y: f.vector_field(t, y, None))(states.ts, states.ys)
         # the by-product of the evaluation at (t_k, y_k), the first stage of the layer leaving y_k
@@ -119,8 +121,9 @@ def test_rk_euler_tableau_is_the_euler_stepper(shift):
         x0 = x0 / jnp.linalg.norm(x0, axis=1, keepdims=True)
         kw = {"shift": shift} if shift else {}
         for save in ({}, {"save_every": 4}, {"save_at": (1, 6, 15)}):
-            a = EulerStepper(0.07, 24, **kw, **save).solve(f, x0)
-            b = RKStepper("euler", 0.07, 24, **kw, **save).solve(f, x0)
+            solve = lambda stepper: eqx.filter_jit(lambda x: stepper.solve(f, x))(x0)  # one program per solve
+            a = solve(EulerStepper(0.07, 24, **kw, **save))
+            b = solve(RKStepper("euler", 0.07, 24, **kw, **save))
             assert jnp.array_equal(a.ys, b.ys) and jnp.array_equal(a.ts, b.ts)  # the weight 1 multiplies nothing
 
 
