@@ -149,30 +149,41 @@ def test_circle_attention_of_angles():
     assert rel_err(fast, direct) < rounding_tol(N, jnp.float64, math.exp(3.0 * (1 - math.cos(0.1))))
 
 
-def test_large_cloud_matches_tiled_direct_sum(monkeypatch):
+@pytest.fixture
+def small_power_tables(monkeypatch):
+    """The power tables' limit lowered to 1024 tokens, so that a cloud of about 4100 tokens takes the paths a cloud
+    of over 8192 tokens takes by default (a fifth of the direct sum's work; the bounds are linear in n): the moments
+    without tables, and two evaluation blocks, each above the tables' size, through the unrolled Clenshaw chains.
+    Returns the check that a cloud of n tokens does."""
+    monkeypatch.setattr(fourier, "_TABLE_MAX", 1024)
+
+    def check(n: int):
+        blocks, size = fourier._split(n, fourier._EVAL_BLOCK, least=2)
+        assert blocks == 2 and size > fourier._TABLE_MAX, (blocks, size)
+
+    return check
+
+
+def test_large_cloud_matches_tiled_direct_sum(monkeypatch, small_power_tables):
     """Above the power-table size: the unrolled Clenshaw chains over blocks of tokens and the blocked moments
     (power tables up to 1024 tokens and moment blocks of at most 2048 tokens here: 4099 is prime, so three
     blocks of 1367, the last padded by two tokens; two evaluation blocks of 2050), against the tiled direct sum."""
-    # the paths of n > 4096 tokens at 4099 (a fifth of 8999's direct-sum work); rounding_tol is linear in n
-    monkeypatch.setattr(fourier, "_TABLE_MAX", 1024)
     monkeypatch.setattr(fourier, "_BLOCK", 2048)
     n = 4099
     assert fourier._split(n, fourier._BLOCK) == (3, 1367)
-    assert fourier._split(n, fourier._EVAL_BLOCK, least=2) == (2, 2050) and 2050 > fourier._TABLE_MAX
+    small_power_tables(n)
     _, x = cloud(17, n)
     fast = evaluate(circle_flow(Q0, K0, np.eye(2)), x)
     assert rel_err(fast, evaluate(circle_flow(Q0, K0, np.eye(2), impl="chunked"), x)) < rounding_tol(n, jnp.float64)
 
 
 @pytest.mark.parametrize("normalisation", ["softmax", "mean"])
-def test_two_heads_of_a_large_cloud_match_tiled_direct_sum(normalisation, monkeypatch):
+def test_two_heads_of_a_large_cloud_match_tiled_direct_sum(normalisation, small_power_tables):
     """Two heads above the power-table size (power tables up to 1024 tokens here; 4099 tokens: two evaluation
     blocks of 2050, the second padded): each head's means leave the blocks as (head, block, 2) and are joined
     per head, for both normalisations."""
-    # the paths of n > 8192 tokens at 4099 (a fifth of 8999's direct-sum work); rounding_tol is linear in n
-    monkeypatch.setattr(fourier, "_TABLE_MAX", 1024)
     n = 4099
-    assert fourier._split(n, fourier._EVAL_BLOCK, least=2) == (2, 2050) and 2050 > fourier._TABLE_MAX
+    small_power_tables(n)
     _, x = cloud(19, n)
     rng = np.random.default_rng(20)
     w = AttentionWeights(np.stack([Q0, 0.5 * rot(1.0)]), np.stack([K0, rot(1.1)]), rng.normal(size=(2, 2, 2)),
@@ -186,14 +197,12 @@ def test_two_heads_of_a_large_cloud_match_tiled_direct_sum(normalisation, monkey
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
-def test_long_recurrences_in_pieces_match_tiled_direct_sum(dtype, monkeypatch):
+def test_long_recurrences_in_pieces_match_tiled_direct_sum(dtype, small_power_tables):
     """beta = 32 needs 51 modes in float64 (33 in float32): in float64 the Clenshaw chains run past
     the unrolled length as a scan over pieces (the state handed from piece to piece), in float32 as one
     unrolled chain; both against the tiled direct sum, with the bound of rounding_tol at that K."""
-    # the paths of n > 8192 tokens at 4100 (a fifth of 9000's direct-sum work); the bound below is linear in n
-    monkeypatch.setattr(fourier, "_TABLE_MAX", 1024)
     n, beta = 4100, 32.0  # two blocks of 2050 tokens: above the power-table size
-    assert fourier._split(n, fourier._EVAL_BLOCK, least=2) == (2, 2050) and 2050 > fourier._TABLE_MAX
+    small_power_tables(n)
     _, x = cloud(23, n, dtype)
     eye = np.eye(2, dtype=dtype)
     field = lambda impl: sphere_flow(eye, eye, eye, beta, attention_impl=impl,
