@@ -36,8 +36,9 @@ def _env(**extra) -> dict:
 
 
 def _phase(config: Path, out: Path, env: dict) -> None:
-    subprocess.run([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(out)], cwd=ROOT, env=env,
-                   check=True, capture_output=True, text=True)
+    """``attnflow phase`` in a process of its own (no figures: the chunks and tables are what is compared)."""
+    subprocess.run([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(out), "--no-figures"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("environ, expected", [
@@ -95,7 +96,7 @@ def test_the_command_keeps_its_programs_and_the_bytes_are_the_same(tmp_path):
 WARM_IMPORTS = """
 import atexit, sys
 atexit.register(lambda: print("equinox imported:", "equinox" in sys.modules, flush=True))
-sys.argv = ["attnflow", "phase", sys.argv[1], "--out", sys.argv[2]]
+sys.argv = ["attnflow", "phase", sys.argv[1], "--out", sys.argv[2], "--no-figures"]
 from attnflow.cli.main import run
 run()
 """
@@ -127,7 +128,7 @@ def spy(*modules):
 engine.import_ahead = spy
 atexit.register(lambda: print("at the end:", sorted(m for m in engine.IMPORT_WHILE_COMPILING if m in sys.modules),
                               flush=True))
-sys.argv = ["attnflow", "phase", sys.argv[1], "--out", sys.argv[2]]
+sys.argv = ["attnflow", "phase", sys.argv[1], "--out", sys.argv[2], "--no-figures"]
 from attnflow.cli.main import run
 run()
 """

@@ -96,6 +96,9 @@ PROBE_TOML = {
 JOBS = {"phase": ("phase", PHASE_TOML), "meanfield": ("meanfield", MEANFIELD_TOML),
         **{study: ("probe", textwrap.dedent(text)) for study, text in PROBE_TOML.items()}}
 
+#: the jobs' figures are left out (their tables and summaries are the results compared): no figure is drawn
+NO_FIGURES = {"phase": ["--no-figures"], "meanfield": ["--no-figures"]}
+
 #: summary.json fields that say how a run executed, not what it found (they differ between a fresh and a
 #: resumed one-process run too): left out of the comparison, as is every key ending in "_s" (a timing)
 EXECUTION_FIELDS = {"provenance", "seconds", "units_computed", "units_resumed", "devices"}
@@ -111,7 +114,8 @@ def _one_process(job: str, config: Path, out: Path) -> None:
     """The job's one-process run of ``config`` into ``out``: the command line, in this process."""
     from attnflow.cli.main import main
 
-    assert main([JOBS[job][0], str(config), "--out", str(out), "--no-progress"]) == 0
+    command = JOBS[job][0]
+    assert main([command, str(config), "--out", str(out), "--no-progress", *NO_FIGURES.get(command, [])]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +136,9 @@ def runs(tmp_path_factory):
                 logs = [open(tmp / f"{job}-{i}.{kind}", "w") for kind in ("out", "err")]
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", "attnflow", command, str(config), "--out", str(tmp / f"{job}-two"),
-                     "--no-progress", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                     "--process-id", str(i)], cwd=REPO, env=env, stdout=logs[0], stderr=logs[1]), logs))
+                     "--no-progress", *NO_FIGURES.get(command, []), "--coordinator", f"127.0.0.1:{port}",
+                     "--num-processes", "2", "--process-id", str(i)], cwd=REPO, env=env, stdout=logs[0],
+                    stderr=logs[1]), logs))
             launched[job] = procs
         for job in JOBS:  # meanwhile, the one-process references
             _one_process(job, tmp / f"{job}.toml", tmp / f"{job}-one")
@@ -187,6 +192,7 @@ def test_phase_two_processes_compute_half_of_the_chunks_each_and_write_the_one_p
     assert "resumed, " not in done[0][1]  # the other process's chunks are not called resumed
     assert "process 1 of 2: computed 2 of 4 chunks" in done[1][1] and "results in" not in done[1][1]
     _check_same_results(one, two)
+    assert not list(one.glob("*.png")) and not list(two.glob("*.png"))  # --no-figures
 
 
 def test_meanfield_two_processes_compute_half_of_the_units_each_and_write_the_one_process_tables(runs):
@@ -197,6 +203,7 @@ def test_meanfield_two_processes_compute_half_of_the_units_each_and_write_the_on
     # every unit stored once, in the shared folder
     assert len(list((two / "units").glob("*.npz"))) == 8
     _check_same_results(one, two)
+    assert not list(one.glob("*.png")) and not list(two.glob("*.png"))  # --no-figures
 
 
 @pytest.mark.parametrize("study, lines", [
@@ -225,7 +232,8 @@ def test_phase_two_processes_with_the_program_store_read_their_own_programs_back
         env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}",
                    MPLBACKEND="Agg", ATTNFLOW_COMPILE_CACHE=str(cache))
         procs = [subprocess.Popen([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(tmp_path / run),
-                                   "--no-progress", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                   "--no-progress", "--no-figures", "--coordinator", f"127.0.0.1:{port}",
+                                   "--num-processes", "2",
                                    "--process-id", str(i)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for i in range(2)]
         for p in procs:

@@ -151,12 +151,12 @@ def test_the_named_largest_count_fits(monkeypatch):
 
 def test_a_resumed_run_starts_its_bar_at_the_units_kept_and_reports_the_margin(tmp_path, capsys):
     out = tmp_path / "mf"
-    first = run_meanfield(_tiny(), out, progress=False)
+    first = run_meanfield(_tiny(), out, progress=False, figures=False)
     total = first["planned"]["units"]
     assert first["units_computed"] == total == 8
     (out / "units" / "softmax-growth-b0-s0-pde.npz").unlink()
     capsys.readouterr()
-    again = run_meanfield(_tiny(), out, progress=True)
+    again = run_meanfield(_tiny(), out, progress=True, figures=False)
     assert again["units_computed"] == 1 and again["units_resumed"] == total - 1
     bar = capsys.readouterr().err
     assert f"{total - 1}/{total}" in bar and f" 0/{total}" not in bar, bar

@@ -78,9 +78,15 @@ def test_tiny_study_writes_its_results_and_resumes_without_recomputing(tmp_path)
         assert abs(float(fast[f"{who}_rate"]) / float(fast["predicted"]) - 1) < 0.1, (who, fast)
     assert s["largest"]["finite"] and s["largest"]["run_s"] > 0
     first = json.loads((out / "summary.json").read_text())
-    again = run_meanfield(_tiny(), out, progress=False)
+    tables = {name: (out / name).read_bytes() for name in ("convergence.csv", "rates.csv", "growth.csv")}
+    for png in out.glob("*.png"):
+        png.unlink()
+    # resumed without figures: every unit kept, the same tables, no figure drawn and the report says so
+    again = run_meanfield(_tiny(), out, progress=False, figures=False)
     assert again["units_computed"] == 0 and again["units_resumed"] == s["units_computed"]
-    assert again["convergence"] == first["convergence"]
+    assert again["convergence"] == first["convergence"] and again["figures"] == [] and first["figures"]
+    assert {name: (out / name).read_bytes() for name in tables} == tables
+    assert not list(out.glob("*.png")) and "Not drawn (figures=False" in (out / "report.md").read_text()
     other = _tiny()
     other["seed"] = 1
     with pytest.raises(InputError, match="another config"):

@@ -339,7 +339,8 @@ def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypat
                  "summary.json", "metastability.csv", "provenance.json"):
         assert (tmp_path / "full" / name).is_file(), name
 
-    # interrupted after two chunks, then started again: the same table, and the finished chunks are kept
+    # interrupted after two chunks, then started again without figures: the same table, and the finished chunks
+    # are kept; then once more with figures: every chunk resumed, and the figures and report of the whole run
     import attnflow.phase._run as job
 
     real = job.make_chunk_fn
@@ -361,8 +362,49 @@ def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypat
         run_phase(cfg, tmp_path / "cut")
     assert len(list((tmp_path / "cut" / "chunks").glob("*.npz"))) == 2
     monkeypatch.setattr(job, "make_chunk_fn", real)
-    run_phase(cfg, tmp_path / "cut")
+    resumed = run_phase(cfg, tmp_path / "cut", figures=False)
+    assert resumed["chunks_computed_here"] == resumed["chunks"] - 2
     assert (tmp_path / "cut" / "cells.csv").read_bytes() == cells
+    assert not list((tmp_path / "cut").glob("*.png"))
+    report = (tmp_path / "full" / "report.md").read_text()
+    bare = (tmp_path / "cut" / "report.md").read_text()
+    assert "Figures: not drawn (figures=False" in bare and "![" not in bare and "![" in report
+    drawn = run_phase(cfg, tmp_path / "cut")
+    assert drawn["chunks_computed_here"] == 0 and (tmp_path / "cut" / "report.md").read_text() == report
+    for name in ("phase_g000.png", "curves_g000.png", "staircase_g000.png", "lifetime_g000.png"):
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+
+
+def test_a_rerun_in_the_same_process_traces_and_compiles_nothing_again(tmp_path, monkeypatch):
+    """The chunk programs a process built are kept (the last few, by their name in the program store and their
+    devices): running a config again, into another folder or from ``ensemble``, builds none; another config
+    builds its own, and the oldest is let go past the limit."""
+    import attnflow.phase._engine as engine
+
+    built = []
+    real = engine.sharded
+
+    def spy(*args, **kwargs):
+        built.append(kwargs["keep"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "sharded", spy)
+    cfg = _small(seed=20261206, systems=2)
+    run_phase(cfg, tmp_path / "first", figures=False)
+    assert len(built) == 1
+    run_phase(cfg, tmp_path / "again", figures=False)
+    got = ensemble(cfg)
+    assert len(built) == 1
+    assert (tmp_path / "again" / "cells.csv").read_bytes() == (tmp_path / "first" / "cells.csv").read_bytes()
+    arrays = np.load(tmp_path / "first" / "systems" / "g000.npz")
+    order = np.lexsort((arrays["system"], arrays["beta_index"]))
+    np.testing.assert_array_equal(got["clusters"].reshape(4, -1), arrays["clusters"][order])
+    monkeypatch.setattr(engine, "PROCESS_PROGRAMS", 1)
+    other = _small(seed=20261207, systems=2)
+    run_phase(other, tmp_path / "other", figures=False)
+    assert len(built) == 2 and built[1] != built[0]
+    run_phase(cfg, tmp_path / "evicted", figures=False)  # one kept: the first config's program was let go
+    assert len(built) == 3 and built[2] == built[0]
 
 
 @pytest.mark.parametrize("changes", [
@@ -373,7 +415,7 @@ def test_job_tables_resume_identically_after_an_interruption(tmp_path, monkeypat
 ])
 def test_every_kind_of_dynamics_and_grid_runs(tmp_path, changes):
     cfg = _small(beta=[1.0, 3.0], systems=2, t1=1.0, checkpoints=4, **changes)
-    summary = run_phase(cfg, tmp_path / "out")
+    summary = run_phase(cfg, tmp_path / "out", figures=False)
     groups = check_phase_config(cfg).groups
     rows = _read(tmp_path / "out" / "cells.csv")
     assert len(rows) == len(groups) * 2 * 4 and summary["nonfinite_runs"] == 0

@@ -37,7 +37,7 @@ def test_betas_of_each_group(law, power, g):
 def test_each_group_runs_what_a_constant_beta_config_runs(tmp_path):
     """The law's run of n = 12 equals a constant run at beta = gamma log 12 (same clouds, same systems), and
     its cells carry beta = gamma log n."""
-    law = run_phase(_cfg(beta_law="log"), tmp_path / "law")
+    law = run_phase(_cfg(beta_law="log"), tmp_path / "law", figures=False)
     rows = list(csv.DictReader((tmp_path / "law" / "cells.csv").open()))
     for n in (6, 12):
         betas = sorted({float(r["beta"]) for r in rows if int(r["n"]) == n})

@@ -107,7 +107,7 @@ def test_the_job_on_two_cpu_devices_finishes(tmp_path):
     config.write_text('kind = "phase"\nbeta = [0.5, 2.0]\nbeta_law = "log"\nn = [10000]\nd = 3\nsystems = 2\n'
                       't1 = 0.2\ndt = 0.1\ncheckpoints = 2\ndtype = "float64"\n')
     done = subprocess.run([sys.executable, "-m", "attnflow", "phase", str(config), "--out", str(tmp_path / "run"),
-                           "--devices", "2", "--no-progress"], capture_output=True, text=True, timeout=120)
+                           "--devices", "2", "--no-progress", "--no-figures"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "cells.csv").exists()
 

@@ -210,7 +210,7 @@ def test_the_phase_job_times_a_prepared_four_cluster_start(tmp_path):
     cfg.update(beta=20.0, n=32, d=2, systems=2, t1=1000.0, dt=0.1, checkpoints=101, start="clusters",
                start_centres=[[np.cos(a), np.sin(a)] for a in (0.0, 0.85, 2.35, 3.35)], start_spread=0.001)
     cfg["run"] = {**cfg["run"], "progress": False}
-    run_phase(cfg, tmp_path / "out")
+    run_phase(cfg, tmp_path / "out", figures=False)
     rows = list(csv.DictReader(open(tmp_path / "out" / "plateaus.csv")))
     for system in ("0", "1"):
         mine = [r for r in rows if r["system"] == system]

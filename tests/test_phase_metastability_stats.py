@@ -194,7 +194,7 @@ def test_float32_job_report_has_the_per_beta_table_the_precision_check_and_no_fi
     cfg.update(beta=[3.0, 5.0, 8.0], d=2, n=8, systems=12, t1=40.0, dt=0.2, checkpoints=30, spacing="log",
                dtype="float32")
     cfg["run"]["progress"] = False
-    s = run_phase(cfg, tmp_path / "run", figure_workers=0)
+    s = run_phase(cfg, tmp_path / "run", figures=False)
     report = (tmp_path / "run" / "report.md").read_text()
     assert "**Precision: float32.** A float64 re-run of 3 betas (3, 5, 8) x 12 clouds per group" in report
     check = s["dtype_check"]
@@ -239,7 +239,7 @@ def test_the_report_says_when_its_per_beta_table_shows_a_spread_of_a_long_beta_g
     cfg = load_phase_config(None)
     cfg.update(beta={"start": 0.5, "stop": 5.5, "num": 11}, d=2, n=4, systems=2, t1=1.0, dt=0.1, checkpoints=3)
     cfg["run"]["progress"] = False
-    run_phase(cfg, tmp_path / "run", figure_workers=0)
+    run_phase(cfg, tmp_path / "run", figures=False)
     report = (tmp_path / "run" / "report.md").read_text()
     table = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith(("| beta", "| ---"))]
     shown = [float(line.strip("|").split("|")[0]) for line in table]

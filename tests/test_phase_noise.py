@@ -23,8 +23,8 @@ def _rows(path):
 
 
 def test_a_beta_sigma_diagram_keeps_the_noiseless_run_and_shares_clouds_and_paths(tmp_path):
-    quiet = run_phase(_config(), tmp_path / "quiet", figure_workers=0, dtype_check=False)
-    noisy = run_phase(_config(sigma=[0.0, 0.4]), tmp_path / "noisy", figure_workers=0, dtype_check=False)
+    quiet = run_phase(_config(), tmp_path / "quiet", figures=False, dtype_check=False)
+    noisy = run_phase(_config(sigma=[0.0, 0.4]), tmp_path / "noisy", figures=False, dtype_check=False)
     assert quiet["cells"] == 2 and noisy["cells"] == 4 and noisy["sigma"] == [0.0, 0.4]
     a, b = _rows(tmp_path / "quiet" / "cells.csv"), _rows(tmp_path / "noisy" / "cells.csv")
     zero = [r for r in b if float(r["sigma"]) == 0.0]
@@ -52,7 +52,7 @@ def test_a_sigma_grid_compiles_one_program_and_each_sigma_is_its_own_run(tmp_pat
 
     grid = (0.2, 0.4, 0.7)
     with jax.log_compiles(True), caplog.at_level("WARNING"):
-        run_phase(_config(sigma=list(grid)), tmp_path / "grid", figure_workers=0, dtype_check=False)
+        run_phase(_config(sigma=list(grid)), tmp_path / "grid", figures=False, dtype_check=False)
     compiled = [r for r in caplog.records if "Finished XLA compilation" in r.getMessage() and "run_pairs" in
                 r.getMessage()]
     assert len(compiled) == 1, [r.getMessage() for r in compiled]
@@ -61,7 +61,7 @@ def test_a_sigma_grid_compiles_one_program_and_each_sigma_is_its_own_run(tmp_pat
             for sigma in grid}
     assert len({tuple(v) for v in last.values()}) == 3  # each sigma moves the tokens its own way
     for sigma in (0.4, 0.7):
-        run_phase(_config(sigma=sigma), tmp_path / f"alone{sigma}", figure_workers=0, dtype_check=False)
+        run_phase(_config(sigma=sigma), tmp_path / f"alone{sigma}", figures=False, dtype_check=False)
         alone = _rows(tmp_path / f"alone{sigma}" / "cells.csv")
         assert [r for r in rows if float(r["sigma"]) == sigma] == alone
 

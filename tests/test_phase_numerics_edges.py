@@ -242,7 +242,7 @@ def test_mean_run_reports_its_time_scale_and_effective_step(tmp_path):
 
     from attnflow.phase import equiangular_time, run_phase, step_scale
 
-    summary = run_phase(_small_phase(beta=[1.0, 6.0], systems=2), tmp_path / "run")
+    summary = run_phase(_small_phase(beta=[1.0, 6.0], systems=2), tmp_path / "run", figures=False)
     assert summary["step_scale"] == pytest.approx([step_scale(1.0), step_scale(6.0)], rel=1e-15)
     assert summary["effective_dt"] == pytest.approx([0.1 / step_scale(1.0), 0.1 / step_scale(6.0)], rel=1e-15)
     report = (tmp_path / "run" / "report.md").read_text()

@@ -126,17 +126,17 @@ def test_a_phase_folder_written_before_attnflow_runs_resumes(tmp_path):
 
     fixture, out, marker = _resumable(tmp_path, "phase_run_v1", "phase.toml")
     config = load_phase_config(fixture / "phase.toml")
-    summary = run_phase(config, out, figure_workers=0)
+    summary = run_phase(config, out, figures=False)
     assert summary["chunks_resumed_here"] == 1 and summary["chunks_computed_here"] == 2
     kept = out / "chunks" / "g000-000000000.npz"
     assert kept.read_bytes() == (fixture / "chunks" / kept.name).read_bytes()
     assert (out / runs.MARKER).read_text() == marker
     assert (out / "config.json").read_bytes() == (fixture / "config.json").read_bytes()
     fresh, swapped = tmp_path / "fresh", tmp_path / "swapped"
-    run_phase(config, fresh, figure_workers=0)
+    run_phase(config, fresh, figures=False)
     shutil.copytree(fresh, swapped, ignore=shutil.ignore_patterns("*.csv"))
     shutil.copyfile(kept, swapped / "chunks" / kept.name)
-    assert run_phase(config, swapped, figure_workers=0)["chunks_computed_here"] == 0
+    assert run_phase(config, swapped, figures=False)["chunks_computed_here"] == 0
     with np.load(kept) as old_chunk, np.load(fresh / "chunks" / kept.name) as new_chunk:
         columns = [k for k in old_chunk if not k.startswith("__")]  # the chunk's columns (not its metadata)
         same_bits_here = all(np.array_equal(old_chunk[k], new_chunk[k]) for k in columns)
@@ -168,7 +168,7 @@ def test_a_meanfield_folder_written_before_attnflow_runs_resumes(tmp_path):
 
     fixture, out, marker = _resumable(tmp_path, "meanfield_run_v1", "meanfield.toml")
     config = load_meanfield_config(fixture / "meanfield.toml")
-    summary = run_meanfield(config, out, progress=False)
+    summary = run_meanfield(config, out, progress=False, figures=False)
     assert summary["units_resumed"] == 5 and summary["units_computed"] == 5
     for unit in (fixture / "units").iterdir():
         assert (out / "units" / unit.name).read_bytes() == unit.read_bytes(), unit.name

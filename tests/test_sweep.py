@@ -278,7 +278,7 @@ MULTI = textwrap.dedent("""
     pc["run"].update(chunk_size=5, progress=False)
     cells = []
     for devices in (1, 4):
-        s = run_phase(pc, tmp / f"phase-{devices}", num_devices=devices)
+        s = run_phase(pc, tmp / f"phase-{devices}", num_devices=devices, figures=False)
         assert s["devices"] == devices, s["devices"]
         cells.append((tmp / f"phase-{devices}" / "cells.csv").read_text())
     assert cells[0] == cells[1], "phase: 1 vs 4 devices differ"

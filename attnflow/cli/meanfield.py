@@ -27,6 +27,9 @@ def add_parser(subparsers) -> None:
                    help="TOML config (a path, or the name of a shipped config such as meanfield-sphere); default: "
                    "configs/meanfield.toml")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
+    p.add_argument("--no-figures", action="store_true",
+                   help="write the tables, summary.json and report.md only (no figures; the same command without it "
+                   "later resumes every unit and draws them)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_process_options(p, "units of work")
     p.set_defaults(func=_run)
@@ -36,7 +39,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..meanfield import check_meanfield_config, load_meanfield_config, run_meanfield
 
     config = check_meanfield_config(load_meanfield_config(args.config))
-    s = run_meanfield(config, args.out, progress=not args.no_progress, processes=process_options(args))
+    s = run_meanfield(config, args.out, progress=not args.no_progress, processes=process_options(args),
+                      figures=not args.no_figures)
     if s["process_count"] > 1:
         print(share_line(s, s["units_computed"], s["units"], "units",
                          f"{s['units_resumed']} of its share resumed from an earlier run"))

@@ -22,6 +22,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("config", nargs="?", default=None,
                    help="TOML config (a path, or the name of a shipped config); default: configs/phase.toml")
     p.add_argument("--out", required=True, help="output folder (created; an earlier run of the same config resumes)")
+    p.add_argument("--no-figures", action="store_true",
+                   help="write the tables, summary and report.md only (no heat maps or other figures; the same "
+                   "command without it later resumes every chunk and draws them)")
     add_run_options(p)
     p.set_defaults(func=_run, before_jax=_figure_workers)
 
@@ -32,8 +35,8 @@ def _figure_workers(args: argparse.Namespace):
     of a multi-process run draws nothing)."""
     from ..plot._workers import FigureWorkers, worker_count
 
-    drawing = (run_options(args)["processes"] or {}).get("process_id", 0) == 0
-    return FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",))
+    drawing = (run_options(args)["processes"] or {}).get("process_id", 0) == 0 and not args.no_figures
+    return FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",), draw=drawing)
 
 
 def _run(args: argparse.Namespace, pool) -> int:
@@ -49,7 +52,7 @@ def _phase(args: argparse.Namespace, options: dict, pool) -> int:
     # thread-pool deadlock of several CPU devices (attnflow.sweep.needs_per_system_loop), so they keep one
     if config.dynamics.name == "sphere" and options["processes"] is None and not config.run.distributed:
         cpu_device_per_core(config.run.devices if options["num_devices"] is None else options["num_devices"])
-    s = run_phase(config, args.out, figure_workers=pool, **options)
+    s = run_phase(config, args.out, figure_workers=pool, figures=not args.no_figures, **options)
     several = s.get("process_count", 1) > 1
     if several:  # each process says what it did; process 0 also writes the results
         print(share_line(s, s["chunks_computed_here"], s["chunks"], "chunks",

@@ -142,14 +142,15 @@ def _transition_lines(config, summary: list[dict]) -> list[str]:
 
 
 def write_results(config, out: Path, conv: dict, growth: list[dict], largest: dict, rate_fits,
-                  transition: list[dict] | None = None) -> dict:
-    """Write every table, figure and report.md of a finished study; return the summary's results."""
+                  transition: list[dict] | None = None, figures: bool = True) -> dict:
+    """Write every table, figure (none with ``figures=False``) and report.md of a finished study; return the
+    summary's results."""
     from .. import plot as ap
 
     c, g = config.convergence, config.growth
     sphere = config.d == 3
     distance = "D" if sphere else "w1"
-    figures, lines = [], []
+    draw, figures, lines = figures, [], []
     conv_rows, fits = [], {}
     for norm, res in conv.items():
         fits[norm] = rate_fits(config, res["w1"], res["times"], res["pde_negative"])
@@ -161,6 +162,8 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
                                   f"{distance}_mean": float(ok.mean()) if ok.size else None,
                                   f"{distance}_std": float(ok.std(ddof=1)) if ok.size > 1 else None,
                                   "seeds": int(ok.size), "excluded": int(vals.size - ok.size)})
+        if not draw:
+            continue
         ax = ap.distance_vs_n(c.n, res["w1"], times=[float(t) for t in res["times"]], fits=fits[norm],
                               title=rf"{norm}: particles against the PDE, $\beta$ = {c.beta:g}",
                               **({"ylabel": "$D$(particles, PDE), degrees 1-3"} if sphere else {}))
@@ -180,7 +183,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
         _csv(out / "growth.csv", GROWTH_COLUMNS, growth)
 
     mode = "l" if sphere else "k"
-    for norm in config.normalisations:
+    for norm in config.normalisations if draw else ():
         rows = [r for r in growth if r["normalisation"] == norm]
         fig, axes = ap.new_figure(len(g.beta), panel=(3.4, 3.0))
         axes = axes.ravel()
@@ -200,7 +203,7 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
         _csv(out / "transition.csv", TRANSITION_COLUMNS, _transition_rows(transition))
         for norm in config.normalisations:
             here = [t for t in transition if t["normalisation"] == norm]
-            if here:
+            if here and draw:
                 from ._linear import tricritical_beta
 
                 fig, axes = ap.new_figure(len(here), panel=(4.4, 3.4))
@@ -261,7 +264,9 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
               f"({config.largest.n * config.largest.layers / largest['run_s']:.3g} particle-steps per second); "
               f"state {largest['state_bytes'] / 2**20:.1f} MiB, compiled temporaries "
               f"{max(largest['temp_bytes'], 0) / 2**20:.1f} MiB; finite: {largest['finite']}.", "",
-              "## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures if f.endswith(".png")]
+              "## Figures", ""] + ([f"![{Path(f).stem}]({Path(f).name})" for f in figures if f.endswith(".png")]
+                                   if draw else [("Not drawn (figures=False, `--no-figures`); the same run with "
+                                                  "figures resumes every unit and draws them.")])
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     return {"convergence": {norm: {"rates": fits[norm], "pde_mass_drift": float(np.max(np.abs(res["mass"] - res["mass"][0]))),
                                    "pde_min_density": float(np.min(res["min_density"]))} for norm, res in conv.items()},

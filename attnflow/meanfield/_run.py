@@ -466,7 +466,7 @@ def _largest(config: MeanfieldConfig, units: _Units, dtype) -> dict:
 
 @releases_output_dirs
 def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: bool = True,
-                  processes: dict | None = None) -> dict:
+                  processes: dict | None = None, figures: bool = True) -> dict:
     """Run (or resume) the mean-field study of ``config`` into ``out``; returns the summary.
 
     ``processes`` (``coordinator``, ``num_processes``, ``process_id``: a manual launch of one command per
@@ -477,7 +477,8 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     (computing again any that is not) and writes the same tables and summary as one process, whose
     ``units_computed`` / ``units_resumed`` count its own work. The returned summary also says
     ``process_index``, ``process_count`` and ``units`` (in the plan; these three are not written to
-    summary.json).
+    summary.json). ``figures=False`` draws no figure (the tables, summary.json and report.md are written as
+    with them, report.md saying so; the same call with figures resumes every unit and draws them).
 
     Example:
         >>> import tempfile, pathlib
@@ -548,7 +549,7 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
         bar.close()
     from ._report import write_results
 
-    summary = write_results(config, out, conv, growth, largest, _rate_fits, transition)
+    summary = write_results(config, out, conv, growth, largest, _rate_fits, transition, figures=figures)
     summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0,
                    planned={"units": sizes["units"], "peak_bytes": sizes["peak_bytes"],
                             "particle_steps": sizes["work"]})

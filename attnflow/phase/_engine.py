@@ -35,6 +35,7 @@ Common random numbers: system s of a group starts from the same cloud (and, with
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -357,6 +358,13 @@ def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, .
             "t_nonfinite": (dtype, ()), "beta_index": (np.dtype(np.int64), ()), "system": (np.dtype(np.int64), ())}
 
 
+#: the chunk programs built in this process, by their name in the command's program store and the devices they run
+#: on (the last :data:`PROCESS_PROGRAMS` of them): a rerun, a resume or :func:`ensemble` of a config already run in
+#: the process traces and compiles nothing again
+_BUILT: collections.OrderedDict = collections.OrderedDict()
+PROCESS_PROGRAMS = 8
+
+
 def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=None, programs: dict | None = None):
     """``compute(start, stop, into=None) -> columns`` of the group's pairs start..stop-1, sharded over ``mesh``.
 
@@ -387,6 +395,14 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     program_key = (group.n, group.d, group.heads, group.epsilon, noisy, cloud_dtype)
     if programs is not None and program_key in programs:
         return _chunk_compute(config, group, identity, noisy, *programs[program_key])
+    # the command keeps the traced program (attnflow.runs._programs): named by everything read here
+    keep = f"phase chunk|{program_identity(config, group)}|{cloud_dtype}"
+    built_key = (keep, tuple(mesh.shape.items()), tuple(int(dev.id) for dev in mesh.devices.flat))
+    if built_key in _BUILT:
+        _BUILT.move_to_end(built_key)
+        if programs is not None:
+            programs[program_key] = _BUILT[built_key]
+        return _chunk_compute(config, group, identity, noisy, *_BUILT[built_key])
 
     def one(beta, *arrays):
         # the integrators (and equinox) are imported where the program is traced: a run that reads its kept
@@ -445,8 +461,6 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     # pool, so there each device loops over its pairs (attnflow.runs.needs_per_system_loop)
     if sphere_bound is not None:  # the statistics call back to the host
         mesh = callback_mesh(mesh)
-    # the command keeps the traced program (attnflow.runs._programs): named by everything read above
-    keep = f"phase chunk|{program_identity(config, group)}|{cloud_dtype}"
     fn = sharded(run_pairs, mesh, per_system_loop=False if spec.name == "sphere" else None, keep=keep)
     # the start clouds (threefry keys and normal draws) are a program of their own: it compiles on a second
     # thread while this one compiles the chunk's program (a third of its compile time when drawn inside it)
@@ -455,6 +469,9 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
     program = (fn, draw, set())  # the program, the clouds' drawer, the chunk lengths compiled
     if programs is not None:
         programs[program_key] = program
+    _BUILT[built_key] = program
+    while len(_BUILT) > PROCESS_PROGRAMS:
+        _BUILT.popitem(last=False)
     return _chunk_compute(config, group, identity, noisy, *program)
 
 

@@ -125,7 +125,8 @@ def _gib(b: float) -> str:
 @runs.releases_output_dirs
 def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int | None = None,
               progress: bool | None = None, processes: dict | None = None,
-              figure_workers: int | FigureWorkers | None = None, dtype_check: bool = True) -> dict:
+              figure_workers: int | FigureWorkers | None = None, dtype_check: bool = True,
+              figures: bool = True) -> dict:
     """Run (or resume) the phase diagram of ``config`` (a table, parsed here, or parsed) into ``out``;
     returns the summary.
 
@@ -134,7 +135,10 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     before the chunks compile so that they have imported matplotlib when the results come; 0 draws
     them in this process; a :class:`~attnflow.plot._workers.FigureWorkers` of the caller's (started
     earlier still, as ``attnflow phase`` does before it imports JAX) is used and left open. The files
-    are the same either way.
+    are the same either way. ``figures=False`` draws none and starts no worker (the tables, summary and
+    report.md are the same; the same call with figures resumes every chunk and draws them).
+    The chunk programs stay built in the process (the last 8): the same config run again (a resume, another
+    folder, :func:`~attnflow.phase.ensemble`) traces and compiles none.
 
     A float32 run re-runs :data:`DTYPE_CHECK_BETAS` betas x :data:`DTYPE_CHECK_SYSTEMS` clouds per group in
     float64 from the same float32 start clouds and says in ``report.md`` (``summary.json``: ``dtype_check``)
@@ -152,6 +156,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         (2, 10)
     """
     config = check_phase_config(config)
+    draw = bool(figures)  # (the name figures is the figures' futures below)
     sizes = {}
 
     def check_sizes(devices):
@@ -181,7 +186,9 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         into = {k: v[c.start:c.stop] for k, v in by_group[c.group].items()} if by_group else None
         return fns[c.group](c.start, c.stop, into=into)
 
-    if isinstance(figure_workers, FigureWorkers):
+    if not draw:
+        pool = FigureWorkers(0, draw=False)
+    elif isinstance(figure_workers, FigureWorkers):
         pool = contextlib.nullcontext(figure_workers)
     else:
         if sw.process_index != 0:
@@ -248,7 +255,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         runs.atomic_write_json(sw.out / "summary.json", summary)
         names = {k: [x for f in futures for x in f.result() if x.endswith(".png")] for k, futures in figures.items()}
         names["noise"] = [x for f in noise_figures for x in f.result() if x.endswith(".png")]
-    _report(config, summary, names, sw.out)
+    _report(config, summary, names if draw else None, sw.out)
     return dict(summary, **processes_info)
 
 
@@ -664,7 +671,10 @@ def _precision_lines(config: PhaseConfig, check: dict | None) -> list[str]:
             + "; ".join(parts) + ". " + verdict]
 
 
-def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> None:
+def _report(config: PhaseConfig, summary: dict, figures: dict | None, out: Path) -> None:
+    """report.md; ``figures`` None: the run drew none (``figures=False``), which the report says."""
+    drawn = figures is not None
+    figures = figures if drawn else {}
     lines = [f"# Phase diagram: {config.dynamics.name} dynamics", "",
              f"{summary['cells']} grid cells, {config.systems} systems each ({summary['runs']} runs of "
              f"{config.num_layers} layers, dt = {config.dt:g}, {config.dtype}); statistics at "
@@ -690,6 +700,9 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
         lines += [f"**{summary['nonfinite_runs']} run(s) became non-finite** and are excluded from every mean "
                   "(counted in the `nonfinite` column of cells.csv).", ""]
     lines += _precision_lines(config, summary.get("dtype_check")) + [""]
+    if not drawn:
+        lines += [("Figures: not drawn (figures=False, `--no-figures`); the same run with figures resumes every "
+                   "chunk and draws them."), ""]
     for g, head, fit in zip(config.groups, summary["groups"], summary["lifetime_fits"]):
         lines += [f"## n = {g.n}, d = {g.d}" + (f", heads = {g.heads}" if config.dynamics.name == "multihead" else "")
                   + (f", epsilon = {g.epsilon:g}" if config.dynamics.name == "layered" else "")
@@ -705,7 +718,7 @@ def _report(config: PhaseConfig, summary: dict, figures: dict, out: Path) -> Non
             lines.append(f"({len(head['per_beta'])} of the {len(betas)} betas, spread over the grid; every beta's "
                          "row is in cells.csv and metastability.csv.)")
         lines.append("")
-        lines += [f"![{name}]({name})" for name in figures[g.index]]
+        lines += [f"![{name}]({name})" for name in figures.get(g.index, [])]
         lines.append("")
     lines += _noise_lines(config, summary, figures.get("noise", []))
     rule = summary["plateau_rule"]

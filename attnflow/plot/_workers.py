@@ -231,7 +231,8 @@ class FigureWorkers:
     submitted; the calls wait in one queue, in the order submitted, and each goes to the first worker that is
     free (a long figure holds one worker, not the calls behind it); where none is left alive (or none could
     start), a call runs here when submitted, and the calls still queued fail. Leaving the ``with`` block waits for
-    every call; an exception in the block kills the workers instead.
+    every call; an exception in the block kills the workers instead. ``draw=False`` starts no worker and draws
+    nothing: every call's future holds ``[]`` (no file written), for runs that only want the tables.
 
     Example:
         >>> import tempfile, pathlib
@@ -241,14 +242,19 @@ class FigureWorkers:
         ...     names = pool.submit("attnflow.plot._worker:example_figure", out / "line.png")
         >>> names.result(), (out / "line.png").exists()
         (['line.png'], True)
+        >>> with FigureWorkers(2, draw=False) as pool:
+        ...     skipped = pool.submit("attnflow.plot._worker:example_figure", out / "none.png")
+        >>> pool.size, skipped.result(), (out / "none.png").exists()
+        (0, [], False)
     """
 
-    def __init__(self, workers: int = 2, preload: tuple[str, ...] | list[str] = ()):
+    def __init__(self, workers: int = 2, preload: tuple[str, ...] | list[str] = (), *, draw: bool = True):
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._queue: collections.deque[tuple[Future, bytes]] = collections.deque()
         self._submitted: list[Future] = []
-        count = max(0, int(workers))
+        self.draw = bool(draw)
+        count = max(0, int(workers)) if self.draw else 0
         if count > 1 and FORK_SIBLINGS:  # one worker starts, the others are forked from it once it is ready
             try:
                 pipes = [(os.pipe(), os.pipe()) for _ in range(count - 1)]
@@ -276,7 +282,12 @@ class FigureWorkers:
         return len(self._workers)
 
     def submit(self, target: str, *args, **kwargs) -> Future:
-        """Draw ``target(*args, **kwargs)`` (``"module:function"``) in a worker, with this context's figure formats."""
+        """Draw ``target(*args, **kwargs)`` (``"module:function"``) in a worker, with this context's figure formats
+        (with ``draw=False``: nothing, the future holds ``[]``)."""
+        if not self.draw:
+            skipped: Future = Future()
+            skipped.set_result([])
+            return skipped
         formats = current_formats()
         if any(w.alive() for w in self._workers):
             future: Future = Future()
