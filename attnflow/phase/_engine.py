@@ -358,9 +358,9 @@ def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, .
             "t_nonfinite": (dtype, ()), "beta_index": (np.dtype(np.int64), ()), "system": (np.dtype(np.int64), ())}
 
 
-#: the chunk programs built in this process, by their name in the command's program store and the devices they run
-#: on (the last :data:`PROCESS_PROGRAMS` of them): a rerun, a resume or :func:`ensemble` of a config already run in
-#: the process traces and compiles nothing again
+#: the chunk programs built in this process, by their name in the command's program store, the paths this module's
+#: settings choose (:data:`LARGE_CLOUD_ABOVE`, ...) and the devices they run on (the last :data:`PROCESS_PROGRAMS` of
+#: them): a rerun, a resume or :func:`ensemble` of a config already run in the process traces and compiles nothing
 _BUILT: collections.OrderedDict = collections.OrderedDict()
 PROCESS_PROGRAMS = 8
 
@@ -397,7 +397,9 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         return _chunk_compute(config, group, identity, noisy, *programs[program_key])
     # the command keeps the traced program (attnflow.runs._programs): named by everything read here
     keep = f"phase chunk|{program_identity(config, group)}|{cloud_dtype}"
-    built_key = (keep, tuple(mesh.shape.items()), tuple(int(dev.id) for dev in mesh.devices.flat))
+    settings = (LARGE_CLOUD_ABOVE, SPAN_REL_TOL, PAIR_MATRICES, PAIR_STATES, identity, circle_modes, sphere_bound,
+                sorted(options.items()))
+    built_key = (keep, repr(settings), tuple(mesh.shape.items()), tuple(int(dev.id) for dev in mesh.devices.flat))
     if built_key in _BUILT:
         _BUILT.move_to_end(built_key)
         if programs is not None:
