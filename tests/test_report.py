@@ -103,7 +103,7 @@ def test_bad_case_and_foreign_folder(tmp_path, capsys):
 
 def test_interrupted_run_keeps_previous_report(tmp_path, monkeypatch):
     out = tmp_path / "r"
-    reproduce(out, quick=True, cases=["remark7_9"], progress=False)
+    reproduce(out, quick=True, cases=["remark7_9"], progress=False, figures=False)
     before = (out / "summary.json").read_text()
 
     def interrupted(ctx, res):
@@ -112,7 +112,7 @@ def test_interrupted_run_keeps_previous_report(tmp_path, monkeypatch):
     title, theorem, _ = report_catalogue.CASES["thm8_5"]
     monkeypatch.setitem(report_catalogue.CASES, "thm8_5", (title, theorem, interrupted))
     with pytest.raises(KeyboardInterrupt):
-        reproduce(out, quick=True, cases=["remark7_9", "thm8_5"], progress=False)
+        reproduce(out, quick=True, cases=["remark7_9", "thm8_5"], progress=False, figures=False)
     assert (out / "summary.json").read_text() == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
