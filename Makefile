@@ -30,7 +30,7 @@ help:
 	@echo "                 (about 2-2.5 min after the install; OUT=folder writes elsewhere)"
 	@echo "make test        install the test, docs and benchmark extras if needed, then the whole suite"
 	@echo "                 (from a fresh clone, installs included: about 17-19 min on a 2-core Intel Xeon,"
-	@echo "                 21-23 min on a 2-core AMD EPYC)"
+	@echo "                 21-24 min on a 2-core AMD EPYC)"
 	@echo "make docs        the documentation site in site/, gallery at smoke size (a few minutes the first"
 	@echo "                 time, about 15 s after); make docs-full: gallery at full size (about 15 min)"
 	@echo "make bench       the benchmark suite (BENCH_ARGS=--quick for a smoke run)"
