@@ -477,8 +477,8 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
     (computing again any that is not) and writes the same tables and summary as one process, whose
     ``units_computed`` / ``units_resumed`` count its own work. The returned summary also says
     ``process_index``, ``process_count`` and ``units`` (in the plan; these three are not written to
-    summary.json). ``figures=False`` draws no figure (the tables, summary.json and report.md are written as
-    with them, report.md saying so; the same call with figures resumes every unit and draws them).
+    summary.json). ``figures=False`` draws no figure (the same tables; summary.json's ``figures`` is empty and
+    report.md says that none was drawn; the same call with figures resumes every unit and draws them).
 
     Example:
         >>> import tempfile, pathlib

@@ -135,8 +135,9 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
     before the chunks compile so that they have imported matplotlib when the results come; 0 draws
     them in this process; a :class:`~attnflow.plot._workers.FigureWorkers` of the caller's (started
     earlier still, as ``attnflow phase`` does before it imports JAX) is used and left open. The files
-    are the same either way. ``figures=False`` draws none and starts no worker (the tables, summary and
-    report.md are the same; the same call with figures resumes every chunk and draws them).
+    are the same either way. ``figures=False`` draws none and starts no worker (the tables and summary are
+    the same, report.md says that no figure was drawn; the same call with figures resumes every chunk and
+    draws them).
     The chunk programs stay built in the process (the last 8): the same config run again (a resume, another
     folder, :func:`~attnflow.phase.ensemble`) traces and compiles none.
 
