@@ -359,8 +359,10 @@ def column_layout(config: PhaseConfig) -> dict[str, tuple[np.dtype, tuple[int, .
 
 
 #: the chunk programs built in this process, by their name in the command's program store, the paths this module's
-#: settings choose (:data:`LARGE_CLOUD_ABOVE`, ...) and the devices they run on (the last :data:`PROCESS_PROGRAMS` of
-#: them): a rerun, a resume or :func:`ensemble` of a config already run in the process traces and compiles nothing
+#: settings chose for them (:data:`LARGE_CLOUD_ABOVE`: the identity sphere, the circle modes, the sphere bound, the
+#: attention options), the settings read while tracing and the devices they run on (the last
+#: :data:`PROCESS_PROGRAMS` of them): a rerun, a resume or :func:`ensemble` of a config already run in the process
+#: traces and compiles nothing
 _BUILT: collections.OrderedDict = collections.OrderedDict()
 PROCESS_PROGRAMS = 8
 
@@ -397,8 +399,7 @@ def make_chunk_fn(config: PhaseConfig, group: PhaseGroup, mesh, *, cloud_dtype=N
         return _chunk_compute(config, group, identity, noisy, *programs[program_key])
     # the command keeps the traced program (attnflow.runs._programs): named by everything read here
     keep = f"phase chunk|{program_identity(config, group)}|{cloud_dtype}"
-    settings = (LARGE_CLOUD_ABOVE, SPAN_REL_TOL, PAIR_MATRICES, PAIR_STATES, identity, circle_modes, sphere_bound,
-                sorted(options.items()))
+    settings = (identity, circle_modes, sphere_bound, sorted(options.items()), SPAN_REL_TOL, PAIR_MATRICES, PAIR_STATES)
     built_key = (keep, repr(settings), tuple(mesh.shape.items()), tuple(int(dev.id) for dev in mesh.devices.flat))
     if built_key in _BUILT:
         _BUILT.move_to_end(built_key)
