@@ -6,10 +6,16 @@ Each row writes a phase config (tokens on the sphere, Q = K = V = I, n = 32, t1 
 in interleaved rounds (round j runs each command once, their order alternating), the two commands
 
 * ``python -m attnflow phase CONFIG --out DIR`` (imports, compilation, chunk files, tables, figures);
+* the same command with ``--no-figures``: tables, summary and report without the figures, the outputs the torch
+  script writes (its CSV of per-beta means, no figure); it keeps programs of its own, so that its round 0 is a
+  first run too;
 * ``python benchmarks/phase_torch.py ...`` (a Python loop over beta, ``torch.bmm`` and ``torch.softmax``,
   the same statistics at every checkpoint, per-beta means to a CSV) from the same start clouds
   (``--x0``, :func:`attnflow.phase.start_clouds`), at its faster thread count: 1 and 2 threads
   are timed once on the small row and the faster is used (recorded).
+
+Both ratios are printed: torch against the whole command with its figures (``ratio``), and against the command
+without them (``ratio_tables``: the same outputs on both sides).
 
 Rows: ``small`` (256 systems x 10 betas, d = 2), ``default`` (the peers' diagram: 2048 systems x 90
 betas, d = 2), ``d128`` (256 systems x 10 betas, d = 128: the same layers and checkpoints as the
@@ -193,6 +199,7 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
     # Q = K = V = I: neither program multiplies by the weights; its matmuls are the scores and P x
     flops_computed = layers * pairs * 4.0 * row["n"] ** 2 * row["d"]
     attnflow_cmd = [sys.executable, "-m", "attnflow", "phase", str(work / "phase.toml"), "--out", "OUT"]
+    tables_cmd = attnflow_cmd + ["--no-figures"]
     use_torch = torch_threads is not None
     if use_torch:
         _start_clouds(row, work / "x0.npy")
@@ -201,23 +208,31 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
     load_before = os.getloadavg()
     # the command keeps its compiled programs (attnflow.runs.enable_compile_cache): a folder of the row's own, so
     # that round 0 is a machine's first run (XLA compiles) and the later rounds read the kept programs
+    # (the command without figures keeps its own, so that its round 0 is a first run as well)
     cache_env = {**os.environ, "ATTNFLOW_COMPILE_CACHE": str(work / "xla")}
-    times = {"attnflow": [], "torch": []}
+    tables_env = {**os.environ, "ATTNFLOW_COMPILE_CACHE": str(work / "xla-tables")}
+    times = {"attnflow": [], "attnflow_tables": [], "torch": []}
+    commands = {"attnflow": (attnflow_cmd, cache_env), "attnflow_tables": (tables_cmd, tables_env)}
     for j in range(rounds):
-        order = ["attnflow", "torch"] if j % 2 == 0 else ["torch", "attnflow"]
+        # the three commands in an order rotated each round: none always runs first, or last
+        order = ["attnflow", "attnflow_tables", "torch"]
+        order = order[j % 3:] + order[:j % 3]
         for who in order:
-            if who == "attnflow":
-                out = work / f"attnflow-{j}"
-                times["attnflow"].append(_timed([out.as_posix() if c == "OUT" else c for c in attnflow_cmd], cache_env))
+            if who in commands:
+                cmd, env = commands[who]
+                out = work / f"{who.replace('_', '-')}-{j}"
+                times[who].append(_timed([out.as_posix() if c == "OUT" else c for c in cmd], env))
             elif use_torch:
                 times["torch"].append(_timed(torch_cmd) * scale)
-        print(f"  {name} round {j}: attnflow {times['attnflow'][-1]:.1f} s"
-              + (f", torch {times['torch'][-1]:.1f} s" if use_torch else ""), file=sys.stderr, flush=True)
+        print(f"  {name} round {j}: attnflow {times['attnflow'][-1]:.1f} s, without figures "
+              f"{times['attnflow_tables'][-1]:.1f} s" + (f", torch {times['torch'][-1]:.1f} s" if use_torch else ""),
+              file=sys.stderr, flush=True)
     result = {"row": name, **{k: row[k] for k in ("systems", "n", "d", "t1", "dt", "checkpoints", "threshold")},
               "sigma": list(row.get("sigma") or (0.0,)),
               "betas": row["beta"][2], "beta_range": row["beta"][:2], "layers": layers, "system_steps": pairs * layers,
               "flops": flops, "flops_without_projections": flops_computed, "rounds": rounds, "load_before": load_before, "load_after": os.getloadavg(),
-              "attnflow_s": times["attnflow"], "attnflow_command": " ".join(attnflow_cmd)}
+              "attnflow_s": times["attnflow"], "attnflow_command": " ".join(attnflow_cmd),
+              "attnflow_tables_s": times["attnflow_tables"], "attnflow_tables_command": " ".join(tables_cmd)}
     med = statistics.median(times["attnflow"])
     result.update(attnflow_s_per_system_step=med / (pairs * layers), attnflow_fraction_of_matmul=flops / med / rate,
                   attnflow_fraction_of_matmul_without_projections=flops_computed / med / rate)
@@ -227,11 +242,19 @@ def _row(name: str, spec: dict, args, rate: float, torch_threads: int | None, wo
         result.update(torch_s=times["torch"], torch_threads=torch_threads, torch_command=" ".join(torch_cmd),
                       torch_betas_run=torch_betas, torch_time_scaled_by=scale, ratio=_spread(ratios),
                       ratio_first_run=ratios[0], ratio_kept_programs=_spread(ratios[1:]) if len(ratios) > 1 else None,
+                      **_tables_ratios(times["torch"], times["attnflow_tables"]),
                       torch_s_per_system_step=tmed / (pairs * layers), torch_fraction_of_matmul=flops / tmed / rate,
                       torch_fraction_of_matmul_without_projections=flops_computed / tmed / rate,
                       largest_difference_of_means=_largest_difference(work / "attnflow-0" / "cells.csv",
                                                                       work / "torch.csv", bool(row.get("sigma"))))
     return result
+
+
+def _tables_ratios(torch_s: list[float], tables_s: list[float]) -> dict:
+    """torch / attnflow without figures, round by round: the spread, the first run's, the kept programs' spread."""
+    ratios = [t / a for t, a in zip(torch_s, tables_s)]
+    return {"ratio_tables": _spread(ratios), "ratio_tables_first_run": ratios[0],
+            "ratio_tables_kept_programs": _spread(ratios[1:]) if len(ratios) > 1 else None}
 
 
 def _choose_threads(spec: dict, work_root: Path) -> dict:
@@ -273,6 +296,12 @@ def format_result(result: dict) -> str:
                          f"{r['ratio_first_run']:.2f}; later runs (kept programs) "
                          + (f"{statistics.median(r['attnflow_s'][1:]):.2f} s, ratio {kept['min']:.2f}/{kept['median']:.2f}/"
                             f"{kept['max']:.2f}" if kept else "-"))
+        if r.get("ratio_tables_first_run") is not None:
+            kept = r.get("ratio_tables_kept_programs")
+            lines.append(f"  {r['row']} without figures (the torch script's outputs: tables only): the first run "
+                         f"{r['attnflow_tables_s'][0]:.2f} s, ratio {r['ratio_tables_first_run']:.2f}; later runs "
+                         + (f"{statistics.median(r['attnflow_tables_s'][1:]):.2f} s, ratio {kept['min']:.2f}/"
+                            f"{kept['median']:.2f}/{kept['max']:.2f}" if kept else "-"))
     return "\n".join(lines)
 
 
