@@ -1,5 +1,5 @@
 """benchmarks/phase_timeline.py: one phase command's stretches, stamped from inside its process; the
-settings a bench record names."""
+settings a bench record names; the phase bench's two ratios (with and without figures)."""
 
 import json
 import sys
@@ -73,3 +73,27 @@ def test_a_record_names_the_kernel_and_thread_settings_in_force(monkeypatch):
     result = {"machine": limited, "matmul_f64": {"flops_per_s": 1e11}, "rows": []}
     assert "settings in force: XLA_FLAGS=--xla_cpu_max_isa=AVX2, ATEN_CPU_CAPABILITY=avx2" in format_result(result)
     assert "settings in force" not in format_result({**result, "machine": plain})
+
+
+def test_the_phase_bench_prints_torch_against_the_command_with_and_without_figures():
+    """Both ratios per round (torch seconds over attnflow seconds), the first run's apart from the kept programs'
+    spread, each printed on its own line."""
+    from benchmarks.bench_phase import _spread, _tables_ratios, format_result
+    from benchmarks.common import machine_info
+
+    torch_s, with_figures, tables = [18.0, 20.0, 19.0], [6.0, 5.0, 4.0], [4.5, 4.0, 5.0]
+    ratios = _tables_ratios(torch_s, tables)
+    assert ratios["ratio_tables_first_run"] == pytest.approx(4.0)
+    assert ratios["ratio_tables_kept_programs"] == pytest.approx({"min": 3.8, "median": 4.4, "max": 5.0})
+    row = {"row": "small", "systems": 256, "betas": 10, "d": 2, "flops": 6.9e9, "attnflow_s": with_figures,
+           "attnflow_tables_s": tables, "torch_s": torch_s, "attnflow_s_per_system_step": 1e-6,
+           "torch_s_per_system_step": 2e-6, "attnflow_fraction_of_matmul": 0.01, "torch_fraction_of_matmul": 0.005,
+           "attnflow_fraction_of_matmul_without_projections": 0.01,
+           "torch_fraction_of_matmul_without_projections": 0.005, "load_before": (0.5, 0.5, 0.5),
+           "ratio": _spread([t / a for t, a in zip(torch_s, with_figures)]), "ratio_first_run": 3.0,
+           "ratio_kept_programs": _spread([4.0, 4.75]), **ratios}
+    text = format_result({"machine": machine_info(), "matmul_f64": {"flops_per_s": 7e10}, "rows": [row]})
+    assert "small: the first run (XLA compiles) 6.00 s, ratio 3.00; later runs (kept programs) 4.50 s, " \
+           "ratio 4.00/4.38/4.75" in text
+    assert "small without figures (the torch script's outputs: tables only): the first run 4.50 s, ratio 4.00; " \
+           "later runs 4.50 s, ratio 3.80/4.40/5.00" in text
