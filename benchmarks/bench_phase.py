@@ -268,6 +268,13 @@ def _choose_threads(spec: dict, work_root: Path) -> dict:
     return {"seconds": seconds, "chosen": min(seconds, key=seconds.get)}
 
 
+def _first_and_kept(label: str, seconds: list[float], first: float, kept: dict | None) -> str:
+    """One line: the first run's seconds and ratio, then the later runs' median seconds and ratio spread."""
+    later = (f"{statistics.median(seconds[1:]):.2f} s, ratio {kept['min']:.2f}/{kept['median']:.2f}/{kept['max']:.2f}"
+             if kept else "-")
+    return f"  {label} the first run (XLA compiles) {seconds[0]:.2f} s, ratio {first:.2f}; later runs (kept programs) {later}"
+
+
 def format_result(result: dict) -> str:
     lines = [f"phase job vs PyTorch ({result['machine']['cpu']}, {result['machine']['cpu_count']} cores; float64 "
              f"matmul {result['matmul_f64']['flops_per_s'] / 1e9:.1f} GFLOP/s; torch threads "
@@ -290,18 +297,11 @@ def format_result(result: dict) -> str:
         lines.append(f"{r['row']:>8} {r['systems']:>8} x {r['betas']:<5} {r['d']:>4} {a:>11.1f} {t:>9.1f} {spread:>20} "
                      f"{per:>20} {r['flops'] / 1e9:>8.1f} {frac:>18} {bare:>18}")
     for r in result["rows"]:
-        if r.get("ratio_first_run") is not None:
-            kept = r.get("ratio_kept_programs")
-            lines.append(f"  {r['row']}: the first run (XLA compiles) {r['attnflow_s'][0]:.2f} s, ratio "
-                         f"{r['ratio_first_run']:.2f}; later runs (kept programs) "
-                         + (f"{statistics.median(r['attnflow_s'][1:]):.2f} s, ratio {kept['min']:.2f}/{kept['median']:.2f}/"
-                            f"{kept['max']:.2f}" if kept else "-"))
-        if r.get("ratio_tables_first_run") is not None:
-            kept = r.get("ratio_tables_kept_programs")
-            lines.append(f"  {r['row']} without figures (the torch script's outputs: tables only): the first run "
-                         f"{r['attnflow_tables_s'][0]:.2f} s, ratio {r['ratio_tables_first_run']:.2f}; later runs "
-                         + (f"{statistics.median(r['attnflow_tables_s'][1:]):.2f} s, ratio {kept['min']:.2f}/"
-                            f"{kept['median']:.2f}/{kept['max']:.2f}" if kept else "-"))
+        for label, times, key in ((f"{r['row']}:", "attnflow_s", "ratio"),
+                                  (f"{r['row']} without figures (the torch script's outputs: tables only):",
+                                   "attnflow_tables_s", "ratio_tables")):
+            if r.get(f"{key}_first_run") is not None:
+                lines.append(_first_and_kept(label, r[times], r[f"{key}_first_run"], r.get(f"{key}_kept_programs")))
     return "\n".join(lines)
 
 
