@@ -36,7 +36,7 @@ def _figure_workers(args: argparse.Namespace):
     from ..plot._workers import FigureWorkers, worker_count
 
     drawing = (run_options(args)["processes"] or {}).get("process_id", 0) == 0 and not args.no_figures
-    return FigureWorkers(worker_count(4) if drawing else 0, preload=("attnflow.phase._figures",), draw=drawing)
+    return FigureWorkers(worker_count(4), preload=("attnflow.phase._figures",), draw=drawing)
 
 
 def _run(args: argparse.Namespace, pool) -> int:

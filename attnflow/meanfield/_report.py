@@ -142,15 +142,15 @@ def _transition_lines(config, summary: list[dict]) -> list[str]:
 
 
 def write_results(config, out: Path, conv: dict, growth: list[dict], largest: dict, rate_fits,
-                  transition: list[dict] | None = None, figures: bool = True) -> dict:
-    """Write every table, figure (none with ``figures=False``) and report.md of a finished study; return the
+                  transition: list[dict] | None = None, draw: bool = True) -> dict:
+    """Write every table, figure (none with ``draw=False``) and report.md of a finished study; return the
     summary's results."""
     from .. import plot as ap
 
     c, g = config.convergence, config.growth
     sphere = config.d == 3
     distance = "D" if sphere else "w1"
-    draw, figures, lines = figures, [], []
+    figures, lines = [], []
     conv_rows, fits = [], {}
     for norm, res in conv.items():
         fits[norm] = rate_fits(config, res["w1"], res["times"], res["pde_negative"])
@@ -201,9 +201,9 @@ def write_results(config, out: Path, conv: dict, growth: list[dict], largest: di
     transition = transition or []
     if transition:
         _csv(out / "transition.csv", TRANSITION_COLUMNS, _transition_rows(transition))
-        for norm in config.normalisations:
+        for norm in config.normalisations if draw else ():
             here = [t for t in transition if t["normalisation"] == norm]
-            if here and draw:
+            if here:
                 from ._linear import tricritical_beta
 
                 fig, axes = ap.new_figure(len(here), panel=(4.4, 3.4))

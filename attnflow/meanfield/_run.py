@@ -549,7 +549,7 @@ def run_meanfield(config: MeanfieldConfig | dict, out: str | Path, *, progress: 
         bar.close()
     from ._report import write_results
 
-    summary = write_results(config, out, conv, growth, largest, _rate_fits, transition, figures=figures)
+    summary = write_results(config, out, conv, growth, largest, _rate_fits, transition, draw=figures)
     summary.update(units_computed=units.computed, units_resumed=units.resumed, seconds=time.perf_counter() - t0,
                    planned={"units": sizes["units"], "peak_bytes": sizes["peak_bytes"],
                             "particle_steps": sizes["work"]})

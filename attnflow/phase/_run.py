@@ -188,7 +188,7 @@ def run_phase(config: PhaseConfig | dict, out: str | Path, *, num_devices: int |
         return fns[c.group](c.start, c.stop, into=into)
 
     if not draw:
-        pool = FigureWorkers(0, draw=False)
+        pool = FigureWorkers(draw=False)
     elif isinstance(figure_workers, FigureWorkers):
         pool = contextlib.nullcontext(figure_workers)
     else:
